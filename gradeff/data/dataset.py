@@ -1,0 +1,59 @@
+"""The in-memory dataset every synthetic task produces, and the epoch order shared by all cells."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["IGNORE_INDEX", "SPECIAL_TOKENS", "Dataset", "epoch_order"]
+
+# Labels equal to this are skipped by every transformers loss.
+IGNORE_INDEX = -100
+# Token ids reserved in every synthetic vocabulary; Markov states start after them.
+SPECIAL_TOKENS = {"pad": 0, "mask": 1, "bos": 2, "sep": 3}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dataset:
+    """All samples of a task, as tensors whose first dimension is the sample.
+
+    Attributes:
+        task: task key.
+        tensors: model inputs by keyword (``input_ids``, ``pixel_values``, ``labels`` ...).
+        targets: ``(N,)`` number of loss targets (tokens or images) per sample; the training loop
+            weights micro-batches by it so accumulated gradients equal the large-batch gradient.
+        loss_floor: mean cross-entropy of the Bayes-optimal predictor on these very samples
+            (nats per target), or ``None`` when unknown. A model can only go below it by memorising.
+        floor_note: how the floor was computed.
+        info: task parameters worth recording (vocabulary, classes, lengths).
+    """
+
+    task: str
+    tensors: dict[str, torch.Tensor]
+    targets: torch.Tensor
+    loss_floor: float | None
+    floor_note: str
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        sizes = {name: t.shape[0] for name, t in self.tensors.items()} | {"targets": self.targets.shape[0]}
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"tensors disagree on the number of samples: {sizes}")
+
+    def __len__(self) -> int:
+        return int(self.targets.shape[0])
+
+    def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The model inputs of the samples at ``indices``."""
+        return {name: t[indices] for name, t in self.tensors.items()}
+
+
+def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
+    """The sample order of one epoch: a permutation fixed by (seed, epoch) alone.
+
+    Every optimizer and strategy of a model sees the same samples in the same order, so
+    differences between cells come from the optimisation, not from the data.
+    """
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(num_samples, generator=generator)

@@ -1,0 +1,58 @@
+"""The machine a run happened on: versions, device and CPU, recorded once per session."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from functools import cache
+
+__all__ = ["environment"]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@cache
+def environment(device: str = "cpu") -> dict:
+    """Versions of the stack, the device and the CPU, as a flat JSON-ready dict.
+
+    Args:
+        device: the device cells run on (``cpu`` or ``cuda[:N]``).
+    """
+    import torch
+    import transformers
+
+    info = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.version.cuda,
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device,
+        "device_name": None,
+        "gpu_driver": None,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["device_name"] = torch.cuda.get_device_name(torch.device(device))
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            info["gpu_driver"] = pynvml.nvmlSystemGetDriverVersion()
+        except Exception:  # NVML is optional: the driver version is then unknown, not invented
+            pass
+    else:
+        info["device_name"] = info["cpu"]
+    return info

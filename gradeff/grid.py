@@ -1,0 +1,58 @@
+"""The grid: every (model, optimizer, strategy) cell, and which cells cannot run and why."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gradeff.models import MODELS, ModelSpec
+from gradeff.optim import OPTIMIZERS, OptimizerSpec
+from gradeff.results import cell_id
+from gradeff.strategies import STRATEGIES, StrategySpec
+
+__all__ = ["Cell", "cells", "incompatibility"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One combination of the three axes."""
+
+    model: str
+    optimizer: str
+    strategy: str
+
+    @property
+    def id(self) -> str:
+        return cell_id(self.model, self.optimizer, self.strategy)
+
+
+def incompatibility(model: ModelSpec, optimizer: OptimizerSpec, strategy: StrategySpec) -> str | None:
+    """Why a cell cannot run, as a sentence for ``pytest.skip``; ``None`` if it can.
+
+    Capabilities are data on the specs, so a new model, optimizer or strategy states what it
+    supports and this one function decides; no cell is ever dropped without a reason.
+    """
+    if strategy.checkpointing and not model.supports_checkpointing:
+        return f"{model.name} does not support activation checkpointing"
+    return None
+
+
+def cells(models=None, optimizers=None, strategies=None) -> Iterator[Cell]:
+    """All cells of the grid (or of the given keys), model-major, in registry order.
+
+    Raises:
+        KeyError: an unknown key; the message lists the valid ones.
+    """
+    models = list(models or MODELS)
+    optimizers = list(optimizers or OPTIMIZERS)
+    strategies = list(strategies or STRATEGIES)
+    for key in (*models,):
+        MODELS[key]
+    for key in optimizers:
+        OPTIMIZERS[key]
+    for key in strategies:
+        STRATEGIES[key]
+    for model in models:
+        for optimizer in optimizers:
+            for strategy in strategies:
+                yield Cell(model, optimizer, strategy)

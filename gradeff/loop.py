@@ -1,0 +1,153 @@
+"""The training loop: one epoch at a time, one step path for every optimizer and strategy.
+
+Every optimizer step is ``optimizer.step(closure)``. The closure zeroes the gradients, runs the
+step's micro-batches (one, or k under gradient accumulation) and returns the loss. Adam calls it
+once; a conjugate-gradient line search may call it several times. Strategies never branch here:
+checkpointing was switched on in the model before the loop, accumulation is the number of
+micro-batches per step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from gradeff.data import Dataset, epoch_order
+
+__all__ = ["Diverged", "EpochStats", "TrainState", "sync", "train", "train_epoch", "warm_up"]
+
+
+class Diverged(RuntimeError):
+    """The loss became NaN or infinite: the cell stops and records where."""
+
+    def __init__(self, *, step: int, epoch: int, loss: float):
+        super().__init__(f"loss {loss} at optimizer step {step} (epoch {epoch})")
+        self.step, self.epoch, self.loss = step, epoch, loss
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpochStats:
+    """What one epoch did. ``loss`` is the mean cross-entropy per target (token or image)."""
+
+    epoch: int
+    loss: float
+    seconds: float
+    optimizer_steps: int
+    closure_calls: int
+    samples: int
+    targets: int
+
+
+@dataclass(kw_only=True)
+class TrainState:
+    """Everything one cell's training needs, and its progress.
+
+    Attributes:
+        micro_batches_per_step: 1, or k for gradient accumulation.
+        scheduler: optional learning-rate scheduler, stepped once per optimizer step.
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    dataset: Dataset
+    batch_size: int
+    micro_batches_per_step: int
+    seed: int
+    device: torch.device
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+    epoch: int = 0
+    global_step: int = 0
+    history: list[EpochStats] = field(default_factory=list)
+
+    def step_groups(self, epoch: int) -> list[list[torch.Tensor]]:
+        """This epoch's sample indices: micro-batches, grouped by optimizer step."""
+        micro = list(epoch_order(len(self.dataset), self.seed, epoch).split(self.batch_size))
+        k = self.micro_batches_per_step
+        return [micro[i:i + k] for i in range(0, len(micro), k)]
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued device work, so a clock read after it measures the work itself."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {name: t.to(device, non_blocking=True) for name, t in batch.items()}
+
+
+def train_epoch(state: TrainState) -> EpochStats:
+    """Train one epoch; append and return its statistics.
+
+    Raises:
+        Diverged: the loss of an optimizer step is not finite.
+    """
+    model, optimizer, data = state.model, state.optimizer, state.dataset
+    epoch = state.epoch
+    closure_calls = 0
+    loss_sum = 0.0
+    targets_seen = 0
+    samples_seen = 0
+    steps = 0
+    sync(state.device)
+    start = time.perf_counter()
+    for group in state.step_groups(epoch):
+        batches = [_to_device(data.batch(idx), state.device) for idx in group]
+        counts = [int(data.targets[idx].sum()) for idx in group]
+        total = sum(counts)
+
+        def closure():
+            nonlocal closure_calls
+            closure_calls += 1
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = torch.zeros((), device=state.device)
+            for batch, count in zip(batches, counts):
+                # transformers losses are means over a micro-batch's targets; weighting each by its
+                # share of the step's targets makes the accumulated gradient the gradient of the
+                # mean over all k·b samples' targets, exactly as one large batch would give.
+                loss = model(**batch).loss * (count / total)
+                loss.backward()
+                step_loss += loss.detach()
+            return step_loss
+
+        loss = optimizer.step(closure)
+        # One host sync per step: the loss is needed to detect divergence at the step it happens.
+        value = float(loss)
+        state.global_step += 1
+        steps += 1
+        if not math.isfinite(value):
+            raise Diverged(step=state.global_step, epoch=epoch, loss=value)
+        if state.scheduler is not None:
+            state.scheduler.step()
+        loss_sum += value * total
+        targets_seen += total
+        samples_seen += sum(len(idx) for idx in group)
+    sync(state.device)
+    stats = EpochStats(epoch=epoch, loss=loss_sum / targets_seen, seconds=time.perf_counter() - start,
+                       optimizer_steps=steps, closure_calls=closure_calls, samples=samples_seen,
+                       targets=targets_seen)
+    state.history.append(stats)
+    state.epoch += 1
+    return stats
+
+
+def train(state: TrainState, epochs: int) -> list[EpochStats]:
+    """Train ``epochs`` epochs; return the statistics of every epoch so far."""
+    for _ in range(epochs):
+        train_epoch(state)
+    return state.history
+
+
+def warm_up(state: TrainState) -> None:
+    """One forward and backward pass without an optimizer step, outside any measurement.
+
+    The first pass pays for lazy allocations and kernel selection; doing it here keeps that
+    one-off cost out of epoch 0's time. Parameters are unchanged; the gradients are dropped.
+    """
+    batch = _to_device(state.dataset.batch(torch.arange(min(state.batch_size, len(state.dataset)))), state.device)
+    state.model(**batch).loss.backward()
+    state.optimizer.zero_grad(set_to_none=True)
+    sync(state.device)

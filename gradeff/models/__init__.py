@@ -1,0 +1,87 @@
+"""The model axis: MODELS registry and ``build_model``.
+
+Model modules import transformers; this module does not, so collecting the grid stays
+light (the builders are imported by name only when a cell is built).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gradeff.profiles import validate_profile
+from gradeff.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["MODELS", "ModelSpec", "build_model"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """One model family of the grid.
+
+    Attributes:
+        key: registry key, also a pytest marker (``-m llm``).
+        name: human-readable name used in reports.
+        family: architecture family, also a pytest marker (``-m decoder``).
+        task: key of the synthetic task it trains on (see ``gradeff.data.TASKS``).
+        module: module that defines ``build(profile, *, vocab_size, num_labels, weights_dir)``.
+        supports_checkpointing: whether activation checkpointing can be enabled.
+    """
+
+    key: str
+    name: str
+    family: str
+    task: str
+    module: str
+    supports_checkpointing: bool = True
+
+
+MODELS: Registry[ModelSpec] = Registry(
+    "model",
+    (
+        ModelSpec(key="vit", name="ViT (ViT-B/16 style)", family="vision", task="image_classification",
+                  module="gradeff.models.vit"),
+        ModelSpec(key="modernbert", name="ModernBERT (masked LM)", family="encoder", task="masked_lm",
+                  module="gradeff.models.modernbert"),
+        ModelSpec(key="llm", name="Llama-3.2-1B-style decoder", family="decoder", task="causal_lm",
+                  module="gradeff.models.llm"),
+        ModelSpec(key="vlm", name="nanoVLM-style vision-language model", family="multimodal",
+                  task="image_captioning", module="gradeff.models.vlm"),
+    ),
+)
+
+
+def build_model(
+    key: str,
+    profile: str,
+    *,
+    vocab_size: int | None = None,
+    num_labels: int | None = None,
+    weights_dir: str | Path | None = None,
+    device: str | torch.device = "cpu",
+) -> torch.nn.Module:
+    """Build a model of the registry in a profile's size, random-initialised unless weights are given.
+
+    Args:
+        key: model key (see ``MODELS``).
+        profile: ``tiny``, ``small`` or ``paper``.
+        vocab_size: override the profile's vocabulary (text models), e.g. to match a task.
+        num_labels: override the number of classes (``vit``).
+        weights_dir: a local directory with ``save_pretrained`` weights; never a hub id.
+        device: where to build; ``"meta"`` builds without allocating (parameter counting).
+
+    Returns:
+        The model, in training mode.
+    """
+    spec = MODELS[key]
+    validate_profile(profile)
+    module = importlib.import_module(spec.module)
+    model = module.build(profile, vocab_size=vocab_size, num_labels=num_labels, weights_dir=weights_dir,
+                         device=device)
+    model.train()
+    return model

@@ -1,0 +1,199 @@
+"""The gradeff pytest plugin: options, markers, the cell fixture and the terminal summary.
+
+Loaded by the root ``conftest.py`` (``pytest_plugins``) or with ``-p gradeff.pytest_plugin``.
+Importing it must stay light: collecting the grid never imports transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gradeff.grid import cells
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.profiles import DEFAULT_PROFILE, PROFILES
+from gradeff.results import append_record, read_records
+from gradeff.strategies import STRATEGIES
+
+__all__ = ["DEFAULT_RESULTS", "grid_params"]
+
+DEFAULT_RESULTS = "results/results.jsonl"
+_SESSION_KEY = "gradeff_session"
+_CONFIG = pytest.StashKey[dict]()
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gradeff", "gradeff benchmark grid")
+    group.addoption("--gradeff-profile", choices=PROFILES, default=DEFAULT_PROFILE,
+                    help=f"size of models, data and training (default {DEFAULT_PROFILE})")
+    group.addoption("--gradeff-epochs", type=_positive_int, default=None,
+                    help="epochs per cell (default: the profile's)")
+    group.addoption("--gradeff-seed", type=_int, default=0, help="seed of weights, data and order (default 0)")
+    group.addoption("--gradeff-device", default="auto",
+                    help=f"device to train on: {', '.join(DEVICE_CHOICES)} or cuda:N (default auto)")
+    group.addoption("--gradeff-results", default=DEFAULT_RESULTS, metavar="PATH",
+                    help=f"JSON-lines file each cell's record is appended to (default {DEFAULT_RESULTS})")
+
+
+def _validate_device(device: str) -> None:
+    if device.split(":")[0] not in DEVICE_CHOICES or (":" in device and not device.split(":")[1].isdigit()):
+        raise pytest.UsageError(f"--gradeff-device: unknown device {device!r}; valid: {', '.join(DEVICE_CHOICES)}"
+                                " or cuda:N")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise pytest.UsageError(f"--gradeff-device {device}: torch sees no usable CUDA GPU; use cpu or auto")
+
+
+def _validate_results_path(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise pytest.UsageError(f"--gradeff-results {path}: cannot create its folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise pytest.UsageError(f"--gradeff-results {path}: not writable")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for key, spec in MODELS.items():
+        config.addinivalue_line("markers", f"{key}: cells of the {spec.name} model")
+    for family in sorted({spec.family for spec in MODELS.values()}):
+        config.addinivalue_line("markers", f"{family}: cells of {family} models")
+    config.addinivalue_line("markers", "cell(model, optimizer, strategy): exact cell selection, "
+                            "e.g. -m \"cell(optimizer='adam')\" (unlike -k adam, does not match adamw)")
+    device = config.getoption("gradeff_device")
+    _validate_device(device)
+    results = Path(config.getoption("gradeff_results"))
+    _validate_results_path(results)
+    # The controller names the session; xdist workers inherit the name so the summary can find
+    # exactly this session's records in an append-only file that may hold earlier runs.
+    workerinput = getattr(config, "workerinput", None)
+    session = workerinput[_SESSION_KEY] if workerinput and _SESSION_KEY in workerinput else uuid.uuid4().hex[:12]
+    config.stash[_CONFIG] = {
+        "profile": config.getoption("gradeff_profile"), "epochs": config.getoption("gradeff_epochs"),
+        "seed": config.getoption("gradeff_seed"), "device": device, "results": results, "session": session,
+    }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist: hand the session name to each worker."""
+    node.workerinput[_SESSION_KEY] = node.config.stash[_CONFIG]["session"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    """pytest-benchmark: add the stack's versions and the device to the JSON's machine info."""
+    from gradeff.environment import environment
+    from gradeff.runner import resolve_device
+
+    machine_info["gradeff"] = environment(str(resolve_device(config.stash[_CONFIG]["device"])))
+
+
+def grid_params(models=None, optimizers=None, strategies=None) -> list:
+    """``pytest.param`` for every cell, with its id and markers.
+
+    Each cell carries its model key and family as markers (``-m llm``, ``-m decoder``) and an
+    exact ``cell(model=..., optimizer=..., strategy=...)`` marker.
+    """
+    params = []
+    for cell in cells(models, optimizers, strategies):
+        marks = [
+            getattr(pytest.mark, cell.model),
+            getattr(pytest.mark, MODELS[cell.model].family),
+            pytest.mark.cell(model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy),
+        ]
+        params.append(pytest.param(cell.model, cell.optimizer, cell.strategy, id=cell.id, marks=marks))
+    return params
+
+
+@pytest.fixture
+def gradeff_cell(request: pytest.FixtureRequest, benchmark):
+    """Run a cell by its keys: time each epoch with ``benchmark``, append the record, return it.
+
+    The record goes to the results file the moment the cell ends (also under pytest-xdist, where
+    pytest-benchmark switches itself off and the epochs are then timed by the loop alone).
+    """
+    from gradeff.grid import Cell
+    from gradeff.runner import RunConfig, run_cell
+
+    settings = request.config.stash[_CONFIG]
+    config = RunConfig(profile=settings["profile"], seed=settings["seed"], epochs=settings["epochs"],
+                       device=settings["device"], session=settings["session"])
+
+    def timer(epoch_fn, rounds):
+        if benchmark.disabled:
+            for _ in range(rounds):
+                epoch_fn()
+        else:
+            # One round per epoch: --benchmark-json then holds every epoch's time.
+            benchmark.pedantic(epoch_fn, rounds=rounds, iterations=1, warmup_rounds=0)
+
+    def run(model: str, optimizer: str, strategy: str):
+        for registry, key in ((MODELS, model), (OPTIMIZERS, optimizer), (STRATEGIES, strategy)):
+            registry[key]
+        benchmark.group = model
+        record = run_cell(Cell(model, optimizer, strategy), config, timer=timer)
+        append_record(settings["results"], record)
+        benchmark.extra_info.update(cell=record.cell, status=record.status, record=record.to_json())
+        return record
+
+    return run
+
+
+def _fmt(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    """One row per cell this session ran: status, loss first → last (floor), seconds per epoch."""
+    if getattr(config, "workerinput", None) is not None:
+        return
+    settings = config.stash.get(_CONFIG, None)
+    if settings is None or not settings["results"].exists():
+        return
+    errors: list[str] = []
+    records = [r for r in read_records(settings["results"], errors=errors) if r.session == settings["session"]]
+    if not records:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section(f"gradeff: {len(records)} cells, profile {settings['profile']}, "
+                             f"results in {settings['results']}")
+    header = f"{'cell':<32} {'status':<9} {'loss first → last':>20} {'floor':>7} {'s/epoch':>8} {'steps':>6} {'f+b':>6}"
+    write(header)
+    for r in sorted(records, key=lambda r: r.cell):
+        s = r.summary
+        loss = f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}"
+        write(f"{r.cell:<32} {r.status:<9} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
+              f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} {s.closure_calls:>6}")
+        if r.status not in ("ok", "skipped"):
+            write(f"    {r.detail[:150]}")
+    counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
+    span = max(r.finished_at for r in records) - min(r.started_at for r in records)
+    write(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")
+    for message in errors:
+        write(f"unreadable line skipped: {message}")

@@ -1,0 +1,179 @@
+"""Cell records and the append-only JSON-lines store.
+
+A record is the complete result of one cell: what ran, how it ended, the per-epoch series and
+their summary, in raw units (seconds, bytes, joules). Records are frozen values that round-trip
+through JSON; each carries the schema version so old results files stay readable or fail loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+__all__ = [
+    "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord", "Summary", "append_record", "cell_id",
+    "read_records",
+]
+
+SCHEMA_VERSION = 1
+# ok: trained all epochs · diverged: NaN/Inf loss · oom: out of memory · error: any other failure ·
+# skipped: the cell is incompatible (the reason is in ``detail``).
+STATUSES = ("ok", "diverged", "oom", "error", "skipped")
+
+
+def cell_id(model: str, optimizer: str, strategy: str) -> str:
+    """The public id of a cell, e.g. ``llm-adam-accum``."""
+    return f"{model}-{optimizer}-{strategy}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpochRecord:
+    """One epoch: mean loss per target, wall seconds, and the work done."""
+
+    epoch: int
+    loss: float
+    seconds: float
+    optimizer_steps: int
+    closure_calls: int
+    samples: int
+    targets: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Summary:
+    """Summary of the epochs that ran (``None`` where no epoch completed)."""
+
+    first_loss: float | None
+    final_loss: float | None
+    mean_loss: float | None
+    best_loss: float | None
+    mean_epoch_seconds: float | None
+    total_seconds: float
+    optimizer_steps: int
+    closure_calls: int
+    samples_per_second: float | None
+
+    @classmethod
+    def of(cls, epochs: list[EpochRecord], total_seconds: float) -> Summary:
+        """Summarise ``epochs``; ``total_seconds`` includes building and warm-up."""
+        if not epochs:
+            return cls(first_loss=None, final_loss=None, mean_loss=None, best_loss=None, mean_epoch_seconds=None,
+                       total_seconds=total_seconds, optimizer_steps=0, closure_calls=0, samples_per_second=None)
+        losses = [e.loss for e in epochs]
+        seconds = sum(e.seconds for e in epochs)
+        return cls(
+            first_loss=losses[0], final_loss=losses[-1], mean_loss=sum(losses) / len(losses), best_loss=min(losses),
+            mean_epoch_seconds=seconds / len(epochs), total_seconds=total_seconds,
+            optimizer_steps=sum(e.optimizer_steps for e in epochs),
+            closure_calls=sum(e.closure_calls for e in epochs),
+            samples_per_second=sum(e.samples for e in epochs) / seconds if seconds > 0 else None,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellRecord:
+    """The result of one cell of the grid.
+
+    Attributes:
+        cell: ``model-optimizer-strategy``.
+        status: one of ``STATUSES``.
+        detail: why a cell did not end ``ok`` (exception message, skip reason), else ``""``.
+        failed_step: optimizer step at which a ``diverged``/``oom`` cell stopped.
+        epochs: the epochs that completed.
+        loss_floor: best achievable mean loss on the task's data (``None`` if unknown).
+        hparams: the hyper-parameters used.
+        environment: versions, device and CPU of the machine.
+        meters: measurements of the meters (RAM, GPU, energy, memory breakdown), by meter.
+        session: id of the pytest session (or run) that produced the record.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    cell: str
+    model: str
+    optimizer: str
+    strategy: str
+    profile: str
+    seed: int
+    device: str
+    status: str
+    detail: str = ""
+    failed_step: int | None = None
+    epochs: tuple[EpochRecord, ...] = ()
+    summary: Summary
+    loss_floor: float | None = None
+    hparams: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    meters: dict = field(default_factory=dict)
+    session: str = ""
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}; valid statuses: {', '.join(STATUSES)}")
+        if self.cell != cell_id(self.model, self.optimizer, self.strategy):
+            raise ValueError(f"cell {self.cell!r} does not match its model, optimizer and strategy")
+
+    def to_json(self) -> str:
+        """One line of JSON (no newline)."""
+        return json.dumps(asdict(self), separators=(",", ":"), allow_nan=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CellRecord:
+        """Rebuild a record from ``json.loads(record.to_json())``.
+
+        Raises:
+            ValueError: the schema version is not this code's, or a field is missing or unknown.
+        """
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"record schema version {version!r}; this gradeff reads version {SCHEMA_VERSION}")
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown record fields: {sorted(unknown)}")
+        values = dict(data)
+        values["epochs"] = tuple(EpochRecord(**e) for e in data.get("epochs", ()))
+        values["summary"] = Summary(**data["summary"])
+        return cls(**values)
+
+
+def append_record(path: str | Path, record: CellRecord) -> None:
+    """Append ``record`` as one line to ``path``, durably, as soon as a cell ends.
+
+    One ``write`` on an ``O_APPEND`` descriptor puts the whole line at the end of the file even
+    when several pytest-xdist workers append at once; ``fsync`` keeps it through a crash.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (record.to_json() + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_records(path: str | Path, *, errors: list[str] | None = None) -> Iterator[CellRecord]:
+    """Yield the records of a results file in order.
+
+    Args:
+        path: a JSON-lines results file.
+        errors: if given, unreadable lines are described here (``path:line: reason``) and
+            skipped; if ``None`` the first unreadable line raises ``ValueError``.
+    """
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield CellRecord.from_dict(json.loads(line))
+            except (ValueError, TypeError, KeyError) as exc:
+                message = f"{path}:{number}: {exc}"
+                if errors is None:
+                    raise ValueError(message) from exc
+                errors.append(message)

@@ -1,0 +1,157 @@
+"""Run one cell end to end and turn whatever happened into a record.
+
+The harness, not the code under test, owns measurement: it seeds, builds, warms up, times each
+epoch (through pytest-benchmark when given a timer), and classifies failures. A failing cell —
+divergence, out of memory, any exception — becomes a record with its status; it never takes the
+session or other cells down.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import torch
+
+from gradeff.data import Dataset, make_dataset
+from gradeff.environment import environment
+from gradeff.grid import Cell, incompatibility
+from gradeff.hparams import HParams, hparams_for
+from gradeff.loop import Diverged, TrainState, train_epoch, warm_up
+from gradeff.models import MODELS, build_model
+from gradeff.optim import OPTIMIZERS, build_optimizer
+from gradeff.results import CellRecord, EpochRecord, Summary
+from gradeff.strategies import STRATEGIES, enable_checkpointing, micro_batches_per_step
+
+__all__ = ["DEVICES", "EpochTimer", "RunConfig", "resolve_device", "run_cell"]
+
+DEVICES = ("auto", "cpu", "cuda")
+
+# Runs ``epoch_fn`` ``rounds`` times (pytest-benchmark's pedantic mode, or a plain loop).
+EpochTimer = Callable[[Callable[[], object], int], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunConfig:
+    """Session-wide settings of a run.
+
+    Attributes:
+        epochs: ``None`` uses the profile's epochs.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+    """
+
+    profile: str = "tiny"
+    seed: int = 0
+    epochs: int | None = None
+    device: str = "auto"
+    session: str = ""
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` → ``cuda`` when a GPU is usable, else ``cpu``.
+
+    Raises:
+        ValueError: unknown device, or ``cuda`` asked for without a usable GPU.
+    """
+    if device.split(":")[0] not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; valid devices: {', '.join(DEVICES)} (or cuda:N)")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch sees no usable CUDA GPU; use cpu or auto")
+    return torch.device(device)
+
+
+@lru_cache(maxsize=8)
+def _dataset(task: str, hp: HParams, seed: int) -> Dataset:
+    # Cells of one model share their data; building it once per session keeps it out of every cell.
+    return make_dataset(task, hp, seed)
+
+
+def _loop_timer(epoch_fn: Callable[[], object], rounds: int) -> None:
+    for _ in range(rounds):
+        epoch_fn()
+
+
+def _warmup_scheduler(optimizer, hp: HParams, total_steps: int):
+    warmup_steps = math.ceil(hp.warmup_ratio * total_steps)
+    if warmup_steps == 0:
+        return None
+    # Linear warm-up, then constant: the paper gives the warm-up ratio and nothing after it.
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
+
+
+def _prepare(cell: Cell, config: RunConfig, hp: HParams, device: torch.device) -> TrainState:
+    model_spec = MODELS[cell.model]
+    dataset = _dataset(model_spec.task, hp, config.seed)
+    # Same seed before building: every optimizer and strategy of a model starts from the same weights.
+    torch.manual_seed(config.seed)
+    model = build_model(cell.model, config.profile, num_labels=hp.num_classes).to(device)
+    if STRATEGIES[cell.strategy].checkpointing:
+        enable_checkpointing(model)
+    optimizer = build_optimizer(cell.optimizer, [p for p in model.parameters() if p.requires_grad], hp.lr)
+    k = micro_batches_per_step(cell.strategy, hp.accum_steps)
+    steps_per_epoch = len(dataset) // (hp.batch_size * k)
+    return TrainState(model=model, optimizer=optimizer, dataset=dataset, batch_size=hp.batch_size,
+                      micro_batches_per_step=k, seed=config.seed, device=device,
+                      scheduler=_warmup_scheduler(optimizer, hp, steps_per_epoch * hp.epochs))
+
+
+def _release(device: torch.device) -> None:
+    # Drop the cell's tensors before the next cell so peaks and OOMs do not leak across cells.
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) -> CellRecord:
+    """Train one cell and return its record, whatever happens.
+
+    Args:
+        cell: the cell.
+        config: profile, seed, epochs, device.
+        timer: runs the epoch function ``epochs`` times; pass pytest-benchmark's pedantic
+            wrapper to time each epoch as a benchmark round.
+
+    Returns:
+        A record with status ``ok``, ``diverged``, ``oom``, ``error`` or ``skipped``.
+    """
+    started = time.time()
+    hp = hparams_for(cell.model, config.profile, epochs=config.epochs)
+    reason = incompatibility(MODELS[cell.model], OPTIMIZERS[cell.optimizer], STRATEGIES[cell.strategy])
+    device = resolve_device(config.device)
+    status, detail, failed_step = "ok", "", None
+    state = None
+    try:
+        if reason is not None:
+            status, detail = "skipped", reason
+        else:
+            state = _prepare(cell, config, hp, device)
+            warm_up(state)
+            timer(lambda: train_epoch(state), hp.epochs)
+    except Diverged as exc:
+        status, detail, failed_step = "diverged", str(exc), exc.step
+    except torch.cuda.OutOfMemoryError as exc:
+        status, detail = "oom", str(exc).splitlines()[0]
+        failed_step = state.global_step + 1 if state is not None else None
+    except Exception as exc:  # any other failure is a finding about this cell, not the session's end
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        status, detail = "error", f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})"
+    epochs = tuple(EpochRecord(**asdict(e)) for e in (state.history if state is not None else ()))
+    finished = time.time()
+    record = CellRecord(
+        cell=cell.id, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
+        profile=config.profile, seed=config.seed, device=str(device), status=status, detail=detail,
+        failed_step=failed_step, epochs=epochs, summary=Summary.of(list(epochs), finished - started),
+        loss_floor=state.dataset.loss_floor if state is not None else None,
+        hparams=asdict(hp), environment=environment(str(device)), session=config.session,
+        started_at=started, finished_at=finished,
+    )
+    del state
+    _release(device)
+    return record

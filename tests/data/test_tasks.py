@@ -1,0 +1,108 @@
+"""Synthetic tasks: deterministic, learnable, with correct loss floors."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gradeff.data import IGNORE_INDEX, SPECIAL_TOKENS, TASKS, epoch_order, make_dataset
+from gradeff.data.markov import make_chain
+from gradeff.data.text import masked_posteriors
+from gradeff.hparams import hparams_for
+from gradeff.models import MODELS
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_same_seed_same_data_other_seed_other_data(model):
+    """A task's tensors depend on the seed alone."""
+    hp = hparams_for(model, "tiny")
+    task = MODELS[model].task
+    a, b, c = make_dataset(task, hp, 0), make_dataset(task, hp, 0), make_dataset(task, hp, 1)
+    assert all(torch.equal(a.tensors[k], b.tensors[k]) for k in a.tensors)
+    assert any(not torch.equal(a.tensors[k], c.tensors[k]) for k in a.tensors)
+    assert a.loss_floor == b.loss_floor
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_floor_is_below_chance(model):
+    """The Bayes floor is positive and far below the loss of guessing uniformly."""
+    hp = hparams_for(model, "tiny")
+    data = make_dataset(MODELS[model].task, hp, 0)
+    chance = math.log(hp.num_classes if MODELS[model].task == "image_classification" else hp.num_states)
+    assert 0 < data.loss_floor < 0.8 * chance
+
+
+def test_epoch_order_is_a_fixed_permutation():
+    """Each epoch is a permutation fixed by (seed, epoch); epochs differ."""
+    first = epoch_order(64, seed=0, epoch=0)
+    assert torch.equal(first, epoch_order(64, seed=0, epoch=0))
+    assert sorted(first.tolist()) == list(range(64))
+    assert not torch.equal(first, epoch_order(64, seed=0, epoch=1))
+
+
+def test_markov_entropy_rate_matches_sampled_text():
+    """The empirical -log P of long sampled text converges to the analytic entropy rate."""
+    rng = np.random.default_rng(0)
+    chain = make_chain(20, rng)
+    states = chain.sample(rng, 200, 500)
+    empirical = -np.log(chain.transition[states[:, :-1], states[:, 1:]]).mean()
+    assert empirical == pytest.approx(chain.entropy_rate(), rel=0.02)
+    pi = chain.stationary()
+    assert np.allclose(pi @ chain.transition, pi, atol=1e-12)
+
+
+def test_masked_posterior_matches_brute_force():
+    """Forward-backward equals enumerating every completion of the masked positions."""
+    rng = np.random.default_rng(3)
+    chain = make_chain(4, rng, concentration=0.5)
+    states = chain.sample(rng, 1, 6)
+    masked = np.array([[False, True, True, False, True, False]])
+    got = masked_posteriors(chain, states, masked)[0]
+    pi, p = chain.stationary(), chain.transition
+    hidden = np.flatnonzero(masked[0])
+    joint = {}
+    for combo in np.ndindex(*(4,) * len(hidden)):
+        seq = states[0].copy()
+        seq[hidden] = combo
+        joint[combo] = pi[seq[0]] * np.prod(p[seq[:-1], seq[1:]])
+    total = sum(joint.values())
+    for j, position in enumerate(hidden):
+        true = states[0, position]
+        marginal = sum(v for combo, v in joint.items() if combo[j] == true) / total
+        assert got[position] == pytest.approx(marginal, rel=1e-10)
+    assert np.all(got[~masked[0]] == 1.0)
+
+
+def test_masked_lm_masks_about_15_percent():
+    """15 % of positions (plus one guaranteed per sequence) are [MASK] and are the only targets."""
+    hp = hparams_for("modernbert", "small")
+    data = make_dataset("masked_lm", hp, 0)
+    ids, labels = data.tensors["input_ids"], data.tensors["labels"]
+    is_mask = ids == SPECIAL_TOKENS["mask"]
+    assert torch.equal(is_mask, labels != IGNORE_INDEX)
+    assert 0.14 < is_mask.float().mean() < 0.17
+    assert torch.equal(data.targets, is_mask.sum(dim=1))
+
+
+def test_caption_first_token_names_the_class():
+    """Captions of the same class start with the same token, different classes differently."""
+    hp = hparams_for("vlm", "tiny")
+    data = make_dataset("image_captioning", hp, 0)
+    first = data.tensors["input_ids"][:, 1]
+    assert data.tensors["labels"][:, 0].eq(IGNORE_INDEX).all()
+    images = data.tensors["pixel_values"]
+    # Same first token ⇔ same template: images of one first token are closer to their own mean.
+    tokens = first.unique()
+    assert len(tokens) > 1
+    means = torch.stack([images[first == t].mean(0) for t in tokens])
+    nearest = torch.cdist(images.flatten(1), means.flatten(1)).argmin(1)
+    assert (tokens[nearest] == first).float().mean() > 0.9
+
+
+def test_task_needs_its_hyperparameters():
+    """A task built without its sizes names what is missing."""
+    hp = hparams_for("vit", "tiny")
+    with pytest.raises(ValueError, match="seq_len"):
+        make_dataset("causal_lm", hp, 0)
+    assert set(TASKS) == {"causal_lm", "masked_lm", "image_classification", "image_captioning"}

@@ -1,0 +1,74 @@
+"""The training loop: one step path, accumulation's bookkeeping, divergence, warm-up."""
+
+import pytest
+import torch
+
+from gradeff.data import make_dataset
+from gradeff.hparams import hparams_for
+from gradeff.loop import Diverged, TrainState, train, train_epoch
+from gradeff.models import build_model
+from gradeff.optim import build_optimizer
+
+
+def _state(k: int, optimizer: str = "sgd", lr: float = 1e-3, model: str = "llm") -> TrainState:
+    hp = hparams_for(model, "tiny")
+    torch.manual_seed(0)
+    net = build_model(model, "tiny", num_labels=hp.num_classes)
+    return TrainState(model=net, optimizer=build_optimizer(optimizer, net.parameters(), lr),
+                      dataset=make_dataset("causal_lm" if model == "llm" else "image_classification", hp, 0),
+                      batch_size=hp.batch_size, micro_batches_per_step=k, seed=0, device=torch.device("cpu"))
+
+
+def test_accumulation_takes_k_times_fewer_steps_on_the_same_samples():
+    """k = 4: a quarter of the optimizer steps, the same samples and targets per epoch."""
+    standard, accum = train_epoch(_state(1)), train_epoch(_state(4))
+    assert standard.optimizer_steps == 4 * accum.optimizer_steps == 8
+    assert standard.samples == accum.samples == 64
+    assert standard.targets == accum.targets == 64 * 31
+    assert standard.closure_calls == standard.optimizer_steps
+
+
+def test_epoch_loss_is_the_mean_over_all_targets_whatever_the_grouping():
+    """With a vanishing step the epoch loss is the same per-target mean for k = 1 and k = 4."""
+    standard = train_epoch(_state(1, lr=1e-30))
+    accum = train_epoch(_state(4, lr=1e-30))
+    assert standard.loss == pytest.approx(accum.loss, rel=1e-5)
+
+
+def test_every_optimizer_goes_through_the_closure():
+    """CG may evaluate the closure more than once per step; the loop counts every call."""
+    stats = train_epoch(_state(1, optimizer="cgd"))
+    assert stats.closure_calls >= stats.optimizer_steps == 8
+
+
+def test_nan_loss_raises_diverged_with_the_step():
+    """A NaN weight makes the first step's loss NaN: Diverged names step 1."""
+    state = _state(1)
+    with torch.no_grad():
+        next(state.model.parameters()).fill_(float("nan"))
+    with pytest.raises(Diverged) as info:
+        train_epoch(state)
+    assert info.value.step == 1 and info.value.epoch == 0
+
+
+def test_training_lowers_the_loss():
+    """Adam on the tiny LLM: the third epoch's loss is below the first's."""
+    history = train(_state(1, optimizer="adam", lr=3e-3), epochs=3)
+    assert [h.epoch for h in history] == [0, 1, 2]
+    assert history[-1].loss < history[0].loss
+
+
+def test_warmup_scheduler_ramps_the_learning_rate():
+    """With warm-up, the learning rate grows linearly to its target over the warm-up steps."""
+    from gradeff.runner import _warmup_scheduler
+
+    hp = hparams_for("llm", "paper")
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=hp.lr)
+    scheduler = _warmup_scheduler(optimizer, hp, total_steps=100)  # 3 warm-up steps
+    rates = []
+    for _ in range(5):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx([hp.lr / 3, 2 * hp.lr / 3, hp.lr, hp.lr, hp.lr])

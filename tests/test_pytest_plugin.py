@@ -1,0 +1,75 @@
+"""The pytest plugin end to end: options, records, benchmark JSON, summary, xdist."""
+
+import fnmatch
+import json
+
+import pytest
+
+from gradeff.results import read_records
+
+PLUGIN = ("-p", "gradeff.pytest_plugin")
+
+
+def test_cell_run_writes_record_benchmark_rounds_and_summary(grid_pytester):
+    """One cell: its record is in the results file, each epoch is a benchmark round, the summary shows it."""
+    results = grid_pytester.path / "out" / "r.jsonl"
+    bench = grid_pytester.path / "bench.json"
+    outcome = grid_pytester.runpytest_subprocess(
+        *PLUGIN, "-k", "llm-adam-standard", "--gradeff-epochs", "2", f"--gradeff-results={results}",
+        f"--benchmark-json={bench}")
+    outcome.assert_outcomes(passed=1)
+    (record,) = list(read_records(results))
+    assert record.cell == "llm-adam-standard" and record.status == "ok" and len(record.epochs) == 2
+    (entry,) = json.loads(bench.read_text())["benchmarks"]
+    assert entry["stats"]["rounds"] == 2 and entry["group"] == "llm"
+    assert entry["extra_info"]["status"] == "ok"
+    assert json.loads(entry["extra_info"]["record"])["cell"] == "llm-adam-standard"
+    outcome.stdout.fnmatch_lines(["*gradeff: 1 cells, profile tiny*", "llm-adam-standard*ok*", "statuses: ok 1*"])
+
+
+def test_records_are_written_under_xdist(grid_pytester):
+    """With -n 2 (pytest-benchmark off) both cells are recorded and summarised by the controller."""
+    results = grid_pytester.path / "r.jsonl"
+    outcome = grid_pytester.runpytest_subprocess(
+        *PLUGIN, "-n", "2", "-k", "vit-sgd", "--gradeff-epochs", "1", f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=3)
+    records = list(read_records(results))
+    assert sorted(r.cell for r in records) == ["vit-sgd-accum", "vit-sgd-checkpoint", "vit-sgd-standard"]
+    assert len({r.session for r in records}) == 1
+    outcome.stdout.fnmatch_lines(["*gradeff: 3 cells*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--gradeff-profile", "huge"), "*invalid choice: 'huge' (choose from 'tiny', 'small', 'paper')*"),
+        (("--gradeff-epochs", "0"), "*--gradeff-epochs: must be >= 1, got 0*"),
+        (("--gradeff-seed", "x"), "*expected an integer*"),
+        (("--gradeff-device", "tpu"), "*unknown device 'tpu'; valid: auto, cpu, cuda*"),
+    ],
+)
+def test_bad_options_are_usage_errors(grid_pytester, args, message):
+    """Bad option values stop the run before any cell and name the valid choices."""
+    outcome = grid_pytester.runpytest(*PLUGIN, *args)
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    assert any(fnmatch.fnmatch(line, message) for line in outcome.errlines + outcome.outlines)
+
+
+def test_cuda_without_gpu_is_a_usage_error(grid_pytester):
+    """--gradeff-device cuda on a machine without a GPU is refused up front."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    outcome = grid_pytester.runpytest(*PLUGIN, "--gradeff-device", "cuda")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    outcome.stderr.fnmatch_lines(["*no usable CUDA GPU*"])
+
+
+def test_unwritable_results_path_is_a_usage_error(grid_pytester, tmp_path):
+    """A results path under a file (not a folder) is refused before any cell runs."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    outcome = grid_pytester.runpytest(*PLUGIN, f"--gradeff-results={blocker}/r.jsonl")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    outcome.stderr.fnmatch_lines(["*--gradeff-results*cannot create its folder*"])
