@@ -1,0 +1,50 @@
+"""Meters: one module per resource, each a context manager that yields a frozen record.
+
+Records use raw units (bytes as ``int``, seconds and joules as ``float``) and ``None``
+for what the machine cannot measure, never a made-up 0. Devices are probed when a
+meter is created, never when this package is imported.
+"""
+
+from .energy import (
+    DEFAULT_GRID_GCO2_PER_KWH,
+    DEFAULT_WATTS_PER_LOGICAL_CPU,
+    EnergyMeter,
+    EnergyRecord,
+    EnergySource,
+    co2_grams,
+)
+from .gpu import NVML_UTILIZATION_WINDOW_S, AllocatorStats, GpuMeter, GpuRecord
+from .memory import (
+    ActivationCounter,
+    MemoryBreakdown,
+    gradient_bytes,
+    measure_step_memory,
+    optimizer_state_bytes,
+    parameter_bytes,
+    trainable_parameter_bytes,
+)
+from .ram import RamMeter, RamRecord
+from .sampler import PeriodicSampler
+
+__all__ = [
+    "DEFAULT_GRID_GCO2_PER_KWH",
+    "DEFAULT_WATTS_PER_LOGICAL_CPU",
+    "NVML_UTILIZATION_WINDOW_S",
+    "ActivationCounter",
+    "AllocatorStats",
+    "EnergyMeter",
+    "EnergyRecord",
+    "EnergySource",
+    "GpuMeter",
+    "GpuRecord",
+    "MemoryBreakdown",
+    "PeriodicSampler",
+    "RamMeter",
+    "RamRecord",
+    "co2_grams",
+    "gradient_bytes",
+    "measure_step_memory",
+    "optimizer_state_bytes",
+    "parameter_bytes",
+    "trainable_parameter_bytes",
+]

@@ -1,0 +1,237 @@
+"""GPU utilization, memory and power over a window of time, from NVML and torch.
+
+Two sources, because they answer different questions:
+
+* NVML (the library behind ``nvidia-smi``) sees the whole device: utilization, memory
+  used by every process and context, board power. It is sampled on a background
+  thread.
+* torch's caching allocator knows what *this* process asked for: the peak of live
+  tensors (``max_memory_allocated``) and of memory held by the cache
+  (``max_memory_reserved``). Its peaks are reset when the window opens, so they are
+  exact and need no sampling.
+
+On a machine without a CUDA device every GPU field is ``None``. That gate matters: a
+CPU-only torch answers ``torch.cuda.max_memory_allocated() == 0``, a plausible-looking
+figure for a measurement that never happened.
+
+CUDA work is asynchronous: synchronize the device before leaving the ``with`` block
+if the window must include all the work queued in it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from ._nvml import close_nvml, device_name, load_nvml, open_nvml_device, torch_device_uuid
+from .sampler import PeriodicSampler
+
+__all__ = ["NVML_UTILIZATION_WINDOW_S", "AllocatorStats", "GpuMeter", "GpuRecord"]
+
+# NVML reports utilization as the fraction of time a kernel ran over a trailing sample
+# period of between 1/6 s and 1 s depending on the product (nvmlDeviceGetUtilizationRates
+# documentation). A window shorter than the longest period can be dominated by work
+# done before it opened, so such a record is flagged.
+NVML_UTILIZATION_WINDOW_S = 1.0
+
+
+class AllocatorStats(Protocol):
+    """The part of ``torch.cuda`` the meter reads; tests substitute a fake."""
+
+    def reset_peak_memory_stats(self, device: int) -> None: ...
+
+    def max_memory_allocated(self, device: int) -> int: ...
+
+    def max_memory_reserved(self, device: int) -> int: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuRecord:
+    """One GPU over one measured window.
+
+    Every measured field is ``None`` when the quantity could not be read: no CUDA
+    device, no NVML library, or a query the GPU does not support.
+
+    Attributes:
+        available: Whether a CUDA device was present when the meter was created.
+        device_name: Name of the device (from NVML, else from torch).
+        util_mean_percent: Mean of NVML's sampled GPU utilization, in percent.
+        util_max_percent: Largest sampled utilization, in percent.
+        mem_used_peak_bytes: Largest sampled device memory in use (all processes), bytes.
+        power_mean_w: Mean of the sampled board power draw, in watts.
+        alloc_peak_bytes: Peak of memory in live tensors of this process (torch
+            ``max_memory_allocated``), bytes.
+        reserved_peak_bytes: Peak of memory held by torch's caching allocator
+            (``max_memory_reserved``), bytes.
+        samples: Number of NVML samples the utilization/memory/power figures come from
+            (0 when NVML was not read).
+        short_window: Whether the window was shorter than NVML's utilization averaging
+            period (:data:`NVML_UTILIZATION_WINDOW_S`), which makes the utilization
+            figures unreliable.
+        duration_s: Length of the window in seconds.
+    """
+
+    available: bool
+    device_name: str | None
+    util_mean_percent: float | None
+    util_max_percent: float | None
+    mem_used_peak_bytes: int | None
+    power_mean_w: float | None
+    alloc_peak_bytes: int | None
+    reserved_peak_bytes: int | None
+    samples: int
+    short_window: bool
+    duration_s: float
+
+
+# One NVML sample: (utilization %, memory used bytes, power W), each None if unreadable.
+_Sample = tuple[float | None, int | None, float | None]
+
+
+class GpuMeter:
+    """Context manager measuring one CUDA device over a window.
+
+    Example::
+
+        with GpuMeter(device_index=0) as meter:
+            train_step()
+            torch.cuda.synchronize()
+        print(meter.record.alloc_peak_bytes)
+    """
+
+    def __init__(
+        self,
+        device_index: int = 0,
+        hz: float = 10.0,
+        nvml: Any = None,
+        *,
+        cuda_available: Callable[[], bool] = torch.cuda.is_available,
+        allocator: AllocatorStats | None = None,
+    ) -> None:
+        """Probe the device; nothing is sampled until the window opens.
+
+        Args:
+            device_index: torch index of the CUDA device to watch.
+            hz: NVML sampling frequency in hertz.
+            nvml: Object with the ``pynvml`` functions (tests pass a fake); ``None`` to
+                import ``pynvml`` if the device is present.
+            cuda_available: Whether a CUDA device is present; injectable so tests can
+                pretend one is.
+            allocator: Source of the torch allocator peaks, ``torch.cuda`` by default;
+                injectable so tests can run without a device.
+        """
+        self.device_index = device_index
+        self._hz = hz
+        self._record: GpuRecord | None = None
+        self._sampler: PeriodicSampler[_Sample] | None = None
+        self._handle: Any = None
+        self._peaks_reset = False
+        self._t0 = 0.0
+        self.available = bool(cuda_available())
+        # Nothing below touches CUDA or NVML without a device, so a CPU machine never
+        # even imports pynvml.
+        self._allocator: Any = (allocator if allocator is not None else torch.cuda) if self.available else None
+        self._nvml: Any = load_nvml(nvml) if self.available else None
+        self._uuid: str | None = None
+        self.device_name: str | None = None
+        self.nvml_ok = False
+        if self.available:
+            self._uuid = torch_device_uuid(device_index, getattr(self._allocator, "get_device_properties", None))
+            handle = open_nvml_device(self._nvml, device_index, self._uuid)
+            if handle is not None:
+                self.nvml_ok = True
+                self.device_name = device_name(self._nvml, handle)
+                close_nvml(self._nvml)
+            if self.device_name is None:
+                self.device_name = self._torch_device_name()
+
+    def __enter__(self) -> GpuMeter:
+        self._record = None
+        self._peaks_reset = False
+        if self.available:
+            try:
+                self._allocator.reset_peak_memory_stats(self.device_index)
+                self._peaks_reset = True
+            except Exception:  # noqa: BLE001 - a broken CUDA context: peaks stay None
+                pass
+        if self.nvml_ok:
+            self._handle = open_nvml_device(self._nvml, self.device_index, self._uuid)
+            if self._handle is not None:
+                self._sampler = PeriodicSampler(self._sample, self._hz, name="gradeff-gpu")
+                self._sampler.start()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        duration = time.perf_counter() - self._t0
+        values: list[_Sample] = []
+        if self._sampler is not None:
+            values = self._sampler.stop()
+            self._sampler = None
+        if self._handle is not None:
+            close_nvml(self._nvml)
+            self._handle = None
+        alloc = reserved = None
+        if self.available and self._peaks_reset:
+            try:
+                alloc = int(self._allocator.max_memory_allocated(self.device_index))
+                reserved = int(self._allocator.max_memory_reserved(self.device_index))
+            except Exception:  # noqa: BLE001
+                alloc = reserved = None
+        util = [v[0] for v in values if v[0] is not None]
+        mem = [v[1] for v in values if v[1] is not None]
+        power = [v[2] for v in values if v[2] is not None]
+        self._record = GpuRecord(
+            available=self.available,
+            device_name=self.device_name,
+            util_mean_percent=sum(util) / len(util) if util else None,
+            util_max_percent=max(util) if util else None,
+            mem_used_peak_bytes=max(mem) if mem else None,
+            power_mean_w=sum(power) / len(power) if power else None,
+            alloc_peak_bytes=alloc,
+            reserved_peak_bytes=reserved,
+            samples=len(values),
+            short_window=duration < NVML_UTILIZATION_WINDOW_S,
+            duration_s=duration,
+        )
+
+    @property
+    def record(self) -> GpuRecord:
+        """The record of the last completed window; raises ``RuntimeError`` before one."""
+        if self._record is None:
+            raise RuntimeError("GpuMeter.record is available after the with-block exits")
+        return self._record
+
+    def _torch_device_name(self) -> str | None:
+        get_name = getattr(self._allocator, "get_device_name", None)
+        if get_name is None:
+            return None
+        try:
+            return str(get_name(self.device_index))
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _sample(self) -> _Sample | None:
+        nvml, handle = self._nvml, self._handle
+        # Each query can fail on its own (power is "not supported" on some boards), so
+        # one missing figure does not discard the others.
+        util = mem = power = None
+        try:
+            util = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            mem = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            power = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # NVML reports milliwatts
+        except Exception:  # noqa: BLE001
+            pass
+        if util is None and mem is None and power is None:
+            return None
+        return util, mem, power

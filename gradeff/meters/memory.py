@@ -1,0 +1,326 @@
+"""Exact, device-agnostic memory breakdown of a training step.
+
+A training step holds four kinds of tensors: parameters, gradients, optimizer state and
+activations saved for the backward pass. The first three are read off the model and the
+optimizer after the step; activations are counted while the forward pass runs, through
+``torch.autograd.graph.saved_tensors_hooks``, which autograd calls for every tensor it
+saves. Counting from tensors rather than from an allocator makes the figures exact,
+identical on CPU and GPU, and free of allocator caching and fragmentation; the
+allocator's view is the GPU meter's job.
+
+Sizes are of *storages*, deduplicated by address, because that is what occupies memory:
+a transposed weight saved by a linear layer is a view of the weight and costs nothing
+extra, and two ops saving the same activation save it once.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "ActivationCounter",
+    "MemoryBreakdown",
+    "gradient_bytes",
+    "measure_step_memory",
+    "optimizer_state_bytes",
+    "parameter_bytes",
+    "trainable_parameter_bytes",
+]
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _storage_key_and_bytes(t: torch.Tensor) -> tuple[tuple[str, int] | None, int]:
+    """(dedup key, bytes) of the storage behind ``t``; key ``None`` when not dedupable."""
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        # Sparse and some subclass tensors have no single storage: count the tensor itself.
+        return None, _tensor_bytes(t)
+    ptr = storage.data_ptr()
+    # Empty storages (and meta tensors) all sit at address 0; they must not merge.
+    key = (str(t.device), ptr) if ptr else None
+    return key, storage.nbytes()
+
+
+def _storage_ptrs(tensors: Iterable[torch.Tensor]) -> set[tuple[str, int]]:
+    keys = set()
+    for t in tensors:
+        key, _ = _storage_key_and_bytes(t)
+        if key is not None:
+            keys.add(key)
+    return keys
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    """Bytes of all parameters of a model.
+
+    Tied parameters (e.g. input embedding and output projection) are counted once,
+    because ``model.parameters()`` yields each ``Parameter`` object once.
+
+    Args:
+        model: The model.
+
+    Returns:
+        ``sum(numel * element_size)`` over the parameters.
+    """
+    return sum(_tensor_bytes(p) for p in model.parameters())
+
+
+def trainable_parameter_bytes(model: nn.Module) -> int:
+    """Bytes of the parameters with ``requires_grad``.
+
+    Args:
+        model: The model.
+
+    Returns:
+        ``sum(numel * element_size)`` over the trainable parameters.
+    """
+    return sum(_tensor_bytes(p) for p in model.parameters() if p.requires_grad)
+
+
+def gradient_bytes(model: nn.Module) -> int:
+    """Bytes of the gradients currently held in the parameters' ``.grad``.
+
+    Parameters whose ``.grad`` is ``None`` (frozen, unused, or cleared with
+    ``zero_grad(set_to_none=True)``) hold none and count zero.
+
+    Args:
+        model: The model.
+
+    Returns:
+        ``sum(numel * element_size)`` over the present gradients.
+    """
+    return sum(_tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor in an optimizer's state, scalar step counters included.
+
+    Tensors sharing a storage are counted once, with the storage's size. Non-tensor
+    state (Python numbers, ``None`` momentum buffers) costs no tensor memory and counts
+    zero. State is created lazily by the first ``step()``, so call this after one.
+
+    Args:
+        optimizer: Any ``torch.optim.Optimizer`` (or one with the same ``state``
+            mapping of parameter to dict).
+
+    Returns:
+        The total in bytes.
+    """
+    seen: set[tuple[str, int]] = set()
+    total = 0
+    for state in optimizer.state.values():
+        for value in state.values():
+            if not isinstance(value, torch.Tensor):
+                continue
+            key, nbytes = _storage_key_and_bytes(value)
+            if key is not None:
+                if key in seen:
+                    continue
+                seen.add(key)
+            total += nbytes
+    return total
+
+
+class ActivationCounter:
+    """Context manager measuring the bytes of storages autograd saves for backward.
+
+    Storages of the model's parameters and buffers are excluded: autograd saves weights
+    (or views of them) for the backward of most layers, but they are not activations and
+    are already counted by :func:`parameter_bytes`.
+
+    Each storage is counted once, however many ops save it or views of it, and only while
+    it is alive: the counter follows the storages it has seen through weak references, so
+    it knows when a backward pass frees them. ``saved_bytes`` is the peak of the bytes
+    saved and still alive, which for a single forward pass is simply the sum of the
+    distinct storages it saved, and for several micro-batches (gradient accumulation) is
+    the largest set held at once rather than their sum.
+
+    Regions under non-reentrant activation checkpointing
+    (``torch.utils.checkpoint(..., use_reentrant=False)``) install their own saved-tensor
+    hooks, which take precedence inside the region; what is left visible here is what
+    checkpointing actually keeps: the region's inputs (saved through autograd when the
+    region starts) and whatever runs outside checkpointed regions. The recomputation in
+    the backward pass is likewise handled by checkpointing's own hooks.
+
+    Example::
+
+        with ActivationCounter(model) as counter:
+            loss = model(**batch).loss
+        loss.backward()
+        print(counter.saved_bytes)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        exclude: Iterable[torch.Tensor] = (),
+        exclude_ptrs: Iterable[int] = (),
+    ) -> None:
+        """Create a counter.
+
+        Args:
+            model: Model whose parameters and buffers are not activations. Their
+                addresses are read when the window opens, so the model may still be
+                moved between construction and use.
+            exclude: Further tensors whose storages are not to be counted.
+            exclude_ptrs: Storage addresses (``t.untyped_storage().data_ptr()``) not to
+                be counted, on whatever device.
+        """
+        self._model = model
+        self._exclude_tensors = list(exclude)
+        self._exclude_ptrs = frozenset(exclude_ptrs)
+        self._excluded: set[tuple[str, int]] = set()
+        # key -> (weak reference to the storage, its bytes). torch keeps one Python
+        # object per live storage, so the reference dies exactly when the storage does.
+        self._live: dict[tuple[str, int], tuple[weakref.ref[Any], int]] = {}
+        # Backward passes on CUDA run (and free saved tensors) on autograd's device
+        # threads, so the death callbacks may race with the forward thread's hook. It is
+        # reentrant because a garbage collection triggered inside the locked section can
+        # free a storage and run a callback on the same thread.
+        self._lock = threading.RLock()
+        self._live_bytes = 0
+        self._hooks: Any = None
+        self.saved_bytes = 0
+        """Peak bytes of distinct, alive, non-parameter storages saved in the window."""
+        self.total_saved_bytes = 0
+        """Bytes of every distinct storage saved in the window, freed or not."""
+        self.saved_tensors = 0
+        """Number of times autograd saved a tensor in the window (duplicates included)."""
+
+    def __enter__(self) -> ActivationCounter:
+        tensors = list(self._exclude_tensors)
+        if self._model is not None:
+            tensors += list(self._model.parameters()) + list(self._model.buffers())
+        self._excluded = _storage_ptrs(tensors)
+        with self._lock:
+            self._live, self._live_bytes = {}, 0
+        self.saved_bytes = self.total_saved_bytes = self.saved_tensors = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+        self._hooks = None
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        # Returning the tensor itself keeps autograd's behaviour (and memory) unchanged:
+        # this hook only looks.
+        self.saved_tensors += 1
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            # Sparse and some subclass tensors have no single storage; count the tensor
+            # as saved for good, since its lifetime cannot be followed.
+            self._add(_tensor_bytes(t))
+            return t
+        ptr = storage.data_ptr()
+        key = (str(t.device), ptr)
+        if ptr and (key in self._excluded or ptr in self._exclude_ptrs):
+            return t
+        nbytes = storage.nbytes()
+        if not ptr:
+            self._add(nbytes)  # empty or meta storage: no address to follow (and ~0 bytes)
+            return t
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is not None and entry[0]() is storage:
+                return t  # already counted
+            if entry is not None:
+                # A storage freed without our callback having run yet, whose address is
+                # now reused: retire the old one before counting the new.
+                self._live_bytes -= entry[1]
+            ref = weakref.ref(storage, functools.partial(self._freed, key))
+            self._live[key] = (ref, nbytes)
+            self._live_bytes += nbytes
+            self.total_saved_bytes += nbytes
+            self.saved_bytes = max(self.saved_bytes, self._live_bytes)
+        return t
+
+    def _add(self, nbytes: int) -> None:
+        with self._lock:
+            self._live_bytes += nbytes
+            self.total_saved_bytes += nbytes
+            self.saved_bytes = max(self.saved_bytes, self._live_bytes)
+
+    def _freed(self, key: tuple[str, int], ref: weakref.ref[Any]) -> None:
+        with self._lock:
+            entry = self._live.get(key)
+            # The entry may already belong to a newer storage at the same address.
+            if entry is not None and entry[0] is ref:
+                del self._live[key]
+                self._live_bytes -= entry[1]
+
+    @staticmethod
+    def _unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryBreakdown:
+    """Tensor memory of one training step, by kind, in bytes.
+
+    Attributes:
+        parameter_bytes: All parameters (tied ones once).
+        trainable_parameter_bytes: Parameters with ``requires_grad``.
+        gradient_bytes: Gradients present after the step.
+        optimizer_state_bytes: Optimizer state after the step, step counters included.
+        activation_bytes: Distinct storages saved for backward during the step,
+            parameters and buffers excluded.
+    """
+
+    parameter_bytes: int
+    trainable_parameter_bytes: int
+    gradient_bytes: int
+    optimizer_state_bytes: int
+    activation_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of parameters, gradients, optimizer state and activations.
+
+        An upper bound of the tensors alive at once: activations are freed by the
+        backward pass while gradients are being created.
+        """
+        return self.parameter_bytes + self.gradient_bytes + self.optimizer_state_bytes + self.activation_bytes
+
+
+def measure_step_memory(
+    model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Callable[[], Any]
+) -> MemoryBreakdown:
+    """Run one training step under an :class:`ActivationCounter` and break its memory down.
+
+    Run it on a representative step, after at least one warm-up step if the optimizer's
+    state or the model's buffers change shape on the first one.
+
+    Args:
+        model: The model being trained.
+        optimizer: Its optimizer.
+        step_fn: Runs forward, backward and ``optimizer.step()`` once. It should clear
+            gradients before the forward pass, not after the step, or
+            ``gradient_bytes`` will be read as zero.
+
+    Returns:
+        The breakdown, read after the step.
+    """
+    with ActivationCounter(model) as counter:
+        step_fn()
+    return MemoryBreakdown(
+        parameter_bytes=parameter_bytes(model),
+        trainable_parameter_bytes=trainable_parameter_bytes(model),
+        gradient_bytes=gradient_bytes(model),
+        optimizer_state_bytes=optimizer_state_bytes(optimizer),
+        activation_bytes=counter.saved_bytes,
+    )

@@ -1,0 +1,324 @@
+"""Tests of the exact memory breakdown on real tiny transformers (Llama, ViT, ModernBERT)."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from gradeff.meters.memory import (
+    ActivationCounter,
+    MemoryBreakdown,
+    gradient_bytes,
+    measure_step_memory,
+    optimizer_state_bytes,
+    parameter_bytes,
+    trainable_parameter_bytes,
+)
+
+transformers = pytest.importorskip("transformers")
+
+SEQ = 32
+STEP_COUNTER_BYTES = 4  # torch keeps "step" as a float32 scalar tensor per parameter
+
+
+def tiny_llama(**overrides) -> nn.Module:
+    """A 2-layer Llama with a 128-token vocabulary, float32."""
+    cfg = dict(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    cfg.update(overrides)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).float()
+
+
+def tiny_vit() -> nn.Module:
+    """A 2-layer ViT on 32x32 images in 8x8 patches, 10 classes."""
+    cfg = transformers.ViTConfig(
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        num_labels=10,
+    )
+    return transformers.ViTForImageClassification(cfg).float()
+
+
+def tiny_modernbert() -> nn.Module:
+    """A 2-layer ModernBERT masked LM with special tokens inside its 128-token vocabulary."""
+    cfg = transformers.ModernBertConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        global_attn_every_n_layers=1,
+        local_attention=16,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        cls_token_id=1,
+        sep_token_id=2,
+        mask_token_id=3,
+    )
+    return transformers.ModernBertForMaskedLM(cfg).float()
+
+
+FAMILIES = {"llama": tiny_llama, "vit": tiny_vit, "modernbert": tiny_modernbert}
+
+
+def make_batch(family: str, batch: int) -> dict[str, torch.Tensor]:
+    """A fixed, seeded batch of inputs with labels for a family."""
+    g = torch.Generator().manual_seed(batch)
+    if family == "vit":
+        return {
+            "pixel_values": torch.randn(batch, 3, 32, 32, generator=g),
+            "labels": torch.randint(0, 10, (batch,), generator=g),
+        }
+    ids = torch.randint(4, 128, (batch, SEQ), generator=g)
+    return {"input_ids": ids, "labels": ids.clone()}
+
+
+def build(family: str) -> nn.Module:
+    """A freshly initialized model of a family in training mode."""
+    torch.manual_seed(0)
+    return FAMILIES[family]().train()
+
+
+def enable_checkpointing(model: nn.Module) -> None:
+    """Non-reentrant activation checkpointing under the name this transformers version uses."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def activation_bytes(model: nn.Module, family: str, batch: int) -> int:
+    """Activation bytes of one forward pass (with backward, to free the graph)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # use_cache vs checkpointing notices
+        with ActivationCounter(model) as counter:
+            loss = model(**make_batch(family, batch)).loss
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.saved_bytes
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, family: str, batch: int = 2) -> None:
+    """Forward, backward and optimizer step, clearing gradients first."""
+    opt.zero_grad(set_to_none=True)
+    model(**make_batch(family, batch)).loss.backward()
+    opt.step()
+
+
+def stepped(params: list[nn.Parameter]) -> tuple[int, int]:
+    """(bytes, count) of the parameters that received a gradient."""
+    with_grad = [p for p in params if p.grad is not None]
+    return sum(p.numel() * p.element_size() for p in with_grad), len(with_grad)
+
+
+# -- parameters and gradients -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_parameter_and_gradient_bytes(family):
+    """Parameter bytes are 4 per float32 element; after a step every parameter has a gradient."""
+    model = build(family)
+    n_elements = sum(p.numel() for p in model.parameters())
+    assert parameter_bytes(model) == trainable_parameter_bytes(model) == 4 * n_elements
+    assert gradient_bytes(model) == 0
+    train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), family)
+    assert gradient_bytes(model) == trainable_parameter_bytes(model)
+
+
+def test_tied_weights_counted_once():
+    """Tying the Llama output projection to the embedding removes exactly one vocab x hidden matrix."""
+    untied = tiny_llama(tie_word_embeddings=False)
+    tied = tiny_llama(tie_word_embeddings=True)
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+    assert parameter_bytes(untied) - parameter_bytes(tied) == 128 * 64 * 4
+
+
+def test_frozen_parameters_are_not_trainable_and_get_no_state():
+    """Freezing the embedding removes it from trainable bytes, gradients and Adam state."""
+    model = build("llama")
+    emb = model.model.embed_tokens.weight
+    emb.requires_grad_(False)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    train_step(model, opt, "llama")
+    assert trainable_parameter_bytes(model) == parameter_bytes(model) - emb.numel() * 4
+    assert gradient_bytes(model) == trainable_parameter_bytes(model)
+    assert emb not in opt.state
+
+
+# -- optimizer state laws -----------------------------------------------------------------
+
+# name -> (constructor, state tensors per parameter as multiples of it, has a step counter)
+OPTIMIZERS = {
+    "adam": (lambda ps: torch.optim.Adam(ps, lr=1e-3), 2, True),
+    "adamw": (lambda ps: torch.optim.AdamW(ps, lr=1e-3), 2, True),
+    "sgd": (lambda ps: torch.optim.SGD(ps, lr=0.1), 0, False),
+    "sgd_momentum": (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 1, False),
+    "adagrad": (lambda ps: torch.optim.Adagrad(ps, lr=0.1), 1, True),
+    "adadelta": (lambda ps: torch.optim.Adadelta(ps), 2, True),
+}
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_optimizer_state_law_llama(name):
+    """State bytes = k x stepped parameter bytes + a 4-byte float32 step per parameter tensor."""
+    make_opt, multiple, has_step = OPTIMIZERS[name]
+    model = build("llama")
+    params = list(model.parameters())
+    opt = make_opt(params)
+    # State is created by the first step, except Adagrad's, which its constructor allocates.
+    before = optimizer_state_bytes(opt)
+    assert (before > 0) == (name == "adagrad")
+    train_step(model, opt, "llama")
+    nbytes, count = stepped(params)
+    expected = multiple * nbytes + (STEP_COUNTER_BYTES * count if has_step else 0)
+    assert optimizer_state_bytes(opt) == expected
+    train_step(model, opt, "llama")
+    assert optimizer_state_bytes(opt) == expected  # state does not grow with steps
+
+
+@pytest.mark.parametrize("family", ["vit", "modernbert"])
+@pytest.mark.parametrize("name", ["adamw", "adagrad"])
+def test_optimizer_state_law_other_families(family, name):
+    """The state laws hold for the encoder families too (ModernBERT has tied weights)."""
+    make_opt, multiple, _ = OPTIMIZERS[name]
+    model = build(family)
+    params = list(model.parameters())
+    opt = make_opt(params)
+    train_step(model, opt, family)
+    nbytes, count = stepped(params)
+    assert nbytes == trainable_parameter_bytes(model)
+    assert optimizer_state_bytes(opt) == multiple * nbytes + STEP_COUNTER_BYTES * count
+
+
+def test_optimizer_state_dedups_shared_storage():
+    """Two state entries viewing one storage count once, with the storage's size."""
+    p = nn.Parameter(torch.zeros(10))
+    opt = torch.optim.SGD([p], lr=0.1)
+    buf = torch.zeros(10)
+    opt.state[p] = {"a": buf, "b": buf[:5], "n": 3, "none": None}
+    assert optimizer_state_bytes(opt) == 40
+
+
+# -- activations ----------------------------------------------------------------------------
+
+
+def test_counter_excludes_parameters_and_counts_exact_bytes():
+    """A Linear saves its input and weight; only the input is an activation."""
+    lin = nn.Linear(16, 8)
+    x = torch.randn(4, 16, requires_grad=True)
+    with ActivationCounter(lin) as with_model:
+        lin(x)
+    with ActivationCounter() as without_model:
+        lin(x)
+    with ActivationCounter(exclude_ptrs={lin.weight.untyped_storage().data_ptr()}) as with_ptrs:
+        lin(x)
+    assert with_model.saved_bytes == with_ptrs.saved_bytes == 4 * 16 * 4
+    assert without_model.saved_bytes == 4 * 16 * 4 + 8 * 16 * 4
+
+
+def test_counter_dedups_storages_and_views():
+    """A tensor saved by two ops, and a view of it, cost its storage once."""
+    x = torch.randn(64, requires_grad=True)
+    with ActivationCounter() as counter:
+        x.sin()
+        x.cos()
+        x[:8].exp()  # exp saves its output, a new storage of 8 floats
+    assert counter.saved_tensors >= 3
+    assert counter.saved_bytes == counter.total_saved_bytes == 64 * 4 + 8 * 4
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(1, 32), d_in=st.integers(1, 24), d_hidden=st.integers(1, 24))
+def test_mlp_activation_law(batch, d_in, d_hidden):
+    """Linear-ReLU-Linear saves exactly batch x (d_in + d_hidden) floats."""
+    mlp = nn.Sequential(nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Linear(d_hidden, 3))
+    with ActivationCounter(mlp) as counter:
+        mlp(torch.randn(batch, d_in))
+    # Input of the first Linear, and the ReLU output, which the second Linear saves too.
+    assert counter.saved_bytes == 4 * batch * (d_in + d_hidden)
+
+
+def test_checkpointed_region_shows_only_its_input():
+    """Inside non-reentrant checkpointing only the region's input is kept."""
+    x = torch.randn(32, 16, requires_grad=True)
+
+    def region(t):
+        return t.sin().cos().exp().tanh()
+
+    with ActivationCounter() as plain:
+        region(x)
+    with ActivationCounter() as ckpt:
+        checkpoint(region, x, use_reentrant=False)
+    assert ckpt.saved_bytes == x.numel() * 4
+    assert plain.saved_bytes > ckpt.saved_bytes
+
+
+def test_freed_activations_are_not_double_counted():
+    """Two forward/backward passes in one window peak at one pass; the total counts both."""
+    model = build("llama")
+    with ActivationCounter(model) as one:
+        model(**make_batch("llama", 2)).loss.backward()
+    with ActivationCounter(model) as two:
+        for _ in range(2):  # gradient accumulation
+            model(**make_batch("llama", 2)).loss.backward()
+    assert two.saved_bytes == one.saved_bytes
+    assert two.total_saved_bytes == 2 * one.total_saved_bytes
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_checkpointing_lowers_activation_bytes(family):
+    """Activation checkpointing saves strictly fewer bytes than plain training."""
+    model = build(family)
+    plain = activation_bytes(model, family, 2)
+    enable_checkpointing(model)
+    ckpt = activation_bytes(model, family, 2)
+    assert 0 < ckpt < plain
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_activation_bytes_repeatable_and_proportional(family):
+    """The same micro-batch gives the same bytes; 4x the batch gives at least 3.5x the bytes."""
+    model = build(family)
+    small = activation_bytes(model, family, 2)
+    assert activation_bytes(model, family, 2) == small
+    assert activation_bytes(model, family, 8) >= 3.5 * small
+
+
+def test_measure_step_memory_llama():
+    """The breakdown of an AdamW step matches the individual measurements."""
+    model = build("llama")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    forward_only = activation_bytes(model, "llama", 2)
+    mem = measure_step_memory(model, opt, lambda: train_step(model, opt, "llama"))
+    assert isinstance(mem, MemoryBreakdown)
+    n_tensors = len(list(model.parameters()))
+    assert mem.parameter_bytes == mem.trainable_parameter_bytes == mem.gradient_bytes == parameter_bytes(model)
+    assert mem.optimizer_state_bytes == 2 * mem.parameter_bytes + STEP_COUNTER_BYTES * n_tensors
+    assert mem.activation_bytes == forward_only
+    assert mem.total_bytes == (
+        mem.parameter_bytes + mem.gradient_bytes + mem.optimizer_state_bytes + mem.activation_bytes
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mem.activation_bytes = 0  # type: ignore[misc]

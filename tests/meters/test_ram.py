@@ -1,0 +1,114 @@
+"""Tests of the process-tree RSS meter."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from gradeff.meters.ram import RamMeter, RamRecord
+
+MB = 1_000_000
+
+
+def test_record_is_plausible():
+    """RSS lies between 10 MB and total memory, peak >= mean, and both ends are sampled."""
+    with RamMeter(hz=10) as meter:
+        time.sleep(0.05)
+    rec = meter.record
+    assert isinstance(rec, RamRecord)
+    assert 10 * MB < rec.peak_rss_bytes <= psutil.virtual_memory().total
+    assert isinstance(rec.peak_rss_bytes, int)
+    assert rec.peak_rss_bytes >= rec.mean_rss_bytes > 0
+    assert rec.samples >= 2
+    assert 0 < rec.peak_system_percent <= 100
+    assert 0.05 <= rec.duration_s < 5
+
+
+def test_allocation_inside_window_raises_peak():
+    """A 200 MB bytearray alive inside the window raises the peak RSS by at least 150 MB."""
+    baseline = psutil.Process().memory_info().rss
+    with RamMeter(hz=10) as meter:
+        buf = bytearray(200 * 2**20)  # zero-filled, so every page is touched
+        time.sleep(0.05)
+    assert meter.record.peak_rss_bytes - baseline >= 150 * MB
+    del buf
+
+
+def spawn_child_holding_100mb() -> subprocess.Popen:
+    """Start a Python child that holds 100 MB, and return once its RSS shows it."""
+    child = subprocess.Popen([sys.executable, "-c", "b = bytearray(100 * 2**20); import time; time.sleep(30)"])
+    child_proc = psutil.Process(child.pid)
+    deadline = time.monotonic() + 10
+    while child_proc.memory_info().rss < 100 * MB:
+        if time.monotonic() > deadline:
+            child.kill()
+            child.wait()
+            pytest.fail("child never reached 100 MB")
+        time.sleep(0.02)
+    return child
+
+
+def test_children_are_included():
+    """The RSS of a child process holding 100 MB is added to the parent's."""
+    child = spawn_child_holding_100mb()
+    try:
+        own = psutil.Process().memory_info().rss
+        with RamMeter(hz=10) as meter:
+            pass
+        assert meter.record.peak_rss_bytes >= own + 90 * MB
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_child_started_inside_window_is_seen():
+    """A child started after the first sample is found by the final one, despite the list cache."""
+    own = psutil.Process().memory_info().rss
+    with RamMeter(hz=10, children_refresh_s=60) as meter:
+        child = spawn_child_holding_100mb()
+    try:
+        assert meter.record.peak_rss_bytes >= own + 90 * MB
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_periodic_samples_are_taken():
+    """At 20 Hz a 0.3 s window has more samples than its two ends."""
+    with RamMeter(hz=20) as meter:
+        time.sleep(0.3)
+    assert meter.record.samples >= 4
+
+
+def test_stop_returns_promptly():
+    """Leaving the window at hz=2 takes < 0.5 s: a liveness check of the thread, not a speed claim."""
+    meter = RamMeter(hz=2)
+    meter.__enter__()
+    time.sleep(0.1)
+    t0 = time.perf_counter()
+    meter.__exit__(None, None, None)
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_record_before_exit_raises_and_record_is_frozen():
+    """The record exists only after the window closes, and cannot be modified."""
+    meter = RamMeter()
+    with pytest.raises(RuntimeError):
+        _ = meter.record
+    with meter:
+        pass
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        meter.record.samples = 0  # type: ignore[misc]
+
+
+def test_unknown_pid_fails_at_creation():
+    """A pid that names no process is rejected when the meter is created."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with pytest.raises(psutil.NoSuchProcess):
+        RamMeter(pid=dead.pid)
