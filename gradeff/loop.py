@@ -17,7 +17,7 @@ import torch
 
 from gradeff.data import Dataset, epoch_order
 
-__all__ = ["Diverged", "EpochStats", "TrainState", "sync", "train", "train_epoch", "warm_up"]
+__all__ = ["Diverged", "EpochStats", "TrainState", "optimizer_step", "sync", "train", "train_epoch", "warm_up"]
 
 
 class Diverged(RuntimeError):
@@ -79,13 +79,46 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
     return {name: t.to(device, non_blocking=True) for name, t in batch.items()}
 
 
+def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float, int, int]:
+    """One optimizer step over a group of micro-batches.
+
+    Returns:
+        ``(loss, closure calls, targets)``: the step's loss (mean per target, before the update),
+        how many forward+backward passes over the group the optimizer asked for, and the number
+        of targets in the group.
+    """
+    model, optimizer, data = state.model, state.optimizer, state.dataset
+    batches = [_to_device(data.batch(idx), state.device) for idx in group]
+    counts = [int(data.targets[idx].sum()) for idx in group]
+    total = sum(counts)
+    calls = 0
+
+    def closure():
+        nonlocal calls
+        calls += 1
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = torch.zeros((), device=state.device)
+        for batch, count in zip(batches, counts):
+            # transformers losses are means over a micro-batch's targets; weighting each by its
+            # share of the step's targets makes the accumulated gradient the gradient of the
+            # mean over all k·b samples' targets, exactly as one large batch would give.
+            loss = model(**batch).loss * (count / total)
+            loss.backward()
+            step_loss += loss.detach()
+        return step_loss
+
+    loss = optimizer.step(closure)
+    state.global_step += 1
+    # One host sync per step: the loss is needed to detect divergence at the step it happens.
+    return float(loss), calls, total
+
+
 def train_epoch(state: TrainState) -> EpochStats:
     """Train one epoch; append and return its statistics.
 
     Raises:
         Diverged: the loss of an optimizer step is not finite.
     """
-    model, optimizer, data = state.model, state.optimizer, state.dataset
     epoch = state.epoch
     closure_calls = 0
     loss_sum = 0.0
@@ -95,28 +128,8 @@ def train_epoch(state: TrainState) -> EpochStats:
     sync(state.device)
     start = time.perf_counter()
     for group in state.step_groups(epoch):
-        batches = [_to_device(data.batch(idx), state.device) for idx in group]
-        counts = [int(data.targets[idx].sum()) for idx in group]
-        total = sum(counts)
-
-        def closure():
-            nonlocal closure_calls
-            closure_calls += 1
-            optimizer.zero_grad(set_to_none=True)
-            step_loss = torch.zeros((), device=state.device)
-            for batch, count in zip(batches, counts):
-                # transformers losses are means over a micro-batch's targets; weighting each by its
-                # share of the step's targets makes the accumulated gradient the gradient of the
-                # mean over all k·b samples' targets, exactly as one large batch would give.
-                loss = model(**batch).loss * (count / total)
-                loss.backward()
-                step_loss += loss.detach()
-            return step_loss
-
-        loss = optimizer.step(closure)
-        # One host sync per step: the loss is needed to detect divergence at the step it happens.
-        value = float(loss)
-        state.global_step += 1
+        value, closure_calls_of_step, total = optimizer_step(state, group)
+        closure_calls += closure_calls_of_step
         steps += 1
         if not math.isfinite(value):
             raise Diverged(step=state.global_step, epoch=epoch, loss=value)

@@ -38,6 +38,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -54,6 +64,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gradeff-seed", type=_int, default=0, help="seed of weights, data and order (default 0)")
     group.addoption("--gradeff-device", default="auto",
                     help=f"device to train on: {', '.join(DEVICE_CHOICES)} or cuda:N (default auto)")
+    group.addoption("--gradeff-sample-hz", type=_positive_float, default=10.0, metavar="HZ",
+                    help="sampling rate of the RAM and GPU meters (default 10)")
+    group.addoption("--gradeff-grid-intensity", type=_positive_float, default=400.0, metavar="GCO2_PER_KWH",
+                    help="grid carbon intensity for CO2-equivalent figures (default 400 g/kWh)")
     group.addoption("--gradeff-results", default=DEFAULT_RESULTS, metavar="PATH",
                     help=f"JSON-lines file each cell's record is appended to (default {DEFAULT_RESULTS})")
 
@@ -96,6 +110,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CONFIG] = {
         "profile": config.getoption("gradeff_profile"), "epochs": config.getoption("gradeff_epochs"),
         "seed": config.getoption("gradeff_seed"), "device": device, "results": results, "session": session,
+        "sample_hz": config.getoption("gradeff_sample_hz"),
+        "grid_intensity": config.getoption("gradeff_grid_intensity"),
     }
 
 
@@ -131,6 +147,17 @@ def grid_params(models=None, optimizers=None, strategies=None) -> list:
     return params
 
 
+def _share_cores_between_workers() -> None:
+    # Under pytest-xdist every worker would start one intra-op thread per core; oversubscribed
+    # OpenMP threads spin-wait on each other and epochs get many times slower. Give each worker
+    # its share of the cores instead.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 @pytest.fixture
 def gradeff_cell(request: pytest.FixtureRequest, benchmark):
     """Run a cell by its keys: time each epoch with ``benchmark``, append the record, return it.
@@ -139,16 +166,20 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
     pytest-benchmark switches itself off and the epochs are then timed by the loop alone).
     """
     from gradeff.grid import Cell
+    from gradeff.metering import MeterSettings
     from gradeff.runner import RunConfig, run_cell
 
     settings = request.config.stash[_CONFIG]
     config = RunConfig(profile=settings["profile"], seed=settings["seed"], epochs=settings["epochs"],
-                       device=settings["device"], session=settings["session"])
+                       device=settings["device"], session=settings["session"],
+                       meters=MeterSettings(hz=settings["sample_hz"], grid_gco2_per_kwh=settings["grid_intensity"]))
+    _share_cores_between_workers()
 
     def timer(epoch_fn, rounds):
         if benchmark.disabled:
-            for _ in range(rounds):
-                epoch_fn()
+            # Disabled (--benchmark-disable, or under xdist) pedantic runs its target once:
+            # hand it all epochs, timed by the loop.
+            benchmark.pedantic(lambda: [epoch_fn() for _ in range(rounds)])
         else:
             # One round per epoch: --benchmark-json then holds every epoch's time.
             benchmark.pedantic(epoch_fn, rounds=rounds, iterations=1, warmup_rounds=0)
@@ -163,6 +194,10 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
         return record
 
     return run
+
+
+def _mib(value):
+    return None if value is None else value / 2**20
 
 
 def _fmt(value, spec: str) -> str:
@@ -183,17 +218,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     write = terminalreporter.write_line
     terminalreporter.section(f"gradeff: {len(records)} cells, profile {settings['profile']}, "
                              f"results in {settings['results']}")
-    header = f"{'cell':<32} {'status':<9} {'loss first → last':>20} {'floor':>7} {'s/epoch':>8} {'steps':>6} {'f+b':>6}"
+    header = (f"{'cell':<30} {'status':<9} {'loss first → last':>20} {'floor':>7} {'s/epoch':>8} {'steps':>6} "
+              f"{'f+b':>5} {'act MiB':>8} {'state MiB':>9} {'RSS MiB':>8} {'J':>7}")
     write(header)
     for r in sorted(records, key=lambda r: r.cell):
         s = r.summary
+        memory, ram, energy = (r.meters.get(k, {}) for k in ("memory", "ram", "energy"))
         loss = f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}"
-        write(f"{r.cell:<32} {r.status:<9} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
-              f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} {s.closure_calls:>6}")
+        write(f"{r.cell:<30} {r.status:<9} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
+              f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} {s.closure_calls:>5} "
+              f"{_fmt(_mib(memory.get('activation_bytes')), '.2f'):>8} "
+              f"{_fmt(_mib(memory.get('optimizer_state_bytes')), '.2f'):>9} "
+              f"{_fmt(_mib(ram.get('peak_rss_bytes')), '.0f'):>8} {_fmt(energy.get('joules'), '.1f'):>7}")
         if r.status not in ("ok", "skipped"):
             write(f"    {r.detail[:150]}")
     counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
     span = max(r.finished_at for r in records) - min(r.started_at for r in records)
     write(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")
+    sources = sorted({r.meters.get("energy", {}).get("source", "none") for r in records if r.meters})
+    if sources:
+        write(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")
     for message in errors:
         write(f"unreadable line skipped: {message}")

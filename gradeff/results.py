@@ -31,7 +31,7 @@ def cell_id(model: str, optimizer: str, strategy: str) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpochRecord:
-    """One epoch: mean loss per target, wall seconds, and the work done."""
+    """One epoch: mean loss per target, wall seconds, the work done, and the meters' figures."""
 
     epoch: int
     loss: float
@@ -40,6 +40,7 @@ class EpochRecord:
     closure_calls: int
     samples: int
     targets: int
+    meters: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,13 +56,15 @@ class Summary:
     optimizer_steps: int
     closure_calls: int
     samples_per_second: float | None
+    targets_per_second: float | None
 
     @classmethod
     def of(cls, epochs: list[EpochRecord], total_seconds: float) -> Summary:
         """Summarise ``epochs``; ``total_seconds`` includes building and warm-up."""
         if not epochs:
             return cls(first_loss=None, final_loss=None, mean_loss=None, best_loss=None, mean_epoch_seconds=None,
-                       total_seconds=total_seconds, optimizer_steps=0, closure_calls=0, samples_per_second=None)
+                       total_seconds=total_seconds, optimizer_steps=0, closure_calls=0, samples_per_second=None,
+                       targets_per_second=None)
         losses = [e.loss for e in epochs]
         seconds = sum(e.seconds for e in epochs)
         return cls(
@@ -70,6 +73,8 @@ class Summary:
             optimizer_steps=sum(e.optimizer_steps for e in epochs),
             closure_calls=sum(e.closure_calls for e in epochs),
             samples_per_second=sum(e.samples for e in epochs) / seconds if seconds > 0 else None,
+            # Targets are tokens for the language tasks and images for classification.
+            targets_per_second=sum(e.targets for e in epochs) / seconds if seconds > 0 else None,
         )
 
 

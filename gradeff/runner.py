@@ -22,7 +22,8 @@ from gradeff.data import Dataset, make_dataset
 from gradeff.environment import environment
 from gradeff.grid import Cell, incompatibility
 from gradeff.hparams import HParams, hparams_for
-from gradeff.loop import Diverged, TrainState, train_epoch, warm_up
+from gradeff.loop import Diverged, TrainState, optimizer_step, train_epoch, warm_up
+from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.results import CellRecord, EpochRecord, Summary
@@ -50,6 +51,7 @@ class RunConfig:
     epochs: int | None = None
     device: str = "auto"
     session: str = ""
+    meters: MeterSettings = MeterSettings()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -127,13 +129,19 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
     device = resolve_device(config.device)
     status, detail, failed_step = "ok", "", None
     state = None
+    metering = EpochMetering(device=device, settings=config.meters)
+    memory: dict = {}
     try:
         if reason is not None:
             status, detail = "skipped", reason
         else:
             state = _prepare(cell, config, hp, device)
             warm_up(state)
-            timer(lambda: train_epoch(state), hp.epochs)
+            timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs)
+            # One more step, after the timed epochs, under the activation counter: the breakdown
+            # costs the measured epochs nothing.
+            memory = memory_breakdown(state.model, state.optimizer,
+                                      lambda: optimizer_step(state, state.step_groups(0)[0]))
     except Diverged as exc:
         status, detail, failed_step = "diverged", str(exc), exc.step
     except torch.cuda.OutOfMemoryError as exc:
@@ -142,14 +150,18 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
     except Exception as exc:  # any other failure is a finding about this cell, not the session's end
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         status, detail = "error", f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})"
-    epochs = tuple(EpochRecord(**asdict(e)) for e in (state.history if state is not None else ()))
+    history = state.history if state is not None else []
+    epochs = tuple(EpochRecord(**asdict(e), meters=m) for e, m in zip(history, metering.epochs))
+    meters = aggregate(metering.epochs[:len(epochs)], config.meters.grid_gco2_per_kwh)
+    if memory:
+        meters["memory"] = memory
     finished = time.time()
     record = CellRecord(
         cell=cell.id, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
         profile=config.profile, seed=config.seed, device=str(device), status=status, detail=detail,
         failed_step=failed_step, epochs=epochs, summary=Summary.of(list(epochs), finished - started),
         loss_floor=state.dataset.loss_floor if state is not None else None,
-        hparams=asdict(hp), environment=environment(str(device)), session=config.session,
+        hparams=asdict(hp), environment=environment(str(device)), meters=meters, session=config.session,
         started_at=started, finished_at=finished,
     )
     del state

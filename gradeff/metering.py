@@ -1,0 +1,120 @@
+"""Attach the meters to a cell: per-epoch windows, their cell-level aggregate, the memory breakdown.
+
+Each epoch runs inside fresh RAM, GPU and energy meters, so every epoch has its own figures and a
+cell's figures are exact aggregates of its epochs (peaks are maxima, means are sample-weighted,
+energies add up). ``None`` stays ``None``: a figure the machine cannot measure is never turned
+into a number by aggregation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from gradeff.meters import NVML_UTILIZATION_WINDOW_S, EnergyMeter, GpuMeter, RamMeter, co2_grams, measure_step_memory
+
+__all__ = ["EpochMetering", "MeterSettings", "aggregate", "memory_breakdown"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeterSettings:
+    """How the samplers run.
+
+    Attributes:
+        hz: sampling rate of the RAM and GPU samplers.
+        grid_gco2_per_kwh: carbon intensity used for CO2-equivalent figures.
+    """
+
+    hz: float = 10.0
+    grid_gco2_per_kwh: float = 400.0
+
+
+@dataclass
+class EpochMetering:
+    """Runs functions (epochs) inside the meters and keeps one measurement dict per run."""
+
+    device: torch.device
+    settings: MeterSettings = field(default_factory=MeterSettings)
+    epochs: list[dict] = field(default_factory=list)
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Call ``fn`` inside RAM, GPU and energy meters; append their records as a dict."""
+        device_index = self.device.index or 0
+        ram = RamMeter(hz=self.settings.hz)
+        gpu = GpuMeter(device_index=device_index, hz=self.settings.hz,
+                       cuda_available=lambda: self.device.type == "cuda" and torch.cuda.is_available())
+        energy = EnergyMeter(grid_gco2_per_kwh=self.settings.grid_gco2_per_kwh, device_index=device_index,
+                             cuda_available=lambda: self.device.type == "cuda" and torch.cuda.is_available())
+        with ExitStack() as stack:
+            for meter in (energy, gpu, ram):
+                stack.enter_context(meter)
+            result = fn()
+        self.epochs.append({"ram": asdict(ram.record), "gpu": asdict(gpu.record), "energy": asdict(energy.record)})
+        return result
+
+
+def _max(values):
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _weighted_mean(values, weights):
+    pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else None
+
+
+def _sum_all(values):
+    # A total is only meaningful if every part was measured.
+    return None if not values or any(v is None for v in values) else sum(values)
+
+
+def aggregate(epochs: list[dict], grid_gco2_per_kwh: float) -> dict:
+    """The cell-level figures of per-epoch measurement dicts (``{}`` if there are none)."""
+    if not epochs:
+        return {}
+    ram = [e["ram"] for e in epochs]
+    gpu = [e["gpu"] for e in epochs]
+    energy = [e["energy"] for e in epochs]
+    ram_samples = [r["samples"] for r in ram]
+    gpu_samples = [g["samples"] for g in gpu]
+    joules = _sum_all([e["joules"] for e in energy])
+    gpu_duration = sum(g["duration_s"] for g in gpu)
+    return {
+        "ram": {
+            "peak_rss_bytes": _max(r["peak_rss_bytes"] for r in ram),
+            "mean_rss_bytes": _weighted_mean([r["mean_rss_bytes"] for r in ram], ram_samples),
+            "peak_system_percent": _max(r["peak_system_percent"] for r in ram),
+            "samples": sum(ram_samples),
+            "duration_s": sum(r["duration_s"] for r in ram),
+        },
+        "gpu": {
+            "available": all(g["available"] for g in gpu),
+            "device_name": gpu[0]["device_name"],
+            "util_mean_percent": _weighted_mean([g["util_mean_percent"] for g in gpu], gpu_samples),
+            "util_max_percent": _max(g["util_max_percent"] for g in gpu),
+            "mem_used_peak_bytes": _max(g["mem_used_peak_bytes"] for g in gpu),
+            "power_mean_w": _weighted_mean([g["power_mean_w"] for g in gpu], gpu_samples),
+            "alloc_peak_bytes": _max(g["alloc_peak_bytes"] for g in gpu),
+            "reserved_peak_bytes": _max(g["reserved_peak_bytes"] for g in gpu),
+            "samples": sum(gpu_samples),
+            # NVML averages utilisation over up to a second: shorter windows are unreliable.
+            "short_window": bool(gpu[0]["available"]) and gpu_duration < NVML_UTILIZATION_WINDOW_S,
+            "duration_s": gpu_duration,
+        },
+        "energy": {
+            "joules": joules,
+            "source": energy[0]["source"],
+            "co2_grams": co2_grams(joules, grid_gco2_per_kwh) if joules is not None else None,
+            "duration_s": sum(e["duration_s"] for e in energy),
+        },
+    }
+
+
+def memory_breakdown(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> dict:
+    """Parameter, gradient, optimizer-state and activation bytes of one representative step."""
+    return asdict(measure_step_memory(model, optimizer, step))
