@@ -29,7 +29,7 @@ from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, enable_checkpointing, micro_batches_per_step
 
-__all__ = ["DEVICES", "EpochTimer", "RunConfig", "resolve_device", "run_cell"]
+__all__ = ["DEVICES", "EpochTimer", "RunConfig", "prepare_state", "resolve_device", "run_cell"]
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -88,7 +88,8 @@ def _warmup_scheduler(optimizer, hp: HParams, total_steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
 
 
-def _prepare(cell: Cell, config: RunConfig, hp: HParams, device: torch.device) -> TrainState:
+def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.device) -> TrainState:
+    """Build the data, model (strategy applied), optimizer and scheduler of a cell."""
     model_spec = MODELS[cell.model]
     dataset = _dataset(model_spec.task, hp, config.seed)
     # Same seed before building: every optimizer and strategy of a model starts from the same weights.
@@ -135,7 +136,7 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         if reason is not None:
             status, detail = "skipped", reason
         else:
-            state = _prepare(cell, config, hp, device)
+            state = prepare_state(cell, config, hp, device)
             warm_up(state)
             timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs)
             # One more step, after the timed epochs, under the activation counter: the breakdown
