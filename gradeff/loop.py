@@ -88,7 +88,6 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float,
         of targets in the group.
     """
     model, optimizer, data = state.model, state.optimizer, state.dataset
-    batches = [_to_device(data.batch(idx), state.device) for idx in group]
     counts = [int(data.targets[idx].sum()) for idx in group]
     total = sum(counts)
     calls = 0
@@ -98,7 +97,10 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float,
         calls += 1
         optimizer.zero_grad(set_to_none=True)
         step_loss = torch.zeros((), device=state.device)
-        for batch, count in zip(batches, counts):
+        for idx, count in zip(group, counts):
+            # Micro-batches are gathered and moved one at a time: under accumulation only one
+            # micro-batch's inputs and activations are alive at once, as with the standard batch.
+            batch = _to_device(data.batch(idx), state.device)
             # transformers losses are means over a micro-batch's targets; weighting each by its
             # share of the step's targets makes the accumulated gradient the gradient of the
             # mean over all k·b samples' targets, exactly as one large batch would give.

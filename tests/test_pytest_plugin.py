@@ -20,7 +20,9 @@ def test_cell_run_writes_record_benchmark_rounds_and_summary(grid_pytester):
     outcome.assert_outcomes(passed=1)
     (record,) = list(read_records(results))
     assert record.cell == "llm-adam-standard" and record.status == "ok" and len(record.epochs) == 2
-    (entry,) = json.loads(bench.read_text())["benchmarks"]
+    report = json.loads(bench.read_text())
+    assert report["machine_info"]["gradeff"]["torch"] == record.environment["torch"]
+    (entry,) = report["benchmarks"]
     assert entry["stats"]["rounds"] == 2 and entry["group"] == "llm"
     assert entry["extra_info"]["status"] == "ok"
     assert json.loads(entry["extra_info"]["record"])["cell"] == "llm-adam-standard"

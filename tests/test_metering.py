@@ -1,0 +1,78 @@
+"""Meters attached to real cells: what a CPU run records, and the memory laws on records."""
+
+import pytest
+import torch
+
+from gradeff.grid import Cell
+from gradeff.metering import aggregate
+from gradeff.optim import OPTIMIZERS
+from gradeff.runner import RunConfig, run_cell
+
+CONFIG = RunConfig(profile="tiny", seed=0, epochs=2, device="cpu")
+GPU_FIELDS = ("device_name", "util_mean_percent", "util_max_percent", "mem_used_peak_bytes", "power_mean_w",
+              "alloc_peak_bytes", "reserved_peak_bytes")
+
+
+def _epoch(peak, mean, samples, joules, util=None):
+    return {
+        "ram": {"peak_rss_bytes": peak, "mean_rss_bytes": mean, "peak_system_percent": 10.0, "samples": samples,
+                "duration_s": 1.0},
+        "gpu": {"available": util is not None, "device_name": None, "util_mean_percent": util,
+                "util_max_percent": util, "mem_used_peak_bytes": None, "power_mean_w": None, "alloc_peak_bytes": None,
+                "reserved_peak_bytes": None, "samples": samples if util is not None else 0, "short_window": False,
+                "duration_s": 1.0},
+        "energy": {"joules": joules, "source": "estimate", "co2_grams": None, "duration_s": 1.0},
+    }
+
+
+def test_aggregate_takes_peaks_weighted_means_and_sums():
+    """Cell figures: max of peaks, sample-weighted means, summed energy and durations."""
+    cell = aggregate([_epoch(100, 50.0, 2, 3.0, util=10.0), _epoch(300, 200.0, 6, 5.0, util=50.0)], 400.0)
+    assert cell["ram"]["peak_rss_bytes"] == 300 and cell["ram"]["samples"] == 8
+    assert cell["ram"]["mean_rss_bytes"] == pytest.approx((50 * 2 + 200 * 6) / 8)
+    assert cell["gpu"]["util_mean_percent"] == pytest.approx((10 * 2 + 50 * 6) / 8)
+    assert cell["energy"]["joules"] == 8.0 and cell["energy"]["co2_grams"] == pytest.approx(8 / 3.6e6 * 400)
+    assert cell["ram"]["duration_s"] == 2.0
+
+
+def test_aggregate_keeps_unmeasured_as_none():
+    """An unmeasured epoch makes the total unknown, never a partial sum or 0."""
+    cell = aggregate([_epoch(None, None, 0, None), _epoch(None, None, 0, 2.0)], 400.0)
+    assert cell["ram"]["peak_rss_bytes"] is None and cell["ram"]["mean_rss_bytes"] is None
+    assert cell["energy"]["joules"] is None and cell["energy"]["co2_grams"] is None
+    assert cell["gpu"]["util_mean_percent"] is None
+    assert aggregate([], 400.0) == {}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only record")
+def test_cpu_cell_records_rss_estimated_energy_breakdown_and_no_gpu_figures():
+    """On a CPU machine: RSS and a labelled energy estimate per epoch and cell, every GPU field None."""
+    record = run_cell(Cell("vit", "adam", "standard"), CONFIG)
+    assert record.status == "ok", record.detail
+    for meters in [record.meters] + [e.meters for e in record.epochs]:
+        assert 50 * 2**20 < meters["ram"]["peak_rss_bytes"] < 64 * 2**30
+        assert meters["energy"]["source"] == "estimate" and meters["energy"]["joules"] > 0
+        assert meters["gpu"]["available"] is False
+        assert all(meters["gpu"][name] is None for name in GPU_FIELDS)
+    memory = record.meters["memory"]
+    assert memory["parameter_bytes"] == memory["trainable_parameter_bytes"] == memory["gradient_bytes"] > 0
+    assert memory["activation_bytes"] > 0
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_optimizer_state_bytes_follow_the_spec(optimizer):
+    """State bytes = state_per_param × trainable bytes, plus at most a few bytes per tensor of counters."""
+    record = run_cell(Cell("llm", optimizer, "standard"), CONFIG)
+    memory = record.meters["memory"]
+    expected = OPTIMIZERS[optimizer].state_per_param * memory["trainable_parameter_bytes"]
+    tensors = 21  # parameter tensors of the tiny decoder: each may carry a 4-byte step counter
+    assert expected <= memory["optimizer_state_bytes"] <= expected + 8 * tensors
+
+
+@pytest.mark.parametrize("model", ["llm", "vlm"])
+def test_strategies_change_activation_bytes_as_designed(model):
+    """Accumulation keeps the micro-batch's activation bytes; checkpointing cuts them by more than half."""
+    bytes_of = {s: run_cell(Cell(model, "sgd", s), CONFIG).meters["memory"]["activation_bytes"]
+                for s in ("standard", "accum", "checkpoint")}
+    assert bytes_of["accum"] == bytes_of["standard"]
+    assert bytes_of["checkpoint"] < 0.5 * bytes_of["standard"]
