@@ -1,0 +1,318 @@
+"""The regression gate: compare a baseline results file with a current one, metric by metric.
+
+pytest-benchmark's ``--benchmark-compare-fail`` judges time only, with one global threshold and no
+notion of noise; this gate also judges status, loss and memory, each with its own rule
+(``gradeff.compare_rules``). Usage::
+
+    gradeff compare BASELINE CURRENT [--markdown] [--all] [--output FILE] [--rule METRIC:KEY=VALUE]
+    python -m gradeff.compare BASELINE CURRENT
+
+Exit codes: 0 no regression, 1 regression, 2 unusable input (missing or unreadable file, no cell
+in common, cells run with another profile or seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gradeff.compare_rules import (
+    DEFAULT_RULES, IMPROVEMENT, LOOSE_LOSS_RTOL, REGRESSION, Row, Rule, override_rules,
+)
+from gradeff.results import CellRecord, read_records
+
+__all__ = [
+    "DEFAULT_RULES", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE", "Comparison", "MismatchError",
+    "UnusableInput", "compare_records", "format_table", "load_results", "main", "summary_line",
+]
+
+EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
+
+
+class UnusableInput(ValueError):
+    """The inputs cannot be compared: the gate exits 2 with this message."""
+
+
+class MismatchError(UnusableInput):
+    """Matched cells ran with another profile or seed: their numbers are not comparable."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison:
+    """The gate's result.
+
+    Attributes:
+        rows: one row per compared cell and rule, in baseline order, then rule order.
+        only_in_baseline, only_in_current: cells of one file only.
+        warnings: things a reader should know (other device kind, unreadable lines, …).
+        cells_compared: number of cells present in both files.
+    """
+
+    rows: tuple[Row, ...]
+    only_in_baseline: tuple[str, ...] = ()
+    only_in_current: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    cells_compared: int = 0
+
+    @property
+    def regressions(self) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if r.verdict == REGRESSION)
+
+    @property
+    def improvements(self) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if r.verdict == IMPROVEMENT)
+
+
+def _latest(records: Iterable[CellRecord]) -> dict[str, CellRecord]:
+    # Results files are append-only: a rerun of a cell supersedes the earlier records.
+    latest: dict[str, CellRecord] = {}
+    for record in records:
+        latest[record.cell] = record
+    return latest
+
+
+def _grouped(differences: dict[str, list[str]]) -> list[str]:
+    """``message (n cells: a, b, c, …)`` per distinct difference."""
+    lines = []
+    for message, cells in differences.items():
+        shown = ", ".join(cells[:3]) + (", …" if len(cells) > 3 else "")
+        lines.append(f"{message} ({len(cells)} cell{'s' * (len(cells) != 1)}: {shown})")
+    return lines
+
+
+def _differences(b: CellRecord, c: CellRecord) -> tuple[list[str], list[str]]:
+    """What differs between two runs of a cell: (reasons to refuse, reasons to warn)."""
+    # Another profile or seed trains another model on other data: no number is comparable.
+    refusals = [f"{key} differs: {getattr(b, key)} (baseline) vs {getattr(c, key)} (current)"
+                for key in ("profile", "seed") if getattr(b, key) != getattr(c, key)]
+    warnings = []
+    kinds = b.device.split(":")[0], c.device.split(":")[0]
+    if kinds[0] != kinds[1]:
+        warnings.append(f"device differs: {kinds[0]} (baseline) vs {kinds[1]} (current); time and memory are not "
+                        "comparable")
+    # Other library versions may change kernels or summation order, hence the last digits of a loss.
+    warnings += [f"{key} differs: {b.environment.get(key)} (baseline) vs {c.environment.get(key)} (current); "
+                 "losses may differ" for key in ("torch", "transformers")
+                 if b.environment.get(key) != c.environment.get(key)]
+    return refusals, warnings
+
+
+def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules: tuple[Rule, ...] = DEFAULT_RULES,
+                    *, allow_mismatch: bool = False, missing_is_regression: bool = False) -> Comparison:
+    """Compare the last record of every cell of ``current`` with the last one of ``baseline``.
+
+    Args:
+        baseline, current: records in file order; a later record of a cell supersedes earlier ones.
+        rules: one row per rule and common cell.
+        allow_mismatch: compare cells run with another profile or seed (as warnings) instead of raising.
+        missing_is_regression: a cell of the baseline absent from current is a regression.
+
+    Returns:
+        The comparison; cells present on one side only are listed, not compared.
+
+    Raises:
+        MismatchError: a common cell ran with another profile or seed, and ``allow_mismatch`` is false.
+    """
+    before, after = _latest(baseline), _latest(current)
+    common = [cell for cell in before if cell in after]
+    mismatches: dict[str, list[str]] = defaultdict(list)
+    notes: dict[str, list[str]] = defaultdict(list)
+    for cell in common:
+        refusals, warnings = _differences(before[cell], after[cell])
+        for message in refusals:
+            mismatches[message].append(cell)
+        for message in warnings:
+            notes[message].append(cell)
+    if mismatches and not allow_mismatch:
+        raise MismatchError("refusing to compare: " + "; ".join(_grouped(mismatches))
+                            + " (pass --allow-mismatch to compare anyway)")
+    rows = [rule.compare(before[cell], after[cell]) for cell in common for rule in rules]
+    only_in_baseline = tuple(cell for cell in before if cell not in after)
+    if missing_is_regression:
+        rows += [Row(cell=cell, metric="presence", before="present", after="missing", change="", verdict=REGRESSION,
+                     note="only in baseline", noteworthy=True) for cell in only_in_baseline]
+    return Comparison(rows=tuple(rows), only_in_baseline=only_in_baseline,
+                      only_in_current=tuple(cell for cell in after if cell not in before),
+                      warnings=tuple(_grouped(mismatches) + _grouped(notes)), cells_compared=len(common))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def summary_line(comparison: Comparison) -> str:
+    """``3 regressions in 2 cells, 1 improvement, 70 cells compared`` (+ cells of one side only)."""
+    regressions = comparison.regressions
+    parts = [f"{_plural(len(regressions), 'regression')} in {_plural(len({r.cell for r in regressions}), 'cell')}",
+             _plural(len(comparison.improvements), "improvement"),
+             f"{_plural(comparison.cells_compared, 'cell')} compared"]
+    if comparison.only_in_baseline:
+        parts.append(f"{len(comparison.only_in_baseline)} only in baseline")
+    if comparison.only_in_current:
+        parts.append(f"{len(comparison.only_in_current)} only in current")
+    return ", ".join(parts)
+
+
+def _md(text: str) -> str:
+    # A pipe inside a cell would end it early.
+    return text.replace("|", "\\|")
+
+
+_COLUMNS = ("cell", "metric", "before", "after", "change", "verdict", "note")
+
+
+def format_table(comparison: Comparison, markdown: bool = False, all_rows: bool = False) -> str:
+    """The comparison as a table, then cells of one side only, warnings and the total line.
+
+    Args:
+        comparison: from ``compare_records``.
+        markdown: a GitHub-flavoured markdown table (CI logs, PR comments) instead of aligned text.
+        all_rows: every row; by default only noteworthy ones (see ``Row.noteworthy``).
+
+    Returns:
+        The text, ending with a newline.
+    """
+    rows = [r for r in comparison.rows if all_rows or r.noteworthy]
+    cells = [[str(getattr(r, column)) for column in _COLUMNS] for r in rows]
+    lines = []
+    if not rows:
+        lines.append("no change beyond tolerance")
+    elif markdown:
+        lines.append("| " + " | ".join(_COLUMNS) + " |")
+        lines.append("|" + "---|" * len(_COLUMNS))
+        lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in cells]
+    else:
+        widths = [max(len(c) for c in column) for column in zip(_COLUMNS, *cells)]
+        for row in (_COLUMNS, *cells):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    extra = [f"only in baseline: {', '.join(comparison.only_in_baseline)}"] if comparison.only_in_baseline else []
+    extra += [f"only in current: {', '.join(comparison.only_in_current)}"] if comparison.only_in_current else []
+    extra += [f"warning: {w}" for w in comparison.warnings]
+    bullet = "- " if markdown else ""
+    lines += ([""] + [bullet + line for line in extra]) if extra else []
+    lines += ["", f"**{summary_line(comparison)}**" if markdown else summary_line(comparison)]
+    return "\n".join(lines) + "\n"
+
+
+def load_results(path: str | Path, *, strict: bool = False) -> tuple[list[CellRecord], list[str]]:
+    """Read a results file for the gate.
+
+    Args:
+        path: a JSON-lines results file.
+        strict: any unreadable line makes the file unusable (else it is skipped with a warning).
+
+    Returns:
+        The records in file order, and warnings about skipped lines.
+
+    Raises:
+        UnusableInput: missing or unreadable file, no readable record, or a bad line under ``strict``.
+    """
+    errors: list[str] = []
+    try:
+        records = list(read_records(path, errors=errors))
+    except FileNotFoundError:
+        raise UnusableInput(f"results file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, binary garbage
+        raise UnusableInput(f"cannot read results file {path}: {exc}") from None
+    if errors and (strict or not records):
+        first = errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more)"
+        why = "no readable record" if not records else "unreadable line under --strict"
+        raise UnusableInput(f"{path}: {why}: {first}")
+    if not records:
+        raise UnusableInput(f"{path}: no records (empty file)")
+    warnings = [f"{path}: skipped {_plural(len(errors), 'unreadable line')}: {errors[0]}"] if errors else []
+    return records, warnings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gradeff compare", description="Compare two gradeff results files cell by cell and metric by metric; "
+        "exit 0 without regression, 1 with one, 2 on unusable input.")
+    parser.add_argument("baseline", type=Path, help="results file of the reference run (JSON lines)")
+    parser.add_argument("current", type=Path, help="results file of the run to judge")
+    parser.add_argument("--markdown", action="store_true", help="print a markdown table (CI logs, PR comments)")
+    parser.add_argument("--all", dest="all_rows", action="store_true", help="every row, not only noteworthy ones")
+    parser.add_argument("--output", type=Path, metavar="FILE", help="write the table to FILE (stdout gets the total)")
+    parser.add_argument("--strict", action="store_true", help="any unreadable line makes a file unusable")
+    parser.add_argument("--allow-mismatch", action="store_true", help="compare cells run with another profile/seed")
+    parser.add_argument("--missing-is-regression", action="store_true",
+                        help="a baseline cell absent from current is a regression")
+    parser.add_argument("--time-ratio", metavar="R", help="slowdown ratio of time_per_epoch (default 1.25)")
+    parser.add_argument("--loose", action="store_true",
+                        help=f"loss tolerance for GPU runs, which are not bit-reproducible (rtol {LOOSE_LOSS_RTOL})")
+    parser.add_argument("--rule", action="append", default=[], metavar="METRIC:KEY=VALUE",
+                        help="override a rule setting, e.g. final_loss:rtol=0.01 or '*_bytes:rtol=0.05' (repeatable)")
+    parser.add_argument("--ignore", action="append", default=[], metavar="METRIC",
+                        help="leave a metric out, e.g. time_per_epoch on a noisy shared runner (repeatable)")
+    return parser
+
+
+def _rules(args: argparse.Namespace) -> tuple[Rule, ...]:
+    """``DEFAULT_RULES`` with ``--loose``, ``--time-ratio``, then ``--rule`` (so explicit wins), then ``--ignore``."""
+    overrides = [("*_loss", "rtol", str(LOOSE_LOSS_RTOL))] if args.loose else []
+    overrides += [("time_per_epoch", "ratio", args.time_ratio)] if args.time_ratio is not None else []
+    for spec in args.rule:
+        metric, _, setting = spec.partition(":")
+        key, equals, value = setting.partition("=")
+        if not (metric and key and equals):
+            raise ValueError(f"--rule {spec!r}: expected METRIC:KEY=VALUE")
+        overrides.append((metric, key, value))
+    rules = DEFAULT_RULES
+    for pattern, key, value in overrides:
+        rules = override_rules(rules, pattern, key, value)
+    unknown = set(args.ignore) - {r.metric for r in rules}
+    if unknown:
+        raise ValueError(f"--ignore: unknown metric {sorted(unknown)}; metrics: {', '.join(r.metric for r in rules)}")
+    return tuple(r for r in rules if r.metric not in args.ignore)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the gate: ``gradeff compare BASELINE CURRENT [options]``.
+
+    Args:
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        0 no regression, 1 regression, 2 unusable input (the reason is on stderr).
+    """
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        try:
+            rules = _rules(args)
+        except ValueError as exc:
+            parser.error(str(exc))
+    except SystemExit as exc:  # argparse exits; a library caller (the pytest plugin) wants the code
+        return exc.code if isinstance(exc.code, int) else EXIT_UNUSABLE
+    try:
+        baseline, warnings = load_results(args.baseline, strict=args.strict)
+        current, more = load_results(args.current, strict=args.strict)
+        comparison = compare_records(baseline, current, rules, allow_mismatch=args.allow_mismatch,
+                                     missing_is_regression=args.missing_is_regression)
+        if comparison.cells_compared == 0:
+            raise UnusableInput(f"no cell in common between {args.baseline} ({len(comparison.only_in_baseline)} cells) "
+                                f"and {args.current} ({len(comparison.only_in_current)} cells)")
+    except UnusableInput as exc:
+        print(f"gradeff compare: error: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    comparison = replace(comparison, warnings=(*warnings, *more, *comparison.warnings))
+    text = format_table(comparison, markdown=args.markdown, all_rows=args.all_rows)
+    if args.output is not None:
+        try:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            print(f"gradeff compare: error: cannot write {args.output}: {exc}", file=sys.stderr)
+            return EXIT_UNUSABLE
+        print(summary_line(comparison))
+    else:
+        print(text, end="")
+    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

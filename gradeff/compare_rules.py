@@ -1,0 +1,335 @@
+"""Per-metric rules of the regression gate: where a metric is read, and when a change is real.
+
+Each rule is a small frozen value with defaults; ``override_rules`` makes changed copies. A rule
+turns the baseline and current record of one cell into one ``Row``: the two values in human
+units, the change, and a verdict — ``ok``, ``regression``, ``improvement`` or ``not compared``.
+Lower is better for every numeric metric (loss, seconds, bytes).
+
+Defaults, and why:
+
+* ``status``: ok → diverged/oom/error regresses, the reverse improves; every other status is
+  neutral: ``skipped`` is a capability decision, not a finding about the code under test, and
+  ``interrupted`` (Ctrl-C) says nothing about the code either. A change is still shown.
+* ``final_loss``, ``mean_loss``: ``rtol=1e-3``, ``atol=1e-4``. A tiny CPU cell with the same seed,
+  torch and transformers versions is deterministic (seeded weights, data and order, no
+  nondeterministic kernels), so its losses repeat to the last bits; the tolerance only absorbs
+  float summation-order differences between library builds. GPU kernels (atomics, autotuned
+  algorithms) are not bit-reproducible: use ``--loose`` (``rtol=0.05``) there.
+* ``time_per_epoch``: see ``TimeRule``.
+* ``parameter_bytes`` … ``activation_bytes``: counted from tensors, not sampled, so they repeat
+  exactly for the same code; ``rtol=0.01`` only allows for a different library version storing
+  a buffer differently.
+* ``peak_rss_bytes``, ``mem_used_peak_bytes``: sampled at ~10 Hz, include allocator caching,
+  shared libraries and (for NVML) other processes: ``rtol=0.25`` plus a 32 MiB absolute floor,
+  because a small process's RSS jitters by tens of MiB between identical runs.
+  ``alloc_peak_bytes`` (torch's allocator peak) is exact per process but shifts with cached
+  kernel workspaces: ``rtol=0.25``.
+
+Numeric metrics are compared only when both cells ended ``ok``: a failed cell's partial series
+is not comparable, and the ``status`` row already reports the failure.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, fields, replace
+from fnmatch import fnmatchcase
+from typing import Protocol
+
+from gradeff.results import CellRecord
+
+__all__ = [
+    "DEFAULT_RULES", "FAILED_STATUSES", "IMPROVEMENT", "LOOSE_LOSS_RTOL", "MIB", "NOT_COMPARED", "OK", "REGRESSION",
+    "VERDICTS", "Row", "Rule", "StatusRule", "TimeRule", "ToleranceRule", "override_rules",
+]
+
+VERDICTS = ("ok", "regression", "improvement", "not compared")
+OK, REGRESSION, IMPROVEMENT, NOT_COMPARED = VERDICTS
+FAILED_STATUSES = ("diverged", "oom", "error")
+MIB = 1024 * 1024
+LOOSE_LOSS_RTOL = 0.05
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    """The verdict on one metric of one cell.
+
+    Attributes:
+        before, after: the values in human units ("" when absent).
+        change: ``×1.31`` (time), ``+5.0%`` (loss, bytes), ``ok → diverged`` (status), or "".
+        ratio: ``after / before`` for numeric metrics, ``None`` otherwise.
+        note: why this verdict (tolerance, noise floor, reason not compared).
+        noteworthy: shown without ``--all``: a verdict other than ok, a changed status, a
+            slowdown beyond the ratio but within noise, or a metric present on one side only.
+    """
+
+    cell: str
+    metric: str
+    before: str
+    after: str
+    change: str
+    verdict: str
+    note: str = ""
+    ratio: float | None = None
+    noteworthy: bool = False
+
+
+class Rule(Protocol):
+    """What the gate asks of a rule: a metric name and a comparison of two records."""
+
+    metric: str
+
+    def compare(self, baseline: CellRecord, current: CellRecord) -> Row: ...
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:+.3g}%"
+
+
+def _bytes(n: float) -> str:
+    # MiB even for GiB-sized figures, as nvidia-smi does: one unit makes rows comparable at a glance.
+    for unit, size in (("MiB", MIB), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+_FORMATS = {"loss": lambda v: f"{v:.6g}", "bytes": _bytes}
+
+
+def _lookup(record: CellRecord, path: str) -> float | None:
+    """``summary.final_loss`` or ``meters.ram.peak_rss_bytes``; ``None`` if any level is absent."""
+    value: object = record
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+        if value is None:
+            return None
+    # bool is an int, but no metric is a flag; NaN/inf cannot be ordered against a tolerance.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
+def _not_ok(metric: str, baseline: CellRecord, current: CellRecord) -> Row | None:
+    """A ``not compared`` row when either cell did not end ok, else ``None``."""
+    sides = [f"{side} {r.status}" for side, r in (("baseline", baseline), ("current", current)) if r.status != OK]
+    if not sides:
+        return None
+    # Not noteworthy: the status row already tells the story once per cell.
+    return Row(cell=current.cell, metric=metric, before="", after="", change="", verdict=NOT_COMPARED,
+               note="status: " + ", ".join(sides))
+
+
+def _absent(metric: str, cell: str, before: str | None, after: str | None) -> Row:
+    """A ``not compared`` row for a metric (already formatted) that is ``None`` on a side."""
+    missing = [side for side, v in (("baseline", before), ("current", after)) if v is None]
+    return Row(cell=cell, metric=metric, before=before or "", after=after or "", change="", verdict=NOT_COMPARED,
+               note=f"absent in {' and '.join(missing)}",
+               # A meter that disappeared (or appeared) is worth a line; one never recorded is not.
+               noteworthy=len(missing) == 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusRule:
+    """How a cell ended: ok → diverged/oom/error regresses, the reverse improves, others are neutral."""
+
+    metric: str = "status"
+
+    def compare(self, baseline: CellRecord, current: CellRecord) -> Row:
+        """Compare the statuses of one cell's two records."""
+        before, after = baseline.status, current.status
+        verdict, note = OK, ""
+        if before == OK and after in FAILED_STATUSES:
+            verdict, note = REGRESSION, current.detail
+        elif before in FAILED_STATUSES and after == OK:
+            verdict = IMPROVEMENT
+        elif after == "skipped" and before != after:
+            note = current.detail
+        # Long tracebacks would break the table; the first line says what happened.
+        note = note.splitlines()[0][:100] if note else ""
+        return Row(cell=current.cell, metric=self.metric, before=before, after=after,
+                   change=f"{before} → {after}" if before != after else "", verdict=verdict, note=note,
+                   noteworthy=before != after)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToleranceRule:
+    """A value where lower is better, equal within ``atol + rtol·|baseline|`` (``numpy.isclose``).
+
+    Attributes:
+        metric: name in the table and in ``--rule`` overrides.
+        source: dotted path into the record: ``summary.final_loss``, ``meters.ram.peak_rss_bytes``.
+        unit: ``loss`` (plain numbers) or ``bytes`` (shown in MiB, KiB below 1 MiB).
+    """
+
+    metric: str
+    source: str
+    rtol: float
+    atol: float = 0.0
+    unit: str = "loss"
+
+    def __post_init__(self):
+        if not (self.rtol >= 0 and self.atol >= 0):
+            raise ValueError(f"{self.metric}: rtol and atol must be >= 0, got rtol={self.rtol}, atol={self.atol}")
+        if self.unit not in _FORMATS:
+            raise ValueError(f"{self.metric}: unknown unit {self.unit!r}; valid units: {', '.join(_FORMATS)}")
+
+    def compare(self, baseline: CellRecord, current: CellRecord) -> Row:
+        """Compare the metric of one cell's two records."""
+        if (row := _not_ok(self.metric, baseline, current)) is not None:
+            return row
+        before, after = _lookup(baseline, self.source), _lookup(current, self.source)
+        fmt = _FORMATS[self.unit]
+        if before is None or after is None:
+            return _absent(self.metric, current.cell, None if before is None else fmt(before),
+                           None if after is None else fmt(after))
+        diff = after - before
+        tolerance = self.atol + self.rtol * abs(before)
+        verdict = OK if abs(diff) <= tolerance else REGRESSION if diff > 0 else IMPROVEMENT
+        shown = _bytes(tolerance) if self.unit == "bytes" else f"{tolerance:.3g}"
+        return Row(cell=current.cell, metric=self.metric, before=fmt(before), after=fmt(after),
+                   change=_pct(diff / before) if before else f"{diff:+.3g}", verdict=verdict,
+                   note=f"tolerance ±{shown}", ratio=after / before if before else None,
+                   noteworthy=verdict != OK)
+
+
+def _pooled_sd(a: list[float], b: list[float]) -> float:
+    """Standard deviation of one epoch, pooled over both samples (each with its own mean)."""
+    squares = sum((x - statistics.fmean(a)) ** 2 for x in a) + sum((x - statistics.fmean(b)) ** 2 for x in b)
+    return math.sqrt(squares / (len(a) + len(b) - 2))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimeRule:
+    """Seconds per epoch: a slowdown must exceed a ratio AND the epochs' own noise.
+
+    The statistic is the mean of ``epochs[*].seconds``. A change counts when the ratio of means
+    passes ``ratio`` (or ``1/ratio`` for an improvement) and, with at least ``min_samples`` epochs
+    on both sides, the difference of means exceeds ``noise_sigmas`` × the pooled standard
+    deviation of one epoch. With fewer epochs there is no usable spread and only the ratio applies.
+
+    Why the pooled standard deviation and not non-overlapping inter-quartile ranges (asv): cells
+    have 3 to 25 epochs, and the quartiles of 3 points are just their minimum and maximum, so one
+    slow epoch would hide any slowdown; the pooled variance uses every epoch. Why the deviation of
+    one epoch and not of the mean (a t-test): the gate asks whether the shift is larger than the
+    epoch-to-epoch jitter of this machine, which does not shrink as the profile adds epochs, so
+    long runs do not become more trigger-happy on shared CI runners. Two sigmas of jitter plus a
+    25 % ratio make an unchanged rerun pass and a real 2× slowdown fail.
+
+    Epoch 0 is left out when a cell has at least ``drop_first_from`` epochs: it pays one-off costs
+    the warm-up pass does not cover (allocator growth, kernel autotuning, first-touch pages). With
+    fewer epochs dropping it would leave too few samples for a spread; it stays, and its extra
+    time widens the noise floor, which errs towards quiet.
+    """
+
+    metric: str = "time_per_epoch"
+    ratio: float = 1.25
+    noise_sigmas: float = 2.0
+    min_samples: int = 3
+    drop_first_from: int = 4
+
+    def __post_init__(self):
+        if not self.ratio >= 1.0:
+            raise ValueError(f"{self.metric}: ratio must be >= 1, got {self.ratio}")
+        if not self.noise_sigmas >= 0:
+            raise ValueError(f"{self.metric}: noise_sigmas must be >= 0, got {self.noise_sigmas}")
+        if self.min_samples < 2:
+            raise ValueError(f"{self.metric}: min_samples must be >= 2 (a spread needs two), got {self.min_samples}")
+
+    def samples(self, record: CellRecord) -> list[float]:
+        """The epoch times the statistic uses (epoch 0 dropped from ``drop_first_from`` epochs)."""
+        epochs = record.epochs
+        if len(epochs) >= self.drop_first_from:
+            epochs = [e for e in epochs if e.epoch != 0]
+        return [e.seconds for e in epochs]
+
+    def compare(self, baseline: CellRecord, current: CellRecord) -> Row:
+        """Compare the epoch times of one cell's two records."""
+        if (row := _not_ok(self.metric, baseline, current)) is not None:
+            return row
+        before, after = self.samples(baseline), self.samples(current)
+        if not before or not after:
+            return _absent(self.metric, current.cell, _seconds(before) if before else None,
+                           _seconds(after) if after else None)
+        mean_b, mean_a = statistics.fmean(before), statistics.fmean(after)
+        if mean_b <= 0:  # a clock that did not tick gives no ratio
+            return Row(cell=current.cell, metric=self.metric, before=_seconds(before), after=_seconds(after),
+                       change="", verdict=NOT_COMPARED, note="baseline epochs took 0 s", noteworthy=True)
+        ratio = mean_a / mean_b
+        if len(before) >= self.min_samples and len(after) >= self.min_samples:
+            floor = self.noise_sigmas * _pooled_sd(before, after)
+            beyond_noise = abs(mean_a - mean_b) > floor
+            note = f"Δ {mean_a - mean_b:+.3g} s, noise floor {floor:.3g} s"
+        else:
+            beyond_noise, note = True, f"ratio only (< {self.min_samples} epochs)"
+        # Both directions as "slower side / faster side > ratio", so swapping the files swaps the
+        # verdict exactly (no 1/ratio rounding at the threshold).
+        slower = ratio > self.ratio
+        faster = mean_a == 0 or mean_b / mean_a > self.ratio
+        beyond_ratio = slower or faster
+        verdict = OK
+        if beyond_ratio and beyond_noise:
+            verdict = REGRESSION if slower else IMPROVEMENT
+        elif beyond_ratio:
+            note = "within noise: " + note
+        return Row(cell=current.cell, metric=self.metric, before=_seconds(before), after=_seconds(after),
+                   change=f"×{ratio:.3g}", verdict=verdict, note=note, ratio=ratio, noteworthy=beyond_ratio)
+
+
+def _seconds(samples: list[float]) -> str:
+    spread = f" ±{statistics.stdev(samples):.2g}" if len(samples) > 1 else ""
+    return f"{statistics.fmean(samples):.3g} s{spread} (n={len(samples)})"
+
+
+def _memory(metric: str, source: str, rtol: float, atol: float = 0.0) -> ToleranceRule:
+    return ToleranceRule(metric=metric, source=source, rtol=rtol, atol=atol, unit="bytes")
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    StatusRule(),
+    ToleranceRule(metric="final_loss", source="summary.final_loss", rtol=1e-3, atol=1e-4),
+    ToleranceRule(metric="mean_loss", source="summary.mean_loss", rtol=1e-3, atol=1e-4),
+    TimeRule(),
+    *(_memory(name, f"meters.memory.{name}", rtol=0.01) for name in (
+        "parameter_bytes", "trainable_parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
+        "activation_bytes")),
+    _memory("peak_rss_bytes", "meters.ram.peak_rss_bytes", rtol=0.25, atol=32 * MIB),
+    _memory("alloc_peak_bytes", "meters.gpu.alloc_peak_bytes", rtol=0.25),
+    _memory("mem_used_peak_bytes", "meters.gpu.mem_used_peak_bytes", rtol=0.25, atol=32 * MIB),
+)
+
+
+def _parse(text: str, annotation: str) -> object:
+    # Annotations are strings (``from __future__ import annotations``); every setting is a number.
+    return {"float": float, "int": int}[annotation](text)
+
+
+def override_rules(rules: tuple[Rule, ...], pattern: str, key: str, value: str) -> tuple[Rule, ...]:
+    """Copies of ``rules`` with ``key`` set to ``value`` on every rule whose metric matches ``pattern``.
+
+    Args:
+        rules: the rules to change.
+        pattern: a metric name or an ``fnmatch`` pattern (``*_loss``, ``*_bytes``).
+        key: a field of the matched rules (``rtol``, ``atol``, ``ratio``, ``noise_sigmas``, …).
+        value: the new value as text, converted to the field's type.
+
+    Returns:
+        The new rules, in the same order.
+
+    Raises:
+        ValueError: no rule matches, a matched rule has no such field, or the value is invalid.
+    """
+    matched = [r for r in rules if fnmatchcase(r.metric, pattern)]
+    if not matched:
+        raise ValueError(f"no metric matches {pattern!r}; metrics: {', '.join(r.metric for r in rules)}")
+    changed = {}
+    for rule in matched:
+        settings = {f.name: f.type for f in fields(rule) if f.type in ("float", "int")}
+        if key not in settings:
+            raise ValueError(f"{rule.metric} has no setting {key!r}; settings: {', '.join(settings) or 'none'}")
+        try:
+            changed[id(rule)] = replace(rule, **{key: _parse(value, settings[key])})
+        except ValueError as exc:
+            raise ValueError(f"{rule.metric}:{key}={value}: {exc}") from None
+    return tuple(changed.get(id(r), r) for r in rules)

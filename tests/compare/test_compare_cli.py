@@ -1,0 +1,227 @@
+"""The gate end to end: files in, table and exit code out; and a real injected slowdown caught."""
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import gradeff.runner as runner
+from gradeff.compare import main
+from gradeff.grid import Cell
+from gradeff.results import CellRecord, EpochRecord, Summary, append_record
+from gradeff.runner import RunConfig, run_cell
+
+
+def record(cell="llm-adam-standard", *, status="ok", seconds=(1.0, 1.0, 1.0), final_loss=1.5,
+           **overrides) -> CellRecord:
+    """A record of ``cell`` with the given epoch times and final loss."""
+    model, optimizer, strategy = cell.split("-")
+    losses = [2.0] * (len(seconds) - 1) + [final_loss]
+    epochs = tuple(EpochRecord(epoch=i, loss=loss, seconds=s, optimizer_steps=8, closure_calls=8, samples=64,
+                               targets=64) for i, (loss, s) in enumerate(zip(losses, seconds)))
+    values = dict(cell=cell, model=model, optimizer=optimizer, strategy=strategy, profile="tiny", seed=0,
+                  device="cpu", status=status, epochs=epochs, summary=Summary.of(list(epochs), 5.0))
+    return CellRecord(**(values | overrides))
+
+
+def write(path, *records):
+    """Append ``records`` to the results file ``path``; return its name."""
+    for r in records:
+        append_record(path, r)
+    return str(path)
+
+
+@pytest.fixture
+def files(tmp_path):
+    """``files(baseline_records, current_records)`` → the two paths."""
+    def make(before, after):
+        return write(tmp_path / "base.jsonl", *before), write(tmp_path / "cur.jsonl", *after)
+    return make
+
+
+def test_identical_files_exit_0(files, capsys):
+    """The same records on both sides: exit 0, no row shown, the total line counts the cells."""
+    base, cur = files([record(), record("vit-sgd-accum")], [record(), record("vit-sgd-accum")])
+    assert main([base, cur]) == 0
+    out = capsys.readouterr().out
+    assert "no change beyond tolerance" in out
+    assert out.strip().endswith("0 regressions in 0 cells, 0 improvements, 2 cells compared")
+
+
+def test_regression_exits_1_and_is_counted(files, capsys):
+    """A diverged cell and a slower cell: exit 1, both rows shown, the total counts them."""
+    base, cur = files([record(), record("vit-sgd-accum"), record("vit-adam-accum")],
+                      [record(status="diverged"), record("vit-sgd-accum", seconds=(2, 2, 2)),
+                       record("vit-adam-accum", final_loss=1.4)])
+    assert main([base, cur]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"llm-adam-standard\s+status\s+ok\s+diverged\s+ok → diverged\s+regression", out)
+    assert re.search(r"vit-sgd-accum\s+time_per_epoch\s+1 s ±0 \(n=3\)\s+2 s ±0 \(n=3\)\s+×2\s+regression", out)
+    # The lower final loss also lowers the mean loss: two improvements.
+    assert "2 regressions in 2 cells, 2 improvements, 3 cells compared" in out
+
+
+def test_all_rows_shows_every_rule(files, capsys):
+    """--all prints one row per cell and rule, including ok and not-compared ones."""
+    base, cur = files([record()], [record()])
+    assert main([base, cur, "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "final_loss" in out and "activation_bytes" in out and "absent in baseline and current" in out
+
+
+def test_last_record_per_cell_wins(files):
+    """A cell rerun in the baseline file is judged by its last record."""
+    base, cur = files([record(status="diverged"), record()], [record(status="diverged")])
+    assert main([base, cur]) == 1
+    base, cur = files([record(), record(status="diverged")], [record(status="diverged")])
+    assert main([base, cur]) == 0
+
+
+def test_cells_of_one_file_are_listed(files, capsys):
+    """Cells of one side only are listed, not regressions unless --missing-is-regression."""
+    base, cur = files([record(), record("vit-sgd-accum")], [record(), record("llm-sgd-accum")])
+    assert main([base, cur]) == 0
+    out = capsys.readouterr().out
+    assert "only in baseline: vit-sgd-accum" in out and "only in current: llm-sgd-accum" in out
+    assert out.strip().endswith("1 cell compared, 1 only in baseline, 1 only in current")
+    assert main([base, cur, "--missing-is-regression"]) == 1
+    assert re.search(r"vit-sgd-accum\s+presence\s+present\s+missing\s+regression", capsys.readouterr().out)
+
+
+def test_missing_file_exits_2_with_the_path(tmp_path, capsys):
+    """A baseline that does not exist: exit 2, its path on stderr."""
+    cur = write(tmp_path / "cur.jsonl", record())
+    missing = tmp_path / "nope" / "base.jsonl"
+    assert main([str(missing), cur]) == 2
+    assert f"results file not found: {missing}" in capsys.readouterr().err
+
+
+def test_malformed_files(tmp_path, capsys):
+    """Garbage only → 2; garbage among good lines → a warning, or 2 under --strict."""
+    cur = write(tmp_path / "cur.jsonl", record())
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("not json\n{\"cell\": 1}\n")
+    assert main([str(garbage), cur]) == 2
+    assert "no readable record" in capsys.readouterr().err
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage\n")
+    assert main([str(binary), cur]) == 2
+    mixed = write(tmp_path / "mixed.jsonl", record())
+    with open(mixed, "a") as handle:
+        handle.write("{truncated\n")
+    assert main([mixed, cur]) == 0
+    assert f"warning: {mixed}: skipped 1 unreadable line: {mixed}:2:" in capsys.readouterr().out
+    assert main([mixed, cur, "--strict"]) == 2
+    assert "unreadable line under --strict" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main([str(empty), cur]) == 2
+
+
+def test_mismatched_profile_or_seed_exits_2(files, capsys):
+    """Another profile or seed makes the inputs unusable, unless --allow-mismatch (then a warning)."""
+    base, cur = files([record()], [record(profile="small")])
+    assert main([base, cur]) == 2
+    assert "profile differs: tiny (baseline) vs small (current) (1 cell: llm-adam-standard)" in capsys.readouterr().err
+    base, cur = files([record()], [record(seed=1)])
+    assert main([base, cur]) == 2
+    assert main([base, cur, "--allow-mismatch"]) == 0
+    assert "warning: seed differs" in capsys.readouterr().out
+
+
+def test_no_cell_in_common_exits_2(files, capsys):
+    """Disjoint files have nothing to compare: exit 2."""
+    base, cur = files([record()], [record("vit-sgd-accum")])
+    assert main([base, cur]) == 2
+    assert "no cell in common" in capsys.readouterr().err
+
+
+def test_other_device_kind_is_a_warning(files, capsys):
+    """cpu vs cuda:0 is compared, with a warning line."""
+    base, cur = files([record()], [record(device="cuda:0")])
+    assert main([base, cur]) == 0
+    assert "warning: device differs: cpu (baseline) vs cuda (current)" in capsys.readouterr().out
+
+
+def test_markdown_is_a_valid_table(files, tmp_path, capsys):
+    """--markdown: a header, a separator row, and rows with as many cells; --output writes it."""
+    base, cur = files([record(), record("vit-sgd-accum")],
+                      [record(status="error", detail="boom | bang"), record("vit-sgd-accum", seconds=(3, 3, 3))])
+    out_file = tmp_path / "report" / "gate.md"
+    assert main([base, cur, "--markdown", "--output", str(out_file)]) == 1
+    assert capsys.readouterr().out.strip() == "2 regressions in 2 cells, 0 improvements, 2 cells compared"
+    table = [line for line in out_file.read_text().splitlines() if line.startswith("|")]
+    assert table[0] == "| cell | metric | before | after | change | verdict | note |"
+    assert re.fullmatch(r"\|(---\|){7}", table[1])
+    # Escaped pipes do not split a cell.
+    assert all(len(re.findall(r"(?<!\\)\|", line)) == 8 for line in table) and len(table) == 4
+
+
+def test_rule_overrides_on_the_command_line(files, capsys):
+    """--rule and --time-ratio change a verdict; --ignore drops a metric; bad ones exit 2."""
+    base, cur = files([record()], [record(final_loss=1.51)])
+    assert main([base, cur]) == 1
+    assert main([base, cur, "--rule", "final_loss:rtol=0.01"]) == 1  # mean_loss still regresses
+    assert main([base, cur, "--rule", "*_loss:rtol=0.01"]) == 0
+    assert main([base, cur, "--loose"]) == 0
+    base, cur = files([record()], [record(seconds=(1.2, 1.2, 1.2))])
+    assert main([base, cur, "--time-ratio", "1.1"]) == 1
+    assert main([base, cur, "--time-ratio", "1.1", "--ignore", "time_per_epoch"]) == 0
+    capsys.readouterr()
+    assert main([base, cur, "--rule", "final_loss=0.1"]) == 2
+    assert "expected METRIC:KEY=VALUE" in capsys.readouterr().err
+    assert main([base, cur, "--ignore", "speed"]) == 2
+
+
+def test_python_dash_m_runs_the_gate(files):
+    """`python -m gradeff.compare BASELINE CURRENT` exits with the gate's code."""
+    base, cur = files([record()], [record(status="oom")])
+    done = subprocess.run([sys.executable, "-m", "gradeff.compare", base, cur], capture_output=True, text=True)
+    assert done.returncode == 1 and "ok → oom" in done.stdout
+
+
+SLEEP_PER_FORWARD_S = 0.1  # × 8 forward passes per tiny llm epoch: +0.8 s on ≈ 0.1 s epochs
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test: on a small shared CPU, spinning OpenMP threads make a
+    tiny epoch swing from 0.08 s to 3 s whenever a neighbour runs; one thread stays near 0.08 s."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_real_injected_slowdown_is_flagged(tmp_path, monkeypatch, capsys):
+    """A real tiny cell rerun unchanged keeps its exact losses; a sleep in forward is a time_per_epoch regression."""
+    cell, config = Cell("llm", "sgd", "standard"), RunConfig(profile="tiny", seed=0, epochs=3, device="cpu")
+    base = write(tmp_path / "base.jsonl", run_cell(cell, config))
+    rerun = write(tmp_path / "rerun.jsonl", run_cell(cell, config))
+
+    # Seeded CPU runs are deterministic: the loss rows match to the last digit shown.
+    assert main([base, rerun, "--all", "--ignore", "time_per_epoch"]) == 0
+    rows = capsys.readouterr().out
+    assert re.search(r"final_loss\s+(\S+)\s+\1\s+\+0%\s+ok", rows) and re.search(r"mean_loss\s+(\S+)\s+\1\s+", rows)
+    # Time under the default rule: not asserted, as other processes share this machine's CPUs.
+    main([base, rerun])
+    unchanged = capsys.readouterr().out
+
+    original = runner.build_model
+
+    def slow_build(*args, **kwargs):
+        model = original(*args, **kwargs)
+        model.register_forward_pre_hook(lambda module, inputs: time.sleep(SLEEP_PER_FORWARD_S))
+        return model
+
+    monkeypatch.setattr(runner, "build_model", slow_build)
+    slow = write(tmp_path / "slow.jsonl", run_cell(cell, config))
+    assert main([base, slow]) == 1
+    gate = capsys.readouterr().out
+    assert re.search(r"llm-sgd-standard\s+time_per_epoch\s.*\sregression", gate)
+    assert "1 regression in 1 cell" in gate  # the sleep changes no number: losses stay identical
+    print(f"--- unchanged rerun, default rules ---\n{unchanged}--- injected slowdown ---\n{gate}")
