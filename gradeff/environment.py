@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import sys
 from functools import cache
+from pathlib import Path
 
-__all__ = ["environment"]
+__all__ = ["code_version", "environment"]
 
 
 def _cpu_model() -> str:
@@ -19,6 +21,22 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+@cache
+def code_version() -> str:
+    """``<version>+<hash>``: gradeff's version and the first 12 hex digits of a hash of its sources.
+
+    Works without git (an installed copy, a tarball); two checkouts with the same code agree.
+    """
+    import gradeff
+
+    package = Path(gradeff.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode())
+        digest.update(path.read_bytes())
+    return f"{gradeff.__version__}+{digest.hexdigest()[:12]}"
 
 
 @cache

@@ -17,7 +17,7 @@ from gradeff.grid import cells
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
-from gradeff.results import append_record, read_records
+from gradeff.results import FINAL_STATUSES, append_record, read_records
 from gradeff.strategies import STRATEGIES
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
@@ -68,6 +68,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="sampling rate of the RAM and GPU meters (default 10)")
     group.addoption("--gradeff-grid-intensity", type=_positive_float, default=400.0, metavar="GCO2_PER_KWH",
                     help="grid carbon intensity for CO2-equivalent figures (default 400 g/kWh)")
+    group.addoption("--gradeff-resume", action="store_true",
+                    help="skip cells that already have a final record (ok, diverged, oom, skipped) in the results "
+                         "file for the same profile, seed, epochs and code version")
+    group.addoption("--gradeff-memory-budget", type=_positive_int, default=None, metavar="BYTES",
+                    help="end a cell as oom when its activation + optimizer-state bytes exceed BYTES "
+                         "(an out-of-memory test on any device)")
+    group.addoption("--gradeff-allow-hub", action="store_true",
+                    help="allow Hugging Face hub access (off by default: runs never download anything)")
+    group.addoption("--gradeff-baseline", default=None, metavar="PATH",
+                    help="compare this session's cells with a baseline results file after the summary and fail "
+                         "the session on a regression (see `gradeff compare`)")
+    group.addoption("--gradeff-compare-args", default="", metavar="ARGS",
+                    help="extra `gradeff compare` options for --gradeff-baseline, e.g. \"--time-ratio 3\"")
     group.addoption("--gradeff-results", default=DEFAULT_RESULTS, metavar="PATH",
                     help=f"JSON-lines file each cell's record is appended to (default {DEFAULT_RESULTS})")
 
@@ -92,7 +105,30 @@ def _validate_results_path(path: Path) -> None:
         raise pytest.UsageError(f"--gradeff-results {path}: not writable")
 
 
+def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -> dict[str, str]:
+    """Cells with a final record for this profile, seed, epoch count and code version → status."""
+    from gradeff.environment import code_version
+    from gradeff.hparams import hparams_for
+
+    if not path.exists():
+        return {}
+    version = code_version()
+    settled = {}
+    for record in read_records(path, errors=[]):
+        if record.model not in MODELS:
+            continue
+        wanted_epochs = epochs if epochs is not None else hparams_for(record.model, profile).epochs
+        if (record.status in FINAL_STATUSES and record.profile == profile and record.seed == seed
+                and record.code_version == version and record.hparams.get("epochs") == wanted_epochs):
+            settled[record.cell] = record.status
+    return settled
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("gradeff_allow_hub"):
+        # Models are built from configs or local folders; nothing may reach for a hub mid-run.
+        for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+            os.environ.setdefault(variable, "1")
     for key, spec in MODELS.items():
         config.addinivalue_line("markers", f"{key}: cells of the {spec.name} model")
     for family in sorted({spec.family for spec in MODELS.values()}):
@@ -112,6 +148,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "seed": config.getoption("gradeff_seed"), "device": device, "results": results, "session": session,
         "sample_hz": config.getoption("gradeff_sample_hz"),
         "grid_intensity": config.getoption("gradeff_grid_intensity"),
+        "memory_budget": config.getoption("gradeff_memory_budget"),
+        "settled": _settled_cells(results, profile=config.getoption("gradeff_profile"),
+                                  seed=config.getoption("gradeff_seed"), epochs=config.getoption("gradeff_epochs"))
+        if config.getoption("gradeff_resume") else {},
     }
 
 
@@ -172,7 +212,8 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
     settings = request.config.stash[_CONFIG]
     config = RunConfig(profile=settings["profile"], seed=settings["seed"], epochs=settings["epochs"],
                        device=settings["device"], session=settings["session"],
-                       meters=MeterSettings(hz=settings["sample_hz"], grid_gco2_per_kwh=settings["grid_intensity"]))
+                       meters=MeterSettings(hz=settings["sample_hz"], grid_gco2_per_kwh=settings["grid_intensity"]),
+                       memory_budget=settings["memory_budget"])
     _share_cores_between_workers()
 
     def timer(epoch_fn, rounds):
@@ -187,9 +228,16 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
     def run(model: str, optimizer: str, strategy: str):
         for registry, key in ((MODELS, model), (OPTIMIZERS, optimizer), (STRATEGIES, strategy)):
             registry[key]
+        cell = Cell(model, optimizer, strategy)
+        if cell.id in settings["settled"]:
+            pytest.skip(f"--gradeff-resume: already recorded as {settings['settled'][cell.id]} "
+                        f"in {settings['results']}")
         benchmark.group = model
-        record = run_cell(Cell(model, optimizer, strategy), config, timer=timer)
+        record = run_cell(cell, config, timer=timer)
         append_record(settings["results"], record)
+        if record.status == "interrupted":
+            # The running cell is on file; now stop the session the way Ctrl-C always does.
+            raise KeyboardInterrupt
         benchmark.extra_info.update(cell=record.cell, status=record.status, record=record.to_json())
         return record
 
@@ -204,15 +252,50 @@ def _fmt(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def _session_records(settings: dict, errors: list[str]) -> list:
+    if not settings["results"].exists():
+        return []
+    return [r for r in read_records(settings["results"], errors=errors) if r.session == settings["session"]]
+
+
+_GATE = pytest.StashKey[tuple[int, str]]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """--gradeff-baseline: run the regression gate on this session's cells; a regression fails the session."""
+    config = session.config
+    baseline = config.getoption("gradeff_baseline", None)
+    if baseline is None or getattr(config, "workerinput", None) is not None:
+        return
+    import contextlib
+    import io
+    import shlex
+
+    from gradeff.compare import main as compare_main
+
+    settings = config.stash[_CONFIG]
+    records = _session_records(settings, [])
+    # This session's records, as a file of their own: the gate's "current", and a handy artifact.
+    current = settings["results"].with_name("last-session.jsonl")
+    current.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = compare_main([baseline, str(current), *shlex.split(config.getoption("gradeff_compare_args"))])
+    config.stash[_GATE] = (code, out.getvalue() + err.getvalue())
+    if code != 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     """One row per cell this session ran: status, loss first → last (floor), seconds per epoch."""
     if getattr(config, "workerinput", None) is not None:
         return
     settings = config.stash.get(_CONFIG, None)
-    if settings is None or not settings["results"].exists():
+    if settings is None:
         return
     errors: list[str] = []
-    records = [r for r in read_records(settings["results"], errors=errors) if r.session == settings["session"]]
+    records = _session_records(settings, errors)
     if not records:
         return
     write = terminalreporter.write_line
@@ -240,3 +323,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         write(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")
     for message in errors:
         write(f"unreadable line skipped: {message}")
+    gate = config.stash.get(_GATE, None)
+    if gate is not None:
+        code, text = gate
+        verdict = {0: "no regression", 1: "REGRESSION"}.get(code, "unusable input")
+        terminalreporter.section(f"gradeff compare with {config.getoption('gradeff_baseline')}: {verdict}")
+        for line in text.rstrip().splitlines():
+            write(line)

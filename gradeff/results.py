@@ -14,14 +14,17 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = [
-    "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord", "Summary", "append_record", "cell_id",
+    "FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord", "Summary", "append_record", "cell_id",
     "read_records",
 ]
 
 SCHEMA_VERSION = 1
-# ok: trained all epochs · diverged: NaN/Inf loss · oom: out of memory · error: any other failure ·
-# skipped: the cell is incompatible (the reason is in ``detail``).
-STATUSES = ("ok", "diverged", "oom", "error", "skipped")
+# ok: trained all epochs · diverged: NaN/Inf loss · oom: out of memory (or over the memory budget) ·
+# error: any other failure · skipped: the cell is incompatible (the reason is in ``detail``) ·
+# interrupted: stopped by Ctrl-C.
+STATUSES = ("ok", "diverged", "oom", "error", "skipped", "interrupted")
+# Statuses that settle a cell: ``--gradeff-resume`` keeps them and re-runs the others.
+FINAL_STATUSES = ("ok", "diverged", "oom", "skipped")
 
 
 def cell_id(model: str, optimizer: str, strategy: str) -> str:
@@ -93,6 +96,8 @@ class CellRecord:
         environment: versions, device and CPU of the machine.
         meters: measurements of the meters (RAM, GPU, energy, memory breakdown), by meter.
         session: id of the pytest session (or run) that produced the record.
+        code_version: gradeff's version and a hash of its source, so a resumed run never mixes
+            results of different code.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -113,6 +118,7 @@ class CellRecord:
     environment: dict = field(default_factory=dict)
     meters: dict = field(default_factory=dict)
     session: str = ""
+    code_version: str = ""
     started_at: float = 0.0
     finished_at: float = 0.0
 

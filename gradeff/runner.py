@@ -19,17 +19,19 @@ from functools import lru_cache
 import torch
 
 from gradeff.data import Dataset, make_dataset
-from gradeff.environment import environment
+from gradeff.environment import code_version, environment
 from gradeff.grid import Cell, incompatibility
 from gradeff.hparams import HParams, hparams_for
 from gradeff.loop import Diverged, TrainState, optimizer_step, train_epoch, warm_up
 from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
+from gradeff.meters import ActivationCounter, trainable_parameter_bytes
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, enable_checkpointing, micro_batches_per_step
 
-__all__ = ["DEVICES", "EpochTimer", "RunConfig", "prepare_state", "resolve_device", "run_cell"]
+__all__ = ["DEVICES", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "prepare_state", "resolve_device",
+           "run_cell"]
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -52,6 +54,11 @@ class RunConfig:
     device: str = "auto"
     session: str = ""
     meters: MeterSettings = MeterSettings()
+    memory_budget: int | None = None
+
+
+class MemoryBudgetExceeded(RuntimeError):
+    """A cell needs more memory than ``--gradeff-memory-budget`` allows: recorded as ``oom``."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -112,6 +119,24 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def _check_budget(state: TrainState, optimizer_key: str, budget: int | None) -> None:
+    """Warm up under the activation counter and refuse a cell that would exceed the budget.
+
+    Activation bytes are measured on the warm-up pass (one micro-batch, strategy applied);
+    optimizer-state bytes follow the optimizer's state law (state tensors × trainable bytes),
+    which the meters' tests prove exact up to step counters.
+    """
+    with ActivationCounter(state.model) as counter:
+        warm_up(state)
+    if budget is None:
+        return
+    state_bytes = OPTIMIZERS[optimizer_key].state_per_param * trainable_parameter_bytes(state.model)
+    needed = counter.saved_bytes + state_bytes
+    if needed > budget:
+        raise MemoryBudgetExceeded(f"activations {counter.saved_bytes} B + optimizer state {state_bytes} B = "
+                                   f"{needed} B exceed the memory budget of {budget} B")
+
+
 def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) -> CellRecord:
     """Train one cell and return its record, whatever happens.
 
@@ -122,7 +147,8 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
             wrapper to time each epoch as a benchmark round.
 
     Returns:
-        A record with status ``ok``, ``diverged``, ``oom``, ``error`` or ``skipped``.
+        A record with status ``ok``, ``diverged``, ``oom``, ``error``, ``skipped`` or
+        ``interrupted`` (Ctrl-C during the cell: the caller records it, then stops the run).
     """
     started = time.time()
     hp = hparams_for(cell.model, config.profile, epochs=config.epochs)
@@ -137,7 +163,7 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
             status, detail = "skipped", reason
         else:
             state = prepare_state(cell, config, hp, device)
-            warm_up(state)
+            _check_budget(state, cell.optimizer, config.memory_budget)
             timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs)
             # One more step, after the timed epochs, under the activation counter: the breakdown
             # costs the measured epochs nothing.
@@ -145,8 +171,11 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
                                       lambda: optimizer_step(state, state.step_groups(0)[0]))
     except Diverged as exc:
         status, detail, failed_step = "diverged", str(exc), exc.step
-    except torch.cuda.OutOfMemoryError as exc:
+    except (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded) as exc:
         status, detail = "oom", str(exc).splitlines()[0]
+        failed_step = state.global_step + 1 if state is not None else None
+    except KeyboardInterrupt:
+        status, detail = "interrupted", "interrupted by the user (Ctrl-C)"
         failed_step = state.global_step + 1 if state is not None else None
     except Exception as exc:  # any other failure is a finding about this cell, not the session's end
         frame = traceback.extract_tb(exc.__traceback__)[-1]
@@ -163,6 +192,7 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         failed_step=failed_step, epochs=epochs, summary=Summary.of(list(epochs), finished - started),
         loss_floor=state.dataset.loss_floor if state is not None else None,
         hparams=asdict(hp), environment=environment(str(device)), meters=meters, session=config.session,
+        code_version=code_version(),
         started_at=started, finished_at=finished,
     )
     del state

@@ -75,3 +75,23 @@ def test_unwritable_results_path_is_a_usage_error(grid_pytester, tmp_path):
     outcome = grid_pytester.runpytest(*PLUGIN, f"--gradeff-results={blocker}/r.jsonl")
     assert outcome.ret == pytest.ExitCode.USAGE_ERROR
     outcome.stderr.fnmatch_lines(["*--gradeff-results*cannot create its folder*"])
+
+
+def test_baseline_gate_fails_the_session_on_a_regression(grid_pytester):
+    """--gradeff-baseline: same loss passes; a baseline with a better loss makes the session fail."""
+    results = grid_pytester.path / "r.jsonl"
+    args = (*PLUGIN, "-k", "llm-sgd-standard", "--gradeff-epochs", "1", f"--gradeff-results={results}",
+            "--benchmark-disable", "--gradeff-compare-args=--ignore time_per_epoch")
+    grid_pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    baseline = grid_pytester.path / "baseline.jsonl"
+    baseline.write_text(results.read_text())
+    same = grid_pytester.runpytest_subprocess(*args, f"--gradeff-baseline={baseline}")
+    assert same.ret == 0
+    same.stdout.fnmatch_lines(["*gradeff compare with*: no regression*"])
+    record = json.loads(baseline.read_text())
+    record["summary"]["final_loss"] *= 0.9
+    better = grid_pytester.path / "better.jsonl"
+    better.write_text(json.dumps(record) + "\n")
+    worse = grid_pytester.runpytest_subprocess(*args, f"--gradeff-baseline={better}")
+    assert worse.ret == pytest.ExitCode.TESTS_FAILED
+    worse.stdout.fnmatch_lines(["*gradeff compare with*: REGRESSION*", "*final_loss*regression*"])

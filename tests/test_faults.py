@@ -1,0 +1,96 @@
+"""Fault injection: kill, interrupt, out of memory, bad results lines — nothing finished is lost."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gradeff.grid import Cell
+from gradeff.results import read_records
+from gradeff.runner import RunConfig, run_cell
+
+
+def _start_grid(directory: Path, results: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "gradeff.pytest_plugin", "-p", "no:cacheprovider", "-q",
+         f"--gradeff-results={results}", *args, str(directory / "test_grid.py")],
+        cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # A session of its own, so the signal reaches pytest alone and not this test run.
+        start_new_session=True,
+    )
+
+
+def _wait_for_records(path: Path, count: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended before {count} records:\n{proc.stdout.read()}")
+        time.sleep(0.05)
+    raise AssertionError(f"no {count} records after {timeout} s")
+
+
+def test_sigkill_then_resume_records_every_cell_exactly_once(grid_pytester):
+    """SIGKILL mid-grid, then --gradeff-resume: each of the 3 cells has exactly one final record."""
+    results = grid_pytester.path / "r.jsonl"
+    args = ("-k", "vit and sgd", "--gradeff-epochs", "3")
+    proc = _start_grid(grid_pytester.path, results, *args)
+    _wait_for_records(results, 1, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = Counter(r.cell for r in read_records(results))
+    assert 1 <= sum(before.values()) < 3
+    resumed = _start_grid(grid_pytester.path, results, *args, "--gradeff-resume", "-rs")
+    output = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, output
+    assert "already recorded as ok" in output
+    after = Counter(r.cell for r in read_records(results))
+    assert after == Counter({"vit-sgd-standard": 1, "vit-sgd-checkpoint": 1, "vit-sgd-accum": 1})
+
+
+def test_sigint_records_the_running_cell_as_interrupted(grid_pytester):
+    """Ctrl-C mid-cell: that cell is recorded as interrupted, the summary prints, the file stays valid."""
+    results = grid_pytester.path / "r.jsonl"
+    proc = _start_grid(grid_pytester.path, results, "-k", "vit and adam and not adamw", "--gradeff-epochs", "40")
+    _wait_for_records(results, 1, proc)
+    time.sleep(1.0)  # well inside the second cell's 40 epochs
+    os.killpg(proc.pid, signal.SIGINT)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    records = list(read_records(results))  # raises on any broken line
+    assert [r.status for r in records] == ["ok", "interrupted"]
+    assert records[1].failed_step is not None and records[1].detail.startswith("interrupted")
+    assert "gradeff: 2 cells" in output
+
+
+def test_memory_budget_turns_a_cell_into_oom():
+    """Under a budget below its activation + state bytes a cell ends oom at step 1; above it, ok."""
+    tight = run_cell(Cell("llm", "adam", "standard"), RunConfig(epochs=1, device="cpu", memory_budget=10**6))
+    assert tight.status == "oom" and tight.failed_step == 1 and "memory budget" in tight.detail
+    roomy = run_cell(Cell("llm", "adam", "standard"), RunConfig(epochs=1, device="cpu", memory_budget=10**9))
+    assert roomy.status == "ok"
+
+
+def test_memory_budget_separates_checkpointing_from_standard():
+    """A budget between the two fits the checkpointed cell and not the standard one."""
+    standard = run_cell(Cell("llm", "sgd", "standard"), RunConfig(epochs=1, device="cpu"))
+    checkpoint = run_cell(Cell("llm", "sgd", "checkpoint"), RunConfig(epochs=1, device="cpu"))
+    budget = (standard.meters["memory"]["activation_bytes"] + checkpoint.meters["memory"]["activation_bytes"]) // 2
+    config = RunConfig(epochs=1, device="cpu", memory_budget=budget)
+    assert run_cell(Cell("llm", "sgd", "standard"), config).status == "oom"
+    assert run_cell(Cell("llm", "sgd", "checkpoint"), config).status == "ok"
+
+
+def test_runs_are_offline_by_default(grid_pytester):
+    """The plugin switches the Hugging Face hub off unless --gradeff-allow-hub is given."""
+    grid_pytester.makepyfile(test_env="import os\n\ndef test_offline():\n    assert os.environ['HF_HUB_OFFLINE'] == '1'\n")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "gradeff.pytest_plugin", "-q", "test_env.py"],
+                          cwd=grid_pytester.path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
