@@ -81,6 +81,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "the session on a regression (see `gradeff compare`)")
     group.addoption("--gradeff-compare-args", default="", metavar="ARGS",
                     help="extra `gradeff compare` options for --gradeff-baseline, e.g. \"--time-ratio 3\"")
+    group.addoption("--gradeff-report", default=None, metavar="PATH",
+                    help="write the HTML report of this session's cells to PATH at the end (a .csv PATH writes the "
+                         "flat table)")
     group.addoption("--gradeff-results", default=DEFAULT_RESULTS, metavar="PATH",
                     help=f"JSON-lines file each cell's record is appended to (default {DEFAULT_RESULTS})")
 
@@ -323,6 +326,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         write(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")
     for message in errors:
         write(f"unreadable line skipped: {message}")
+    report = config.getoption("gradeff_report", None)
+    if report is not None:
+        from gradeff.report import write_report
+
+        path = write_report(records, report, skipped_lines=errors, sources=[str(settings["results"])])
+        write(f"report: {path.resolve()}")
     gate = config.stash.get(_GATE, None)
     if gate is not None:
         code, text = gate

@@ -139,6 +139,8 @@ class CellRecord:
         Raises:
             ValueError: the schema version is not this code's, or a field is missing or unknown.
         """
+        if not isinstance(data, dict):
+            raise ValueError(f"a record is a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ValueError(f"record schema version {version!r}; this gradeff reads version {SCHEMA_VERSION}")

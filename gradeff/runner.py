@@ -195,6 +195,6 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         code_version=code_version(),
         started_at=started, finished_at=finished,
     )
-    del state
+    state = None  # the cell's model and optimizer are released before the next cell
     _release(device)
     return record

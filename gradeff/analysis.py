@@ -1,0 +1,346 @@
+"""Analysis of cell records: metrics, best configurations, strategy ratios, Pareto frontiers, recommendations.
+
+Pure functions over :class:`~gradeff.results.CellRecord` values, in raw units; no formatting and no I/O
+(that is :mod:`gradeff.report`'s job). Only cells that ended ``ok`` compete for "best": a diverged
+run's last loss or an out-of-memory run's short time is not a result to recommend. Missing
+measurements are ``None`` and never compete either.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from gradeff.formatting import as_number
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.results import CellRecord
+from gradeff.strategies import STRATEGIES
+
+__all__ = [
+    "MEMORY_METRICS", "METRICS", "OBJECTIVES", "Metric", "Recommendation", "best_by_model", "best_cell",
+    "best_value", "comparable", "latest_records", "memory_metric_for", "meter_value", "metric_value",
+    "order_keys", "pareto_cells", "pareto_front", "recommendations", "sort_records", "strategy_ratios",
+    "tally_wins", "training_memory_bytes",
+]
+
+K = TypeVar("K", bound=Hashable)
+
+
+def meter_value(record: CellRecord, meter: str, name: str) -> float | None:
+    """One number from ``record.meters[meter][name]``, or ``None`` if absent, ``None`` or not a finite number.
+
+    Older records have empty or partial ``meters``, so nothing here may assume a key exists.
+    """
+    section = record.meters.get(meter) if isinstance(record.meters, Mapping) else None
+    if not isinstance(section, Mapping):
+        return None
+    return as_number(section.get(name))
+
+
+def training_memory_bytes(record: CellRecord) -> float | None:
+    """Parameters + gradients + optimizer state + activations saved for backward (bytes), or ``None``.
+
+    This is the memory the optimizer and strategy choices change, measured the same way on any
+    device; it is ``None`` unless all four parts were measured, since a partial sum would flatter
+    the cell that is missing a part.
+    """
+    parts = [meter_value(record, "memory", name) for name in
+             ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")]
+    return None if any(part is None for part in parts) else sum(parts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Metric:
+    """A number read from a record, and which way is better.
+
+    Attributes:
+        key: identifier (``final_loss``).
+        label: column / axis title.
+        unit: formatting unit (see :func:`gradeff.formatting.format_value`).
+        goal: ``"min"`` or ``"max"``: which end of the scale wins.
+        paper: which tables of the main paper show this metric (``""`` if none).
+        extract: record → raw value or ``None``.
+    """
+
+    key: str
+    label: str
+    unit: str
+    goal: str
+    paper: str
+    extract: Callable[[CellRecord], float | None]
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether value ``a`` beats value ``b`` strictly."""
+        return a < b if self.goal == "min" else a > b
+
+
+def _summary(name: str) -> Callable[[CellRecord], float | None]:
+    return lambda record: as_number(getattr(record.summary, name, None))
+
+
+def _meter(meter: str, name: str) -> Callable[[CellRecord], float | None]:
+    return lambda record: meter_value(record, meter, name)
+
+
+METRICS: dict[str, Metric] = {m.key: m for m in (
+    Metric(key="mean_loss", label="Mean loss over the run", unit="loss", goal="min", paper="Tables 4–7",
+           extract=_summary("mean_loss")),
+    Metric(key="final_loss", label="Final loss", unit="loss", goal="min", paper="Table 2, Figure 4",
+           extract=_summary("final_loss")),
+    Metric(key="epoch_seconds", label="Time per epoch", unit="seconds", goal="min", paper="Tables 16–19",
+           extract=_summary("mean_epoch_seconds")),
+    Metric(key="gpu_util", label="GPU utilization (mean)", unit="percent", goal="max", paper="Tables 8–11",
+           extract=_meter("gpu", "util_mean_percent")),
+    Metric(key="ram_peak", label="Peak RAM (process RSS)", unit="bytes", goal="min", paper="Tables 12–15",
+           extract=_meter("ram", "peak_rss_bytes")),
+    Metric(key="ram_percent", label="Peak system RAM use", unit="percent", goal="min", paper="Tables 12–14",
+           extract=_meter("ram", "peak_system_percent")),
+    Metric(key="gpu_mem", label="Peak GPU memory (NVML)", unit="bytes", goal="min", paper="Figure 3",
+           extract=_meter("gpu", "mem_used_peak_bytes")),
+    Metric(key="gpu_alloc", label="Peak GPU memory (torch allocator)", unit="bytes", goal="min", paper="",
+           extract=_meter("gpu", "alloc_peak_bytes")),
+    Metric(key="activation", label="Activation memory (saved for backward)", unit="bytes", goal="min",
+           paper="", extract=_meter("memory", "activation_bytes")),
+    Metric(key="train_memory", label="Training memory (params + grads + state + activations)", unit="bytes",
+           goal="min", paper="", extract=training_memory_bytes),
+    Metric(key="energy", label="Energy", unit="joules", goal="min", paper="", extract=_meter("energy", "joules")),
+)}
+
+# The memory a recommendation minimises, best source first: what the GPU allocator actually held,
+# else the device-independent breakdown, else the process RSS (noisy, but something).
+MEMORY_METRICS = ("gpu_alloc", "train_memory", "ram_peak")
+
+# objective → metric key; "memory" is resolved per model by ``memory_metric_for``.
+OBJECTIVES: dict[str, str] = {"loss": "final_loss", "time": "epoch_seconds", "memory": "", "energy": "energy"}
+
+
+def metric_value(record: CellRecord, metric: str | Metric) -> float | None:
+    """The raw value of ``metric`` for ``record`` (``None`` when not measured).
+
+    Args:
+        record: a cell record.
+        metric: a key of :data:`METRICS` or a :class:`Metric`.
+
+    Returns:
+        A finite float, or ``None``.
+    """
+    metric = METRICS[metric] if isinstance(metric, str) else metric
+    return metric.extract(record)
+
+
+def comparable(record: CellRecord) -> bool:
+    """Whether ``record`` may compete for best: only cells that trained every epoch (``ok``)."""
+    return record.status == "ok"
+
+
+def latest_records(records: Iterable[CellRecord]) -> tuple[list[CellRecord], int]:
+    """One record per cell: the last one read wins (a re-run replaces the earlier result).
+
+    Args:
+        records: records in reading order (files in the order given, lines in file order).
+
+    Returns:
+        The kept records, in order of each cell's first appearance, and how many were superseded.
+    """
+    latest: dict[str, CellRecord] = {}
+    total = 0
+    for record in records:
+        total += 1
+        latest[record.cell] = record  # dict keeps the first insertion's position
+    return list(latest.values()), total - len(latest)
+
+
+def order_keys(keys: Iterable[str], registry: Iterable[str]) -> list[str]:
+    """Distinct ``keys`` in registry order, then keys the registry does not know, sorted.
+
+    Records may name models or optimizers this gradeff does not have (newer runs, hand edits); they
+    are kept rather than dropped.
+    """
+    present = set(keys)
+    known = [key for key in registry if key in present]
+    return known + sorted(present - set(known))
+
+
+def sort_records(records: Iterable[CellRecord]) -> list[CellRecord]:
+    """Records in grid order: model, optimizer, strategy, each in registry order (unknown keys last, sorted)."""
+    records = list(records)
+    ranks = [
+        {key: rank for rank, key in enumerate(order_keys((getattr(r, axis) for r in records), registry))}
+        for axis, registry in (("model", MODELS), ("optimizer", OPTIMIZERS), ("strategy", STRATEGIES))
+    ]
+    return sorted(records, key=lambda r: (ranks[0][r.model], ranks[1][r.optimizer], ranks[2][r.strategy]))
+
+
+def best_value(records: Iterable[CellRecord], metric: str | Metric) -> float | None:
+    """The best value of ``metric`` among comparable records, or ``None`` if none was measured."""
+    best = best_cell(records, metric)
+    return None if best is None else metric_value(best, metric)
+
+
+def best_cell(records: Iterable[CellRecord], metric: str | Metric) -> CellRecord | None:
+    """The comparable record with the best value of ``metric``; the first one wins a tie.
+
+    Args:
+        records: candidate records (usually one model's).
+        metric: a key of :data:`METRICS` or a :class:`Metric`.
+
+    Returns:
+        The winning record, or ``None`` if no ``ok`` record has the metric.
+    """
+    metric = METRICS[metric] if isinstance(metric, str) else metric
+    best, best_number = None, None
+    for record in records:
+        number = metric_value(record, metric) if comparable(record) else None
+        if number is not None and (best_number is None or metric.better(number, best_number)):
+            best, best_number = record, number
+    return best
+
+
+def _by_model(records: Iterable[CellRecord]) -> dict[str, list[CellRecord]]:
+    groups: dict[str, list[CellRecord]] = {}
+    for record in records:
+        groups.setdefault(record.model, []).append(record)
+    return groups
+
+
+def best_by_model(records: Iterable[CellRecord], metric: str | Metric) -> dict[str, CellRecord | None]:
+    """:func:`best_cell` for each model (paper Table 2 for ``final_loss``).
+
+    Returns:
+        model key → winning record, or ``None`` where no cell of the model has the metric.
+    """
+    return {model: best_cell(group, metric) for model, group in _by_model(records).items()}
+
+
+def strategy_ratios(
+    records: Iterable[CellRecord],
+    metric: str | Metric,
+    *,
+    numerator: str = "checkpoint",
+    denominator: str = "standard",
+) -> dict[tuple[str, str], float | None]:
+    """Ratio of a metric between two strategies, per model and optimizer (paper Table 3).
+
+    Args:
+        records: one record per cell.
+        metric: a key of :data:`METRICS` or a :class:`Metric`.
+        numerator: strategy on top (``checkpoint``: < 1 means checkpointing lowered the metric).
+        denominator: the reference strategy.
+
+    Returns:
+        ``(model, optimizer)`` → ratio, for every pair that has either strategy; ``None`` where a
+        side is missing, not ``ok``, unmeasured, or the denominator is zero.
+    """
+    cells: dict[tuple[str, str], dict[str, CellRecord]] = {}
+    for record in records:
+        if record.strategy in (numerator, denominator):
+            cells.setdefault((record.model, record.optimizer), {})[record.strategy] = record
+    ratios: dict[tuple[str, str], float | None] = {}
+    for pair, sides in cells.items():
+        top, bottom = sides.get(numerator), sides.get(denominator)
+        values = [metric_value(r, metric) if r is not None and comparable(r) else None for r in (top, bottom)]
+        ratios[pair] = None if None in values or values[1] == 0 else values[0] / values[1]
+    return ratios
+
+
+def pareto_front(points: Sequence[tuple[K, float, float]]) -> list[K]:
+    """Keys of the points no other point dominates, minimising both coordinates.
+
+    A point is dominated when another is no worse in both coordinates and strictly better in one;
+    identical points therefore all stay on the front.
+
+    Args:
+        points: ``(key, x, y)`` triples.
+
+    Returns:
+        The keys on the front, sorted by ``x`` then ``y``.
+    """
+    front = [
+        (x, y, key) for key, x, y in points
+        if not any(ox <= x and oy <= y and (ox < x or oy < y) for _, ox, oy in points)
+    ]
+    return [key for _, _, key in sorted(front, key=lambda item: (item[0], item[1]))]
+
+
+def pareto_cells(
+    records: Iterable[CellRecord], x: str = "epoch_seconds", y: str = "final_loss"
+) -> list[CellRecord]:
+    """The comparable records on the Pareto front of two metrics, both minimised (paper Figure 4).
+
+    Args:
+        records: one model's records.
+        x: metric on the horizontal axis (default time per epoch).
+        y: metric on the vertical axis (default final loss).
+
+    Returns:
+        Front records, fastest first. Records missing either metric take no part.
+    """
+    by_cell = {r.cell: r for r in records if comparable(r)}
+    points = [(cell, metric_value(r, x), metric_value(r, y)) for cell, r in by_cell.items()]
+    points = [p for p in points if p[1] is not None and p[2] is not None]
+    return [by_cell[cell] for cell in pareto_front(points)]
+
+
+def memory_metric_for(records: Iterable[CellRecord]) -> str | None:
+    """The first of :data:`MEMORY_METRICS` that some comparable record measured, else ``None``.
+
+    One model's cells are all compared on the same memory metric, never a mix.
+    """
+    records = [r for r in records if comparable(r)]
+    for key in MEMORY_METRICS:
+        if any(metric_value(r, key) is not None for r in records):
+            return key
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recommendation:
+    """The winning cell of one model for one objective.
+
+    Attributes:
+        model: model key.
+        objective: a key of :data:`OBJECTIVES`.
+        metric: the metric key compared (``None`` if the model has no measurement for it).
+        record: the winner, or ``None``.
+        value: the winner's raw value.
+    """
+
+    model: str
+    objective: str
+    metric: str | None
+    record: CellRecord | None
+    value: float | None
+
+
+def recommendations(records: Iterable[CellRecord]) -> dict[str, dict[str, Recommendation]]:
+    """Which optimizer + strategy wins loss, time, memory and energy, per model (paper Figure 1).
+
+    Args:
+        records: one record per cell.
+
+    Returns:
+        model key → objective → :class:`Recommendation`.
+    """
+    result: dict[str, dict[str, Recommendation]] = {}
+    for model, group in _by_model(records).items():
+        result[model] = {}
+        for objective, metric in OBJECTIVES.items():
+            metric = metric or memory_metric_for(group)
+            winner = best_cell(group, metric) if metric else None
+            value = metric_value(winner, metric) if winner is not None else None
+            result[model][objective] = Recommendation(model=model, objective=objective, metric=metric,
+                                                      record=winner, value=value)
+    return result
+
+
+def tally_wins(recs: Mapping[str, Mapping[str, Recommendation]]) -> tuple[Counter, Counter]:
+    """How often each optimizer and each strategy is a recommendation (the paper's "best paths").
+
+    Returns:
+        ``(optimizer wins, strategy wins)`` counters.
+    """
+    winners = [rec.record for per_model in recs.values() for rec in per_model.values() if rec.record]
+    return Counter(r.optimizer for r in winners), Counter(r.strategy for r in winners)

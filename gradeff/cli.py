@@ -1,0 +1,162 @@
+"""The ``gradeff`` command: ``gradeff report RESULTS… -o report.html``, ``gradeff compare``, ``gradeff list``.
+
+Exit codes: 0 success; 2 a results file is missing, unreadable or has no readable record, or the
+command line is wrong (argparse's convention); 1 the output cannot be written. Messages go to stderr and name the
+file (and line) at fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradeff.loading import LoadedResults
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_OUTPUT", "build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_OUTPUT = 1
+EXIT_BAD_INPUT = 2  # the same code argparse uses for a bad command line: "fix what you gave me"
+
+_AXES = ("models", "optimizers", "strategies")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand; each sets ``func`` to the function that runs it."""
+    parser = argparse.ArgumentParser(
+        prog="gradeff", description="Which optimizer and memory strategy for your model: reports on benchmark results.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    report = commands.add_parser(
+        "report", help="render results files as a self-contained HTML report (or a CSV table)",
+        description="Merge one or more JSON-lines results files (a later record of a cell replaces an earlier "
+                    "one) and write an HTML report with inline figures, or a flat CSV table.")
+    report.add_argument("results", nargs="+", metavar="RESULTS", help="results file(s) written by the grid")
+    report.add_argument("-o", "--output", help="output file, '-' for stdout (default: report.html / report.csv)")
+    report.add_argument("--format", choices=("html", "csv"),
+                        help="output format (default: csv if the output ends in .csv, else html)")
+    report.add_argument("--title", default="gradeff report", help="page title of the HTML report")
+    report.set_defaults(func=_run_report)
+
+    listing = commands.add_parser("list", help="list the registries' keys (models, optimizers, strategies)")
+    listing.add_argument("axis", nargs="?", choices=_AXES,
+                         help="print only this axis's keys, one per line (default: every axis, with names)")
+    listing.set_defaults(func=_run_list)
+
+    compare = commands.add_parser(
+        "compare", add_help=False, help="regression gate: compare a results file with a baseline (exit 1 on a "
+        "regression)", description="See `gradeff compare --help`.")
+    compare.add_argument("arguments", nargs=argparse.REMAINDER, help="BASELINE CURRENT [options]")
+    compare.set_defaults(func=_run_compare)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit code (the console script passes it to ``sys.exit``).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["compare"]:
+        # The gate parses its own options, --help included; argparse's REMAINDER would not pass
+        # an option-looking first argument through.
+        return _run_compare(argparse.Namespace(arguments=argv[1:]))
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    # The gate owns its options (gradeff.compare); imported here so `gradeff list` stays light.
+    from gradeff.compare import main as compare_main
+
+    return compare_main(args.arguments)
+
+
+def _error(message: str) -> None:
+    print(f"gradeff: error: {message}", file=sys.stderr)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    # Imported here: `gradeff list` and `--help` should not load jinja2 and the analysis.
+    from gradeff.loading import ResultsFileError, load_results
+
+    suffix_csv = bool(args.output) and args.output.lower().endswith(".csv")
+    if args.format == "html" and suffix_csv:
+        _error(f"{args.output} ends in .csv but --format is html; pass --format csv or another name")
+        return EXIT_BAD_INPUT
+    fmt = args.format or ("csv" if suffix_csv else "html")
+    output = args.output or f"report.{fmt}"
+    try:
+        loaded = load_results(args.results)
+    except ResultsFileError as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    for line in loaded.skipped_lines:
+        print(f"gradeff: warning: skipped unreadable line {line}", file=sys.stderr)
+
+    try:
+        if output == "-":
+            _write_stdout(fmt, args.title, loaded)
+        else:
+            _write_file(fmt, args.title, loaded, output)
+    except OSError as exc:
+        _error(f"cannot write {output}: {exc.strerror or exc}")
+        return EXIT_OUTPUT
+    if output != "-":
+        print(f"gradeff: wrote {output} ({len(loaded.records)} records from {len(loaded.sources)} file(s))",
+              file=sys.stderr)
+    return EXIT_OK
+
+
+def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str) -> None:
+    from pathlib import Path
+
+    from gradeff.report import write_report
+
+    path = Path(output)
+    if fmt == "csv" and path.suffix.lower() != ".csv":
+        # write_report picks CSV by suffix; an explicit --format csv wins over the file name.
+        from gradeff.report_csv import write_csv
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            write_csv(loaded.records, handle)
+        return
+    write_report(loaded.records, path, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title)
+
+
+def _write_stdout(fmt: str, title: str, loaded: LoadedResults) -> None:
+    if fmt == "csv":
+        from gradeff.report_csv import write_csv
+
+        write_csv(loaded.records, sys.stdout)
+        return
+    from gradeff.report import build_view, render_html
+
+    view = build_view(loaded.records, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title)
+    sys.stdout.write(render_html(view))
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    from gradeff.models import MODELS
+    from gradeff.optim import OPTIMIZERS
+    from gradeff.strategies import STRATEGIES
+
+    registries = dict(zip(_AXES, (MODELS, OPTIMIZERS, STRATEGIES), strict=True))
+    if args.axis:
+        print("\n".join(registries[args.axis]))
+        return EXIT_OK
+    for axis, registry in registries.items():
+        print(f"{axis}:")
+        width = max(map(len, registry))
+        for key, spec in registry.items():
+            print(f"  {key:<{width}}  {spec.name}")
+    return EXIT_OK

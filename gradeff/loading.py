@@ -1,0 +1,92 @@
+"""Read one or several results files for a report, keeping what is readable.
+
+A file that cannot be opened, is not text, or has no readable line at all is an error the user
+must fix (:class:`ResultsFileError`); a file with some corrupt lines (a run killed mid-write) still
+gives its other records, and the skipped lines are returned so the report can list them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gradeff.results import CellRecord
+
+__all__ = ["LoadedResults", "ResultsFileError", "load_results"]
+
+
+class ResultsFileError(Exception):
+    """A results file that cannot be used; the message names the file (and line where there is one)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedResults:
+    """Records of several files, in reading order.
+
+    Attributes:
+        records: every readable record (duplicates of a cell included; see ``analysis.latest_records``).
+        skipped_lines: ``path:line: reason`` for every unreadable line.
+        sources: the files read, as given.
+    """
+
+    records: tuple[CellRecord, ...]
+    skipped_lines: tuple[str, ...]
+    sources: tuple[str, ...]
+
+
+def load_results(paths: Iterable[str | Path]) -> LoadedResults:
+    """Read and merge results files.
+
+    Args:
+        paths: JSON-lines results files, in the order their records should be read (later records
+            of a cell replace earlier ones in a report).
+
+    Returns:
+        The records and skipped lines.
+
+    Raises:
+        ResultsFileError: a file is missing or unreadable, is not UTF-8 text, or has lines but
+            none of them is a readable record.
+    """
+    records: list[CellRecord] = []
+    skipped: list[str] = []
+    sources: list[str] = []
+    for path in paths:
+        path = str(path)
+        errors: list[str] = []
+        try:
+            found = list(_read(path, errors))
+        except FileNotFoundError:
+            raise ResultsFileError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise ResultsFileError(f"{path}: is a directory, not a results file") from None
+        except UnicodeDecodeError as exc:
+            raise ResultsFileError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
+        except OSError as exc:
+            raise ResultsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        if errors and not found:
+            # Not one good line: this is not a results file (or the wrong file), not a damaged one.
+            more = f" (and {len(errors) - 1} more bad lines)" if len(errors) > 1 else ""
+            raise ResultsFileError(f"no readable record in {path}; first bad line: {errors[0]}{more}")
+        records.extend(found)
+        skipped.extend(errors)
+        sources.append(path)
+    return LoadedResults(records=tuple(records), skipped_lines=tuple(skipped), sources=tuple(sources))
+
+
+def _read(path: str, errors: list[str]) -> Iterator[CellRecord]:
+    # Like results.read_records(errors=...), but a line holding valid JSON that is not an object
+    # (``[1]``, ``"x"``) or is nested absurdly deep is skipped too instead of ending the whole file.
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                if not isinstance(data, dict):
+                    raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+                yield CellRecord.from_dict(data)
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                errors.append(f"{path}:{number}: {exc}")

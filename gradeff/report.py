@@ -1,0 +1,218 @@
+"""Records → view model → HTML: the self-contained gradeff report.
+
+Everything the page shows is decided in Python: which cells, in which order, which one is best,
+how each number reads (units, ``n/a``, "diverged at step 37"). This module assembles the view
+(:mod:`gradeff.report_view`) from the tables (:mod:`gradeff.report_tables`), figures
+(:mod:`gradeff.report_figures`) and context (:mod:`gradeff.report_context`), and renders it with the
+Jinja templates in ``gradeff/report_templates/``, which only loop and print; they run with
+autoescape on and ``StrictUndefined``, so a field name typo fails a test instead of printing nothing.
+
+:func:`write_report` is the entry point for the pytest plugin and the CLI.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from functools import cache
+from pathlib import Path
+
+from gradeff import analysis
+from gradeff import report_context as context
+from gradeff import report_figures as figures
+from gradeff import report_tables as tables
+from gradeff.analysis import METRICS
+from gradeff.formatting import NA
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.report_view import (
+    SECTIONS, ModelView, ReportView, display_name, distinct_text, group_by_model, status_text,
+)
+from gradeff.results import CellRecord
+from gradeff.strategies import STRATEGIES
+
+__all__ = ["SECTIONS", "TEMPLATE", "build_view", "jinja_environment", "render_html", "status_text", "write_report"]
+
+TEMPLATE = "report.html.j2"
+
+
+def _slug(key: str, index: int) -> str:
+    # An HTML id from any model key (records may hold anything): index for uniqueness, [a-z0-9_-] only.
+    return f"m{index}-" + (re.sub(r"[^a-z0-9_]+", "-", key.lower()).strip("-") or "x")
+
+
+def build_view(
+    records: Iterable[CellRecord],
+    *,
+    skipped_lines: Sequence[str] = (),
+    sources: Sequence[str] = (),
+    title: str = "gradeff report",
+    generated_at: str | None = None,
+) -> ReportView:
+    """Turn records into the report's view model.
+
+    Args:
+        records: records in reading order; a cell read twice keeps its last record.
+        skipped_lines: ``path:line: reason`` of unreadable lines, listed in the report.
+        sources: the results files read (for the overview).
+        title: page title.
+        generated_at: timestamp text; defaults to now (UTC).
+
+    Returns:
+        The view model, ready for :func:`render_html`.
+    """
+    kept, superseded = analysis.latest_records(records)
+    kept = analysis.sort_records(kept)
+    groups = group_by_model(kept)
+    models = list(groups)
+    optimizers = analysis.order_keys((r.optimizer for r in kept), OPTIMIZERS)
+    strategies = analysis.order_keys((r.strategy for r in kept), STRATEGIES)
+    optimizers_of = {m: analysis.order_keys((r.optimizer for r in groups[m]), OPTIMIZERS) for m in models}
+    model_views = []
+    for index, model in enumerate(models):
+        slug, name, group = _slug(model, index), display_name(MODELS, model), groups[model]
+        pareto, front = figures.pareto_figure(slug, name, group, optimizers, strategies)
+        counts = Counter(r.status for r in group)
+        model_views.append(ModelView(
+            key=model, name=name, slug=slug,
+            summary=f"{len(group)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
+            tables=tuple(tables.grid_table(slug, name, METRICS[k], group, optimizers_of[model], strategies)
+                         for k in tables.GRID_METRICS),
+            curves=figures.loss_curves_figure(slug, name, group, optimizers, strategies),
+            pareto=pareto, pareto_cells=front, memory=figures.memory_figure(slug, name, group)))
+    recommended, wins = tables.recommendation_table(models, kept)
+    return ReportView(
+        title=title,
+        generated_at=generated_at or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        sections=SECTIONS, section_by_id={section.id: section for section in SECTIONS},
+        overview=_overview(kept, sources, superseded, skipped_lines),
+        notices=_notices(kept, superseded, skipped_lines),
+        recommendations=recommended, wins=wins,
+        best_loss=tables.best_loss_table(models, groups), best=tables.best_table(models, groups),
+        ratios=tables.ratio_tables(models, optimizers, kept),
+        models=tuple(model_views),
+        heatmap=figures.heatmap_figure(models, groups, optimizers_of, strategies),
+        failures=context.failures_table(kept),
+        skipped_lines=tuple(skipped_lines), superseded=superseded,
+        runs=context.runs_table(kept), environments=context.environment_tables(kept),
+        hparams=context.hparams_table(models, groups),
+        methods=context.methods(kept),
+    )
+
+
+def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded: int,
+              skipped_lines: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    counts = Counter(r.status for r in records)
+    return (
+        ("results files", ", ".join(sources) or NA),
+        ("cells", str(len(records))),
+        ("statuses", ", ".join(f"{n} {s}" for s, n in counts.items()) or NA),
+        ("models", ", ".join(dict.fromkeys(display_name(MODELS, r.model) for r in records)) or NA),
+        ("profile", distinct_text(r.profile for r in records) if records else NA),
+        ("seed", distinct_text(r.seed for r in records) if records else NA),
+        ("device", distinct_text(r.device for r in records) if records else NA),
+        ("superseded records", str(superseded)),
+        ("unreadable lines", str(len(skipped_lines))),
+    )
+
+
+def _notices(records: Sequence[CellRecord], superseded: int, skipped_lines: Sequence[str]) -> tuple[str, ...]:
+    notices = []
+    if not records:
+        notices.append("No records: nothing to report.")
+    if len({r.profile for r in records}) > 1:
+        notices.append("Records from several profiles are mixed: cells of different sizes are compared.")
+    if len({r.seed for r in records}) > 1:
+        notices.append("Records from several seeds are mixed; each cell shows its latest record.")
+    if superseded:
+        notices.append(f"{superseded} earlier record(s) of re-run cells were replaced by the later ones.")
+    if skipped_lines:
+        notices.append(f"{len(skipped_lines)} unreadable line(s) were skipped: see 'Unreadable lines'.")
+    failed = sum(r.status != "ok" for r in records)
+    if failed:
+        notices.append(f"{failed} cell(s) did not end ok: their numbers are replaced by their status.")
+    return tuple(notices)
+
+
+def _templates_dir() -> Path:
+    # Inside the package so that a wheel ships them (package-data in pyproject.toml).
+    return Path(__file__).parent / "report_templates"
+
+
+@cache
+def jinja_environment():
+    """The Jinja environment of the report templates: autoescape on for ``.j2``, ``StrictUndefined``.
+
+    ``select_autoescape()``'s defaults do not match ``*.html.j2``, hence the explicit extensions.
+    """
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+    return Environment(
+        loader=FileSystemLoader(_templates_dir()),
+        autoescape=select_autoescape(["html", "j2"], default_for_string=True, default=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def render_html(view: object, template: str = TEMPLATE) -> str:
+    """Render a view model with a report template.
+
+    Args:
+        view: a :class:`ReportView` (any object with the same fields renders the same).
+        template: template name inside ``gradeff/report_templates``.
+
+    Returns:
+        The HTML page.
+
+    Raises:
+        jinja2.UndefinedError: the template uses a field the view does not have.
+    """
+    return jinja_environment().get_template(template).render(view=view)
+
+
+def write_report(
+    records: Iterable[CellRecord],
+    path: str | Path,
+    *,
+    skipped_lines: Sequence[str] = (),
+    sources: Sequence[str] = (),
+    title: str = "gradeff report",
+) -> Path:
+    """Write the HTML report of ``records`` to ``path`` (a CSV table instead when ``path`` ends in ``.csv``).
+
+    This is what the pytest plugin calls at session end (``--gradeff-report PATH``) and what
+    ``gradeff report`` runs.
+
+    Args:
+        records: cell records, in reading order.
+        path: output file; parent directories are created.
+        skipped_lines: unreadable lines to list in the report.
+        sources: the results files the records came from.
+        title: page title.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".csv":
+        from gradeff.report_csv import write_csv
+
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            write_csv(records, handle)
+        return path
+    view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title)
+    html = render_html(view)
+    # Write then rename: a report being rewritten is never seen half-written by a browser or CI upload.
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(html, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

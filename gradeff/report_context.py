@@ -1,0 +1,153 @@
+"""The report's context: failed cells, sessions, machines, hyper-parameters, and how each number was measured."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping, Sequence
+
+from gradeff.formatting import NA, as_number
+from gradeff.models import MODELS
+from gradeff.report_view import (
+    Cell, Row, Table, display_name, distinct_text, energy_sources, status_text, text_or_na,
+)
+from gradeff.results import CellRecord
+
+__all__ = ["environment_tables", "failures_table", "hparams_table", "methods", "runs_table"]
+
+
+def failures_table(records: Sequence[CellRecord]) -> Table:
+    """Every cell that did not end ``ok``: its status and the message it ended with.
+
+    Args:
+        records: one record per cell.
+
+    Returns:
+        The table (row-less, with a note, when every cell ended ok).
+    """
+    failed = [r for r in records if r.status != "ok"]
+    rows = tuple(Row(label=r.cell, cells=(Cell(text=status_text(r), css=f"status {r.status}"),
+                                          Cell(text=r.detail or NA, css="" if r.detail else "na")))
+                 for r in failed)
+    note = f"All {len(records)} cells trained every epoch." if not failed else \
+        "Diverged (NaN/Inf loss) and out-of-memory cells are findings, not crashes; they never compete for best."
+    return Table(id="failure-table", caption="Cells that did not end ok", header=("cell", "status", "detail")
+                 if failed else (), rows=rows, note=note)
+
+
+def runs_table(records: Sequence[CellRecord]) -> Table:
+    """One row per pytest session: its profile(s), seed(s), device(s), cell count and end time.
+
+    Args:
+        records: one record per cell.
+
+    Returns:
+        The table.
+    """
+    sessions: dict[str, list[CellRecord]] = {}
+    for record in records:
+        sessions.setdefault(record.session or NA, []).append(record)
+    rows = tuple(
+        Row(label=session, cells=(Cell(text=distinct_text(r.profile for r in group)),
+                                  Cell(text=distinct_text(r.seed for r in group)),
+                                  Cell(text=distinct_text(r.device for r in group)), Cell(text=str(len(group))),
+                                  Cell(text=_when(group))))
+        for session, group in sessions.items())
+    return Table(id="runs", caption="Sessions", header=("session", "profile", "seed", "device", "cells", "finished"),
+                 rows=rows)
+
+
+def _when(group: Sequence[CellRecord]) -> str:
+    stamps = [r.finished_at for r in group if as_number(r.finished_at)]
+    if not stamps:
+        return NA
+    return _dt.datetime.fromtimestamp(max(stamps), tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def environment_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
+    """One key/value table per distinct machine environment (versions, device, CPU).
+
+    Args:
+        records: one record per cell.
+
+    Returns:
+        The tables, in order of first appearance.
+    """
+    distinct: dict[tuple, list[CellRecord]] = {}
+    for record in records:
+        env = record.environment if isinstance(record.environment, Mapping) else {}
+        distinct.setdefault(tuple(sorted((str(k), text_or_na(v)) for k, v in env.items())), []).append(record)
+    tables = []
+    for index, (env, group) in enumerate(distinct.items(), start=1):
+        sessions = distinct_text(r.session for r in group)
+        tables.append(Table(
+            id=f"environment-{index}", caption=f"Machine {index}: {len(group)} cells (sessions {sessions})",
+            header=("field", "value") if env else (),
+            rows=tuple(Row(label=k, cells=(Cell(text=v, css="na" if v == NA else ""),)) for k, v in env),
+            note="" if env else "n/a: these records carry no environment."))
+    return tuple(tables)
+
+
+def hparams_table(models: Sequence[str], groups: Mapping[str, Sequence[CellRecord]]) -> Table:
+    """Hyper-parameters per model; a value that differs between a model's cells lists each one.
+
+    Args:
+        models: model keys, in order.
+        groups: model key → its records.
+
+    Returns:
+        Models as rows, hyper-parameter names as columns.
+    """
+    keys: list[str] = []
+    for model in models:
+        for record in groups[model]:
+            if isinstance(record.hparams, Mapping):
+                keys.extend(k for k in map(str, record.hparams) if k not in keys)
+    rows = []
+    for model in models:
+        cells = []
+        for key in keys:
+            values = [r.hparams.get(key) for r in groups[model] if isinstance(r.hparams, Mapping)]
+            cells.append(Cell(text=distinct_text(values) if values else NA))
+        rows.append(Row(label=display_name(MODELS, model), cells=tuple(cells)))
+    return Table(id="hparams", caption="Hyper-parameters per model (all cells of a model share them)",
+                 header=("model", *keys) if keys else (), rows=tuple(rows) if keys else (),
+                 note="" if keys else "n/a: these records carry no hyper-parameters.")
+
+
+def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
+    """How each number was measured, naming the energy sources these records actually used.
+
+    Args:
+        records: one record per cell.
+
+    Returns:
+        ``(quantity, explanation)`` pairs.
+    """
+    sources = energy_sources(records)
+    source_text = {
+        "nvml": "nvml: the GPU's own energy counter (GPU board only, not CPU or DRAM)",
+        "rapl": "rapl: the CPU packages' RAPL counters (whole packages, every process)",
+        "estimate": "estimate: process CPU time × a fixed power per logical CPU — a model, not a measurement",
+        "none": "none: nothing measured (n/a)",
+    }
+    used = "; ".join(source_text.get(s, s) for s in sources) if sources else "no energy meter in these records"
+    return (
+        ("Loss", "Mean cross-entropy per target token (or image) over each epoch, weighted by targets; final "
+                 "loss is the last epoch's, mean loss the average over epochs (the paper's tables average over "
+                 "the run). The loss floor is the Bayes-optimal predictor's loss on the same samples."),
+        ("Time", "Wall-clock seconds per measured epoch, read after synchronising the device; warm-up and model "
+                 "building are excluded. Time per epoch is the mean over epochs."),
+        ("RAM", "Resident set size of the benchmark process and its children (data-loader workers), sampled "
+                "on a background thread by psutil; peak and mean of the samples, and the system-wide percentage "
+                "in use. RSS counts shared pages once per process: an upper bound."),
+        ("GPU", "Utilization and memory from NVML, sampled periodically (NVML averages utilization over its own "
+                "window, so very short runs are flagged); allocator peaks from torch.cuda max_memory_allocated / "
+                "max_memory_reserved, reset before each cell. n/a without a GPU."),
+        ("Energy", f"Joules over the cell's epochs, and CO2 from a grid intensity. Sources in this report: {used}."),
+        ("Memory breakdown", "Parameter, gradient and optimizer-state bytes counted from the tensors; activation "
+                             "bytes = distinct storages saved for backward (saved-tensor hooks, parameters excluded, "
+                             "deduplicated by storage) on one representative step: the warm-up micro-batch, with "
+                             "the strategy applied. Identical on CPU and GPU."),
+        ("Status", "ok: trained every epoch; diverged: NaN/Inf loss (with the optimizer step); oom: out of "
+                   "memory; error: another exception; skipped: the cell is incompatible. Only ok cells compete."),
+    )

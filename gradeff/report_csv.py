@@ -1,0 +1,96 @@
+"""Records as a flat CSV table: one row per cell, summary and meters flattened into columns.
+
+Numbers stay in raw units (bytes, seconds, joules) at full precision, for spreadsheets and
+pandas; missing values are ``n/a`` (pandas reads it as NaN by default). Column names are dotted
+paths (``summary.final_loss``, ``meters.gpu.util_mean_percent``) so newer meters add columns
+instead of breaking older readers.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from typing import TextIO
+
+from gradeff import analysis
+from gradeff.formatting import NA
+from gradeff.results import CellRecord, Summary
+
+__all__ = ["csv_table", "write_csv"]
+
+_RECORD_COLUMNS = ("cell", "model", "optimizer", "strategy", "status", "failed_step", "detail", "profile", "seed",
+                   "device", "session", "started_at", "finished_at", "loss_floor", "epochs")
+_SUMMARY_FIELDS = tuple(f.name for f in fields(Summary))
+_SUMMARY_COLUMNS = tuple(f"summary.{name}" for name in _SUMMARY_FIELDS)
+# The meters' documented fields, in a stable order; fields a record has beyond these follow, sorted.
+_METER_COLUMNS = tuple(f"meters.{meter}.{name}" for meter, names in (
+    ("ram", ("peak_rss_bytes", "mean_rss_bytes", "peak_system_percent", "samples", "duration_s")),
+    ("gpu", ("available", "device_name", "util_mean_percent", "util_max_percent", "mem_used_peak_bytes",
+             "power_mean_w", "alloc_peak_bytes", "reserved_peak_bytes", "samples", "short_window", "duration_s")),
+    ("energy", ("joules", "source", "co2_grams", "duration_s")),
+    ("memory", ("parameter_bytes", "trainable_parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
+                "activation_bytes")),
+) for name in names)
+
+
+def _flatten(prefix: str, value: object, out: dict[str, object]) -> None:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _flatten(f"{prefix}.{key}", item, out)
+    else:
+        out[prefix] = value
+
+
+def _row(record: CellRecord) -> dict[str, object]:
+    row: dict[str, object] = {name: getattr(record, name) for name in _RECORD_COLUMNS if name != "epochs"}
+    row["epochs"] = len(record.epochs)
+    for name in _SUMMARY_FIELDS:
+        row[f"summary.{name}"] = getattr(record.summary, name, None)
+    if isinstance(record.meters, Mapping):
+        _flatten("meters", record.meters, row)
+    return row
+
+
+def _cell_text(value: object) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return NA
+    if isinstance(value, (list, tuple)):
+        return json.dumps(value)
+    return repr(value) if isinstance(value, float) else str(value)  # repr: every digit survives
+
+
+def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of the CSV: one row per cell (a cell's last record wins), in grid order.
+
+    Args:
+        records: records in reading order.
+
+    Returns:
+        ``(header, rows)``, every value already text.
+    """
+    kept, _ = analysis.latest_records(records)
+    rows = [_row(r) for r in analysis.sort_records(kept)]
+    known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS)
+    extra = sorted({key for row in rows for key in row} - set(known))
+    header = [*known, *extra]
+    return header, [[_cell_text(row.get(column)) for column in header] for row in rows]
+
+
+def write_csv(records: Iterable[CellRecord], stream: TextIO) -> int:
+    """Write the CSV table of ``records`` to an open text stream (opened with ``newline=""``).
+
+    Args:
+        records: records in reading order.
+        stream: where to write.
+
+    Returns:
+        The number of data rows written.
+    """
+    header, rows = csv_table(records)
+    writer = csv.writer(stream)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return len(rows)

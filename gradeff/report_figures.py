@@ -1,0 +1,188 @@
+"""The report's figures: records → plot data → inline SVG (:mod:`gradeff.report_plots`) → :class:`FigureView`.
+
+Loss curves (paper Figure 2), the utilization/memory heat-map grid (Figure 3), loss vs time with
+the Pareto frontier (Figure 4) and the memory breakdown. Each figure's note says which cells it
+could not draw and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from markupsafe import Markup
+
+from gradeff import analysis
+from gradeff import report_plots as plots
+from gradeff.analysis import METRICS, Metric
+from gradeff.formatting import as_number, format_loss, format_value
+from gradeff.models import MODELS
+from gradeff.report_view import FigureView, config_label, display_name, first_word, short_label, status_text
+from gradeff.results import CellRecord
+
+__all__ = ["heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure"]
+
+_HEAT_METRICS = {"gpu_util": "GPU util.", "gpu_mem": "GPU memory", "ram_peak": "RAM peak",
+                 "activation": "activations"}  # metric → short panel title (panels are 2.7 in wide)
+_FAILED = ("diverged", "oom", "error")
+
+
+def loss_curves_figure(slug: str, name: str, records: Sequence[CellRecord], optimizers: Sequence[str],
+                       strategies: Sequence[str]) -> FigureView:
+    """Per-epoch loss of every cell of a model, the loss floor dashed (paper Figure 2).
+
+    Args:
+        slug: the model's HTML id prefix.
+        name: the model's display name.
+        records: the model's records.
+        optimizers: every optimizer key of the report, in order (fixes each one's colour).
+        strategies: every strategy key of the report, in order (fixes each one's line style).
+
+    Returns:
+        The figure; its note names cells without a completed epoch.
+    """
+    series, empty = [], []
+    for record in records:
+        points = [(e.epoch + 1, e.loss) for e in record.epochs
+                  if as_number(e.loss) is not None and as_number(e.epoch) is not None]
+        if not points:
+            empty.append(f"{short_label(record)} ({status_text(record)})")
+            continue
+        suffix = "" if record.status == "ok" else f" ({record.status})"  # the step is in the tables
+        series.append(plots.Series(
+            label=short_label(record) + suffix, color_index=optimizers.index(record.optimizer),
+            style_index=strategies.index(record.strategy), epochs=tuple(float(p[0]) for p in points),
+            losses=tuple(float(p[1]) for p in points), failed=record.status in _FAILED))
+    floors = sorted({f for f in (as_number(r.loss_floor) for r in records) if f is not None})
+    floor = floors[0] if len(floors) == 1 else None
+    notes = []
+    if floor is not None:
+        notes.append(f"Dashed line: the task's loss floor, {format_loss(floor)}.")
+    elif floors:
+        notes.append("The cells disagree on the loss floor (different data?): no floor drawn.")
+    else:
+        notes.append("Loss floor unknown for this task: no floor drawn.")
+    if empty:
+        notes.append("No completed epoch: " + ", ".join(empty) + ".")
+    caption = f"{name}: loss per epoch, every cell"
+    svg = plots.loss_curves_svg(series, loss_floor=floor, title=caption, uid=f"{slug}-curves") \
+        if series else None
+    return FigureView(id=f"{slug}-curves", caption=caption, svg=Markup(svg) if svg else None, note=" ".join(notes))
+
+
+def pareto_figure(slug: str, name: str, records: Sequence[CellRecord], optimizers: Sequence[str],
+                  strategies: Sequence[str]) -> tuple[FigureView, tuple[str, ...]]:
+    """Final loss vs time per epoch, Pareto frontier highlighted (paper Figure 4).
+
+    Args:
+        slug: the model's HTML id prefix.
+        name: the model's display name.
+        records: the model's records.
+        optimizers: every optimizer key of the report, in order.
+        strategies: every strategy key of the report, in order.
+
+    Returns:
+        The figure, and one line per Pareto-optimal cell.
+    """
+    front = {r.cell for r in analysis.pareto_cells(records)}
+    points, left_out = [], []
+    for record in records:
+        x = analysis.metric_value(record, "epoch_seconds")
+        y = analysis.metric_value(record, "final_loss")
+        if not analysis.comparable(record) or x is None or y is None:
+            left_out.append(f"{short_label(record)} ({status_text(record)})")
+            continue
+        points.append(plots.Point(label=short_label(record), color_index=optimizers.index(record.optimizer),
+                                  style_index=strategies.index(record.strategy), x=x, y=y,
+                                  on_front=record.cell in front))
+    caption = f"{name}: final loss vs time per epoch"
+    svg = plots.pareto_svg(points, title=caption, uid=f"{slug}-pareto") if points else None
+    note = "Ringed points joined by the staircase are Pareto-optimal: no other cell is both faster and lower."
+    if left_out:
+        note += " Not plotted (failed or unmeasured): " + ", ".join(left_out) + "."
+    front_text = tuple(
+        f"{config_label(r)}: final loss {format_loss(analysis.metric_value(r, 'final_loss'))}, "
+        f"{format_value(analysis.metric_value(r, 'epoch_seconds'), 'seconds')} per epoch"
+        for r in analysis.pareto_cells(records))
+    return FigureView(id=f"{slug}-pareto", caption=caption, svg=Markup(svg) if svg else None, note=note), front_text
+
+
+def memory_figure(slug: str, name: str, records: Sequence[CellRecord]) -> FigureView:
+    """Stacked bars of parameters, gradients, optimizer state and activations per cell.
+
+    Args:
+        slug: the model's HTML id prefix.
+        name: the model's display name.
+        records: the model's records.
+
+    Returns:
+        The figure; its note names cells without a memory breakdown.
+    """
+    bars, missing = [], []
+    for record in records:
+        parts = [analysis.meter_value(record, "memory", k) for k in
+                 ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")]
+        if any(p is None for p in parts):
+            missing.append(short_label(record))
+            continue
+        bars.append(plots.Bar(label=short_label(record), parts=tuple(parts)))
+    caption = f"{name}: memory per cell (parameters, gradients, optimizer state, activations)"
+    svg = plots.memory_bars_svg(bars, title=caption, uid=f"{slug}-memory") if bars else None
+    note = "" if not missing else "n/a (no memory breakdown recorded): " + ", ".join(missing) + "."
+    return FigureView(id=f"{slug}-memory", caption=caption, svg=Markup(svg) if svg else None, note=note)
+
+
+def heatmap_figure(models: Sequence[str], groups: Mapping[str, Sequence[CellRecord]],
+                   optimizers_of: Mapping[str, list[str]], strategies: Sequence[str]) -> FigureView:
+    """Optimizer × strategy heat maps of utilization and memory, a row per model (paper Figure 3).
+
+    Args:
+        models: model keys, in order.
+        groups: model key → its records.
+        optimizers_of: model key → its optimizer keys, in order.
+        strategies: every strategy key of the report, in order.
+
+    Returns:
+        The figure (without SVG when no cell measured any of the metrics); its note names what is missing.
+    """
+    records = [r for group in groups.values() for r in group]
+    measured = [k for k in _HEAT_METRICS if any(analysis.metric_value(r, k) is not None for r in records)]
+    unmeasured = [METRICS[k].label for k in _HEAT_METRICS if k not in measured]
+    note = ("Colour scaled per panel; darker is better (more utilization, less memory). Grey: n/a "
+            "(not run, not measured, or the cell failed).")
+    if unmeasured:
+        note += " Not measured in any cell, so not drawn: " + ", ".join(unmeasured) + "."
+    caption = "Optimizer × strategy grid per model"
+    if not measured:
+        return FigureView(id="heatmap-grid", caption=caption, svg=None, note=note)
+    panels = []
+    for model in models:
+        by_cell = {(r.optimizer, r.strategy): r for r in groups[model]}
+        row = []
+        for key in measured:
+            metric = METRICS[key]
+            values, texts = [], []
+            for opt in optimizers_of[model]:
+                cells = [by_cell.get((opt, st)) for st in strategies]
+                vals = [analysis.metric_value(c, metric) if c is not None and c.status == "ok" else None
+                        for c in cells]
+                values.append(tuple(vals))
+                texts.append(tuple(_heat_text(c, v, metric) for c, v in zip(cells, vals, strict=True)))
+            row.append(plots.HeatPanel(
+                title=f"{_shorten(first_word(display_name(MODELS, model)))}: {_HEAT_METRICS[key]}",
+                rows=tuple(optimizers_of[model]), columns=tuple(strategies), values=tuple(values), texts=tuple(texts),
+                higher_is_better=metric.goal == "max"))
+        panels.append(row)
+    svg = plots.heatmap_grid_svg(panels, uid="heatmap-grid", title=caption)
+    return FigureView(id="heatmap-grid", caption=caption, svg=Markup(svg), note=note)
+
+
+
+
+def _heat_text(record: CellRecord | None, value: float | None, metric: Metric) -> str:
+    if record is not None and record.status != "ok":
+        return record.status  # the panel is small: "diverged", the step is in the tables
+    return format_value(value, metric.unit)
+
+
+def _shorten(text: str, limit: int = 22) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -1,0 +1,323 @@
+"""The report's figures as inline SVG strings, drawn with matplotlib.
+
+Functions here take plain, already-selected data (no records) and return an ``<svg>`` element to
+embed in the HTML. matplotlib is imported inside the functions: collecting the benchmark grid or
+running ``gradeff list`` must not pay for it. Figures are built with ``matplotlib.figure.Figure``
+and saved straight to SVG, so no GUI backend is ever selected and the process-wide pyplot state
+(and whatever backend a user's session chose) is left alone.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Bar", "HeatPanel", "Point", "Series", "heatmap_grid_svg", "loss_curves_svg", "memory_bars_svg", "pareto_svg",
+]
+
+# Text stays text (no embedded glyph outlines: several times smaller, and searchable); no mathtext,
+# so a "$" in a model name is printed, not parsed.
+_RC = {
+    "svg.fonttype": "none",
+    "text.parse_math": False,
+    "font.size": 8,
+    "axes.titlesize": 9,
+    "legend.fontsize": 7,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+_STRATEGY_STYLES = (("-", "o"), ("-.", "s"), (":", "^"), ((0, (1, 1)), "D"), ((0, (5, 1, 1, 1)), "v"))
+_MEMORY_PARTS = (("parameters", "#4c72b0"), ("gradients", "#dd8452"), ("optimizer state", "#55a868"),
+                 ("activations", "#c44e52"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Series:
+    """One cell's per-epoch loss curve.
+
+    Attributes:
+        label: legend text.
+        color_index: index of the cell's optimizer (same colour for one optimizer everywhere).
+        style_index: index of the cell's strategy (line style and marker).
+        epochs: x values (1-based epoch numbers).
+        losses: y values (non-finite losses already dropped).
+        failed: the cell stopped early (diverged, oom, error): its last point gets a cross.
+    """
+
+    label: str
+    color_index: int
+    style_index: int
+    epochs: tuple[float, ...]
+    losses: tuple[float, ...]
+    failed: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Point:
+    """One cell in the loss vs time scatter."""
+
+    label: str
+    color_index: int
+    style_index: int
+    x: float
+    y: float
+    on_front: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeatPanel:
+    """One optimizer × strategy grid of one metric of one model.
+
+    Attributes:
+        title: panel title.
+        rows: row labels (optimizers), top to bottom.
+        columns: column labels (strategies).
+        values: ``values[row][column]``: the number to colour by, ``None`` where not measured.
+        texts: the formatted text written in each cell.
+        higher_is_better: darker colour for the better end.
+    """
+
+    title: str
+    rows: tuple[str, ...]
+    columns: tuple[str, ...]
+    values: tuple[tuple[float | None, ...], ...]
+    texts: tuple[tuple[str, ...], ...]
+    higher_is_better: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bar:
+    """One cell's memory breakdown in bytes (parameters, gradients, optimizer state, activations)."""
+
+    label: str
+    parts: tuple[float, float, float, float] = field(default=(0.0, 0.0, 0.0, 0.0))
+
+
+def loss_curves_svg(series: Sequence[Series], *, loss_floor: float | None, title: str, uid: str) -> str:
+    """Per-epoch loss of every cell of one model, with the task's loss floor dashed (paper Figure 2).
+
+    Args:
+        series: the curves.
+        loss_floor: Bayes-optimal loss of the task, or ``None`` if unknown.
+        title: what the figure shows: the SVG's accessible label (the page's figcaption prints it).
+        uid: unique id prefix for this figure's SVG ids (several figures share one HTML page).
+
+    Returns:
+        An ``<svg>`` element.
+    """
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    with rc_context(_RC | {"svg.hashsalt": uid}):
+        fig = Figure(figsize=(7.6, 3.9))
+        # Fixed margins, not constrained layout: that re-lays out every text several times and
+        # tripled the report's build time; the right 26 % holds the legend.
+        fig.subplots_adjust(left=0.09, right=0.74, bottom=0.12, top=0.97)
+        ax = fig.subplots()
+        colors = _colors()
+        for s in series:
+            line, marker = _STRATEGY_STYLES[s.style_index % len(_STRATEGY_STYLES)]
+            color = colors[s.color_index % len(colors)]
+            ax.plot(s.epochs, s.losses, linestyle=line, marker=marker, markersize=3, linewidth=1.2,
+                    color=color, label=s.label)
+            if s.failed and s.epochs:
+                ax.plot([s.epochs[-1]], [s.losses[-1]], marker="x", markersize=8, color=color, linestyle="")
+        values = [v for s in series for v in s.losses] + ([loss_floor] if loss_floor is not None else [])
+        if loss_floor is not None:
+            ax.axhline(loss_floor, color="black", linestyle="--", linewidth=1, label="loss floor (Bayes-optimal)")
+        _fit_y(ax, values)  # the floor is often below every curve: keep it off the bottom spine
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("mean cross-entropy per target")
+        ax.grid(True, alpha=0.3)
+        if series or loss_floor is not None:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, ncols=1)
+        return _to_svg(fig, uid, title)
+
+
+def pareto_svg(points: Sequence[Point], *, title: str, uid: str) -> str:
+    """Final loss against time per epoch, Pareto-optimal cells ringed and joined (paper Figure 4).
+
+    Args:
+        points: one per comparable cell.
+        title: what the figure shows: the SVG's accessible label (the page's figcaption prints it).
+        uid: unique id prefix for this figure's SVG ids.
+
+    Returns:
+        An ``<svg>`` element.
+    """
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    with rc_context(_RC | {"svg.hashsalt": uid}):
+        fig = Figure(figsize=(7.6, 3.9))
+        fig.subplots_adjust(left=0.09, right=0.74, bottom=0.12, top=0.97)
+        ax = fig.subplots()
+        colors = _colors()
+        for p in points:
+            _, marker = _STRATEGY_STYLES[p.style_index % len(_STRATEGY_STYLES)]
+            ax.scatter([p.x], [p.y], marker=marker, s=70 if p.on_front else 28, zorder=3,
+                       color=colors[p.color_index % len(colors)],
+                       edgecolors="black" if p.on_front else "none", linewidths=1.2, label=p.label)
+        front = sorted((p for p in points if p.on_front), key=lambda p: (p.x, p.y))
+        if front:
+            # The front as a staircase: everything above and to the right of it is dominated.
+            ax.step([p.x for p in front], [p.y for p in front], where="post", color="black", linewidth=1,
+                    alpha=0.6, zorder=2, label="Pareto frontier")
+            for index, p in enumerate(front):
+                # Alternate above/below: neighbours on a flat stretch of the front would overprint.
+                ax.annotate(p.label, (p.x, p.y), textcoords="offset points", xytext=(5, 4 if index % 2 else -10),
+                            fontsize=7)
+        if _wide_positive_range([p.y for p in points]):
+            ax.set_yscale("log")
+        ax.set_xlabel("time per epoch (s)")
+        ax.set_ylabel("final loss")
+        ax.grid(True, alpha=0.3)
+        if points:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        return _to_svg(fig, uid, title)
+
+
+def heatmap_grid_svg(panels: Sequence[Sequence[HeatPanel]], *, uid: str, title: str) -> str:
+    """A grid of optimizer × strategy heat maps: one row per model, one column per metric (paper Figure 3).
+
+    Colours are scaled per panel (metrics have different units); cells without a measurement are
+    grey and say ``n/a``.
+
+    Args:
+        panels: ``panels[model_row][metric_column]``; rows may have equal lengths only.
+        uid: unique id prefix for this figure's SVG ids.
+        title: figure title (for screen readers).
+
+    Returns:
+        An ``<svg>`` element.
+    """
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    n_rows = len(panels)
+    n_cols = max((len(row) for row in panels), default=0)
+    with rc_context(_RC | {"svg.hashsalt": uid}):
+        width, height = 2.7 * max(n_cols, 1) + 0.4, 2.3 * max(n_rows, 1)
+        fig = Figure(figsize=(width, height))
+        # Room in inches for the optimizer labels left, strategy labels below and titles above.
+        fig.subplots_adjust(left=0.7 / width, right=1 - 0.15 / width, bottom=0.35 / height, top=1 - 0.3 / height,
+                            wspace=0.45, hspace=0.45)
+        axes = fig.subplots(max(n_rows, 1), max(n_cols, 1), squeeze=False)
+        for r, row in enumerate(panels):
+            for c in range(n_cols):
+                if c < len(row):
+                    _draw_heat_panel(axes[r][c], row[c])
+                else:
+                    axes[r][c].set_axis_off()
+        return _to_svg(fig, uid, title)
+
+
+def _draw_heat_panel(ax, panel: HeatPanel) -> None:
+    import numpy as np
+    from matplotlib import colormaps
+
+    data = np.array([[math.nan if v is None else v for v in row] for row in panel.values], dtype=float)
+    # Darker is better on every panel: reversed map when lower is better (memory).
+    cmap = colormaps["Greens" if panel.higher_is_better else "Greens_r"].with_extremes(bad="#e6e6e6")
+    finite = data[np.isfinite(data)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    # pcolormesh draws vector quads; imshow would embed a raster image in the SVG.
+    ax.pcolormesh(np.ma.masked_invalid(data), cmap=cmap, vmin=low, vmax=high if high > low else low + 1,
+                  edgecolors="white", linewidth=1)
+    for i, row in enumerate(panel.texts):
+        for j, text in enumerate(row):
+            value = data[i, j]
+            share = (value - low) / (high - low) if np.isfinite(value) and high > low else 0.0
+            dark = (share if panel.higher_is_better else 1 - share) > 0.6 if np.isfinite(value) else False
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=6.5,
+                    color="white" if dark else "#222222")
+    ax.set_xticks([j + 0.5 for j in range(len(panel.columns))], panel.columns, fontsize=7)
+    ax.set_yticks([i + 0.5 for i in range(len(panel.rows))], panel.rows, fontsize=7)
+    ax.invert_yaxis()  # first optimizer on top, as in the tables
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_title(panel.title, fontsize=8)
+
+
+def memory_bars_svg(bars: Sequence[Bar], *, title: str, uid: str) -> str:
+    """Stacked horizontal bars of each cell's memory: parameters, gradients, optimizer state, activations.
+
+    Args:
+        bars: one per cell, top to bottom.
+        title: what the figure shows: the SVG's accessible label (the page's figcaption prints it).
+        uid: unique id prefix for this figure's SVG ids.
+
+    Returns:
+        An ``<svg>`` element.
+    """
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    with rc_context(_RC | {"svg.hashsalt": uid}):
+        height = 0.9 + 0.2 * max(len(bars), 1)
+        fig = Figure(figsize=(7.6, height))
+        # Inches, not fractions: the cell labels need ~1.5 in whatever the number of bars.
+        fig.subplots_adjust(left=1.6 / 7.6, right=0.97, bottom=0.45 / height, top=1 - 0.35 / height)
+        ax = fig.subplots()
+        positions = list(range(len(bars)))
+        left = [0.0] * len(bars)
+        # MiB for tiny models, GiB once a bar passes 4 GiB (a 1B-parameter model with Adam is ~16 GiB).
+        unit, scale = ("GiB", 2**30) if max((sum(b.parts) for b in bars), default=0) > 4 * 2**30 else ("MiB", 2**20)
+        for index, (name, color) in enumerate(_MEMORY_PARTS):
+            widths = [bar.parts[index] / scale for bar in bars]
+            ax.barh(positions, widths, left=left, color=color, label=name, height=0.7)
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        ax.set_yticks(positions, [bar.label for bar in bars], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(unit)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, frameon=False)
+        return _to_svg(fig, uid, title)
+
+
+def _colors() -> list[str]:
+    from matplotlib import colormaps
+
+    return [colormaps["tab10"](i) for i in range(10)]
+
+
+def _fit_y(ax, values: Sequence[float]) -> None:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return
+    low, high = min(values), max(values)
+    if _wide_positive_range(values):
+        ax.set_yscale("log")
+        ax.set_ylim(low / 1.25, high * 1.25)
+    else:
+        pad = (high - low) * 0.06 or abs(high) * 0.05 or 1.0
+        ax.set_ylim(low - pad, high + pad)
+
+
+def _wide_positive_range(values: Sequence[float]) -> bool:
+    # A log axis once values span > 30x (a CGD run at 996 next to Adadelta at 15 flattens a linear one).
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return bool(values) and min(values) > 0 and max(values) / min(values) > 30
+
+
+_PROLOG = re.compile(r"^.*?(?=<svg\b)", re.DOTALL)
+_ID_REFERENCES = re.compile(r'(\bid="|\bxlink:href="#|\bhref="#|url\(#)([^"\)]+)')
+
+
+def _to_svg(fig, uid: str, title: str) -> str:
+    # Dates and creator would make every report differ byte-wise and add nothing.
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    svg = _PROLOG.sub("", buffer.getvalue(), count=1)  # drop <?xml …?> and the DOCTYPE: invalid inside HTML
+    # matplotlib numbers ids per figure (figure_1, axes_1, clip paths): prefix them so that several
+    # figures in one page neither share nor clash.
+    svg = _ID_REFERENCES.sub(lambda m: f"{m.group(1)}{uid}-{m.group(2)}", svg)
+    label = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return svg.replace("<svg ", f'<svg role="img" aria-label="{label}" class="figure" ', 1)

@@ -1,0 +1,246 @@
+"""The report's tables: optimizer × strategy grids (paper Tables 4–19), best cells (Table 2),
+recommendations (Figure 1) and strategy ratios (Table 3), as :class:`~gradeff.report_view.Table` values.
+
+Numbers are formatted here; a failed cell shows its status instead of a number, an unmeasured
+one ``n/a`` with the reason in its tooltip or the table's note.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from gradeff import analysis
+from gradeff.analysis import METRICS, Metric
+from gradeff.formatting import NA, as_number, format_loss, format_ratio, format_value
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.registry import Registry
+from gradeff.report_view import (
+    Cell, Row, Table, config_label, display_name, energy_sources, first_word, status_text,
+)
+from gradeff.results import CellRecord
+from gradeff.strategies import STRATEGIES
+
+__all__ = [
+    "BEST_METRICS", "GRID_METRICS", "best_loss_table", "best_table", "grid_table", "ratio_tables",
+    "recommendation_table",
+]
+
+# The paper's per-model tables: loss (4–7), GPU utilization (8–11), RAM (12–15), time (16–19),
+# plus the memory and energy columns gradeff measures beyond the paper.
+GRID_METRICS = ("mean_loss", "final_loss", "epoch_seconds", "gpu_util", "ram_peak", "ram_percent", "gpu_mem",
+                "gpu_alloc", "activation", "train_memory", "energy")
+BEST_METRICS = ("final_loss", "mean_loss", "epoch_seconds", "gpu_util", "ram_peak", "gpu_alloc",
+                "train_memory", "energy")
+_RATIO_PAIRS = (("checkpoint", "standard"), ("accum", "standard"))
+_OBJECTIVE_TITLES = {"loss": "Lowest final loss", "time": "Fastest epoch", "memory": "Least memory",
+                     "energy": "Least energy"}
+
+
+def _grid_cell(record: CellRecord | None, metric: Metric, best: float | None) -> Cell:
+    if record is None:
+        return Cell(text=NA, css="na", title="cell not in the results")
+    if record.status != "ok":
+        return Cell(text=status_text(record), css=f"status {record.status}", title=record.detail)
+    value = analysis.metric_value(record, metric)
+    if value is None:
+        return Cell(text=NA, css="na", title="not measured")
+    is_best = best is not None and value == best
+    return Cell(text=format_value(value, metric.unit), css="best" if is_best else "",
+                title="best of this model" if is_best else "")
+
+
+def _metric_note(metric: Metric, records: Sequence[CellRecord]) -> str:
+    notes = []
+    if metric.key in ("gpu_util", "gpu_mem", "gpu_alloc"):
+        devices = sorted({r.device for r in records})
+        notes.append(f"GPU meters read nothing on device {', '.join(devices)}")
+    if metric.key == "energy":
+        sources = energy_sources(records)
+        notes.append(f"energy source: {', '.join(sources) if sources else 'none recorded'}")
+    if metric.key in ("activation", "train_memory"):
+        notes.append("needs the memory-breakdown meter (older records do not have it)")
+    return "; ".join(notes)
+
+
+def grid_table(model_slug: str, name: str, metric: Metric, records: Sequence[CellRecord],
+               optimizers: Sequence[str], strategies: Sequence[str]) -> Table:
+    """One model's optimizer × strategy table of one metric, best cell highlighted (paper Tables 4–19).
+
+    Args:
+        model_slug: the model's HTML id prefix.
+        name: the model's display name.
+        metric: what the cells show.
+        records: the model's records, one per cell.
+        optimizers: row keys, in order.
+        strategies: column keys, in order.
+
+    Returns:
+        The table, or a row-less table whose note says the metric was not measured for this model.
+    """
+    by_cell = {(r.optimizer, r.strategy): r for r in records}
+    paper = f" (paper {metric.paper})" if metric.paper else ""
+    caption = f"{metric.label}{paper}"  # the model is the heading above
+    table_id = f"{model_slug}-{metric.key}"
+    if not any(analysis.metric_value(r, metric) is not None for r in records):
+        return Table(id=table_id, caption=caption, header=(), rows=(),
+                     note=f"n/a: not measured for any cell of this model ({_metric_note(metric, records)}).")
+    best = analysis.best_value(records, metric)
+    rows = tuple(
+        Row(label=display_name(OPTIMIZERS, opt), cells=tuple(_grid_cell(by_cell.get((opt, st)), metric, best)
+                                                        for st in strategies))
+        for opt in optimizers
+    )
+    note = "Best cell highlighted; lower is better." if metric.goal == "min" else \
+        "Best cell highlighted; higher is better."
+    if metric.key == "gpu_util" and any(
+            isinstance(r.meters.get("gpu"), Mapping) and r.meters["gpu"].get("short_window") for r in records):
+        note += " Some runs were shorter than NVML's sampling window: their utilization is approximate."
+    if metric.key == "energy":
+        note += f" {_metric_note(metric, records).capitalize()}."
+    # Strategy keys as column heads: the words of ``-k accum``, and narrow enough for two tables a row.
+    return Table(id=table_id, caption=caption, header=("optimizer", *strategies), rows=rows, note=note)
+
+
+def recommendation_table(models: Sequence[str], records: Sequence[CellRecord]) -> tuple[Table, tuple[str, ...]]:
+    """Per model, the optimizer + strategy that wins loss, time, memory and energy (paper Figure 1).
+
+    Args:
+        models: model keys, in order.
+        records: one record per cell.
+
+    Returns:
+        The table, and lines tallying how often each optimizer and strategy wins.
+    """
+    recs = analysis.recommendations(records)
+    rows = []
+    for model in models:
+        cells = []
+        for objective in analysis.OBJECTIVES:
+            rec = recs[model][objective]
+            if rec.record is None:
+                cells.append(Cell(text=NA, css="na", title="no ok cell of this model measured it"))
+                continue
+            metric = METRICS[rec.metric]
+            cells.append(Cell(text=config_label(rec.record), css="text",
+                              sub=f"{format_value(rec.value, metric.unit)} ({metric.label})"))
+        rows.append(Row(label=display_name(MODELS, model), cells=tuple(cells)))
+    table = Table(id="recommendation-table", caption="Which optimizer and strategy to use, per model and goal",
+                  header=("model", *(_OBJECTIVE_TITLES[o] for o in analysis.OBJECTIVES)), rows=tuple(rows),
+                  note="Only cells that trained every epoch (status ok) compete. Memory compares, per model, the "
+                       "first of: torch allocator peak, training-memory breakdown, process RSS that was measured.")
+    optimizer_wins, strategy_wins = analysis.tally_wins(recs)
+    total = sum(optimizer_wins.values())
+    wins = (
+        f"Optimizer wins ({total} best paths): " + _tally(optimizer_wins, OPTIMIZERS),
+        "Strategy wins: " + _tally(strategy_wins, STRATEGIES),
+    ) if total else ("No cell ended ok: nothing to recommend.",)
+    return table, wins
+
+
+def _tally(counter: Counter, registry: Registry) -> str:
+    return ", ".join(f"{display_name(registry, key)} {count}" for key, count in counter.most_common())
+
+
+def best_loss_table(models: Sequence[str], groups: Mapping[str, Sequence[CellRecord]]) -> Table:
+    """Best final loss per model, with its configuration and the task's loss floor (paper Table 2).
+
+    Args:
+        models: model keys, in order.
+        groups: model key → its records.
+
+    Returns:
+        One row per model.
+    """
+    rows = []
+    for model in models:
+        best = analysis.best_cell(groups[model], "final_loss")
+        floors = {f for f in (as_number(r.loss_floor) for r in groups[model]) if f is not None}
+        floor = min(floors) if floors else None
+        if best is None:
+            cells = (Cell(text=NA, css="na", title="no ok cell"),) * 3
+        else:
+            loss = analysis.metric_value(best, "final_loss")
+            cells = (Cell(text=display_name(OPTIMIZERS, best.optimizer), css="text"),
+                     Cell(text=display_name(STRATEGIES, best.strategy), css="text"), Cell(text=format_loss(loss)))
+        gap = (analysis.metric_value(best, "final_loss") - floor) if best is not None and floor is not None \
+            else None
+        rows.append(Row(label=display_name(MODELS, model),
+                        cells=(*cells, Cell(text=format_loss(floor), css="" if floor is not None else "na"),
+                               Cell(text=format_loss(gap), css="" if gap is not None else "na"))))
+    return Table(id="best-loss", caption="Best final training loss achieved by each model",
+                 header=("model", "optimizer", "strategy", "final loss", "loss floor", "above floor"),
+                 rows=tuple(rows), note="Loss floor: mean cross-entropy of the Bayes-optimal predictor on the same "
+                                        "samples; only memorising the training set goes below it.")
+
+
+def best_table(models: Sequence[str], groups: Mapping[str, Sequence[CellRecord]]) -> Table:
+    """Best value and configuration per model and metric.
+
+    Args:
+        models: model keys, in order.
+        groups: model key → its records.
+
+    Returns:
+        Models as rows, :data:`BEST_METRICS` as columns.
+    """
+    rows = []
+    for model in models:
+        cells = []
+        for key in BEST_METRICS:
+            best = analysis.best_cell(groups[model], key)
+            if best is None:
+                cells.append(Cell(text=NA, css="na", title="not measured for any ok cell"))
+            else:
+                cells.append(Cell(text=format_value(analysis.metric_value(best, key), METRICS[key].unit),
+                                  sub=config_label(best)))
+        rows.append(Row(label=display_name(MODELS, model), cells=tuple(cells)))
+    return Table(id="best-per-metric", caption="Best cell per model and metric",
+                 header=("model", *(METRICS[k].label for k in BEST_METRICS)), rows=tuple(rows),
+                 note="Utilization: higher is better; every other metric: lower is better.")
+
+
+def ratio_tables(models: Sequence[str], optimizers: Sequence[str],
+                 records: Sequence[CellRecord]) -> tuple[Table, ...]:
+    """Checkpoint/standard and accum/standard ratios of loss, time and memory per optimizer (paper Table 3).
+
+    Args:
+        models: model keys (columns), in order.
+        optimizers: optimizer keys (rows), in order.
+        records: one record per cell.
+
+    Returns:
+        One table per strategy pair and metric.
+    """
+    memory_metric = analysis.memory_metric_for(records) or "train_memory"
+    tables = []
+    for top, bottom in _RATIO_PAIRS:
+        for key in ("mean_loss", "final_loss", "epoch_seconds", memory_metric):
+            metric = METRICS[key]
+            ratios = analysis.strategy_ratios(records, metric, numerator=top, denominator=bottom)
+            pairs = {m: {o for (mm, o) in ratios if mm == m} for m in models}
+            rows = []
+            for opt in optimizers:
+                if not any(opt in pairs[m] for m in models):
+                    continue
+                cells = []
+                for model in models:
+                    ratio = ratios.get((model, opt))
+                    # Judged as printed: 0.999 reads "1.00×" and must not look like a win.
+                    shown = None if ratio is None else round(ratio, 2)
+                    css = "na" if shown is None else "better" if shown < 1 else "worse" if shown > 1 else ""
+                    cells.append(Cell(text=format_ratio(ratio), css=css,
+                                      title="" if ratio is not None else
+                                      f"needs both {top} and {bottom} ok and measured"))
+                rows.append(Row(label=display_name(OPTIMIZERS, opt), cells=tuple(cells)))
+            paper = " (paper Table 3)" if (top, key) == ("checkpoint", "mean_loss") else ""
+            caption = f"{metric.label}: {display_name(STRATEGIES, top)} / {display_name(STRATEGIES, bottom)}{paper}"
+            measured = any(r is not None for r in ratios.values())
+            tables.append(Table(
+                id=f"ratio-{top}-{key}", caption=caption,
+                header=("optimizer", *(first_word(display_name(MODELS, m)) for m in models)) if measured else (),
+                rows=tuple(rows) if measured else (),
+                note=(f"Bold: {top} lowers it (< 1); italic: it raises it (> 1)." if measured else
+                      f"n/a: no optimizer has both {top} and {bottom} cells that ended ok with this metric.")))
+    return tuple(tables)

@@ -1,0 +1,188 @@
+"""The report's view model: frozen values that the templates print, and the labels they use.
+
+Templates only loop over these and print their fields; every decision (order, units, which cell
+is best, what a gap means) is made before a value is built. With ``StrictUndefined``, a field
+the template asks for and the view lacks is an error, not an empty string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from markupsafe import Markup
+
+from gradeff.formatting import NA
+from gradeff.optim import OPTIMIZERS
+from gradeff.registry import Registry
+from gradeff.results import CellRecord
+from gradeff.strategies import STRATEGIES
+
+__all__ = [
+    "SECTIONS", "Cell", "FigureView", "ModelView", "ReportView", "Row", "Section", "Table", "config_label",
+    "display_name", "distinct_text", "energy_sources", "first_word", "group_by_model", "short_label",
+    "status_text", "text_or_na",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A top-level section of the page: its HTML id, heading and the paper item it reproduces."""
+
+    id: str
+    title: str
+    paper: str
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("overview", "Overview", ""),
+    Section("recommendations", "Recommendations", "Figure 1"),
+    Section("best", "Best configuration per model", "Table 2"),
+    Section("ratios", "Strategy ratios", "Table 3"),
+    Section("tables", "Optimizer × strategy tables", "Tables 4–19"),
+    Section("curves", "Loss curves", "Figure 2"),
+    Section("heatmaps", "Utilization and memory heat maps", "Figure 3"),
+    Section("pareto", "Loss vs time per epoch: Pareto frontier", "Figure 4"),
+    Section("memory", "Memory breakdown", ""),
+    Section("failures", "Failed and skipped cells", ""),
+    Section("skipped-lines", "Unreadable lines", ""),
+    Section("environment", "Environment", ""),
+    Section("methods", "How each number was measured", ""),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cell:
+    """One table cell: its text, an optional second line, CSS classes and a tooltip."""
+
+    text: str
+    sub: str = ""
+    css: str = ""
+    title: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    """A table row: a header cell and data cells."""
+
+    label: str
+    cells: tuple[Cell, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Table:
+    """A table, or just its note when it has no rows (nothing measured)."""
+
+    id: str
+    caption: str
+    header: tuple[str, ...]
+    rows: tuple[Row, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FigureView:
+    """An inline SVG figure (``svg`` is ``None`` when there is nothing to draw; ``note`` says why)."""
+
+    id: str
+    caption: str
+    svg: Markup | None
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelView:
+    """Everything shown for one model."""
+
+    key: str
+    name: str
+    slug: str
+    summary: str
+    tables: tuple[Table, ...]
+    curves: FigureView
+    pareto: FigureView
+    pareto_cells: tuple[str, ...]
+    memory: FigureView
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportView:
+    """The whole page."""
+
+    title: str
+    generated_at: str
+    sections: tuple[Section, ...]
+    section_by_id: Mapping[str, Section]
+    overview: tuple[tuple[str, str], ...]
+    notices: tuple[str, ...]
+    recommendations: Table
+    wins: tuple[str, ...]
+    best_loss: Table
+    best: Table
+    ratios: tuple[Table, ...]
+    models: tuple[ModelView, ...]
+    heatmap: FigureView
+    failures: Table
+    skipped_lines: tuple[str, ...]
+    superseded: int
+    runs: Table
+    environments: tuple[Table, ...]
+    hparams: Table
+    methods: tuple[tuple[str, str], ...]
+
+
+def status_text(record: CellRecord) -> str:
+    """How a cell ended, for a table cell: ``ok``, ``diverged at step 37``, ``oom``, ``error``, ``skipped``."""
+    if record.status == "diverged" and record.failed_step is not None:
+        return f"diverged at step {record.failed_step}"
+    return record.status
+
+
+def display_name(registry: Registry, key: str) -> str:
+    """The registry's human-readable name of ``key``, or the raw key if the registry does not know it."""
+    # Records may name keys this gradeff does not know: show the raw key (escaped by the template).
+    return registry[key].name if key in registry else key
+
+
+def config_label(record: CellRecord) -> str:
+    """``Adam + Gradient accumulation``: a cell's optimizer and strategy in words."""
+    return f"{display_name(OPTIMIZERS, record.optimizer)} + {display_name(STRATEGIES, record.strategy)}"
+
+
+def short_label(record: CellRecord) -> str:
+    """``adam/accum``: a cell's keys, compact enough for legends and axis labels."""
+    return f"{record.optimizer}/{record.strategy}"
+
+
+def group_by_model(records: Iterable[CellRecord]) -> dict[str, list[CellRecord]]:
+    """Records by model key, each group and the model order as given."""
+    groups: dict[str, list[CellRecord]] = {}
+    for record in records:
+        groups.setdefault(record.model, []).append(record)
+    return groups
+
+
+def energy_sources(records: Iterable[CellRecord]) -> list[str]:
+    """The energy meter sources (``nvml``, ``rapl``, ``estimate``, ``none``) the records name, sorted."""
+    sources = set()
+    for record in records:
+        energy = record.meters.get("energy") if isinstance(record.meters, Mapping) else None
+        if isinstance(energy, Mapping) and isinstance(energy.get("source"), str):
+            sources.add(energy["source"])
+    return sorted(sources)
+
+
+def first_word(name: str) -> str:
+    """The first word of a name, for narrow headers."""
+    # "Llama-3.2-1B-style decoder" → "Llama-3.2-1B-style": enough to tell the models apart in a header.
+    return name.split(" ", 1)[0]
+
+
+def text_or_na(value: object) -> str:
+    """``str(value)``, or ``n/a`` for ``None`` and the empty string."""
+    return NA if value is None or value == "" else str(value)
+
+
+def distinct_text(values: Iterable[object]) -> str:
+    """The distinct values as text, in first-seen order, comma-separated (``n/a`` if none)."""
+    return ", ".join(dict.fromkeys(text_or_na(v) for v in values)) or NA

@@ -1,0 +1,89 @@
+"""Hand-made records for the report tests: one factory, one full synthetic grid."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from gradeff.results import CellRecord, EpochRecord, Summary
+
+MODEL_KEYS = ("vit", "modernbert", "llm", "vlm")
+OPTIMIZER_KEYS = ("sgd", "adam", "adamw", "adagrad", "adadelta", "cgd")
+STRATEGY_KEYS = ("standard", "checkpoint", "accum")
+
+
+def meters(*, util=None, rss=400 * 2**20, joules=12.0, activation=8 * 2**20, state=0, gpu_alloc=None) -> dict:
+    """A full ``meters`` dict in the documented shape (GPU parts ``None`` unless given)."""
+    return {
+        "ram": {"peak_rss_bytes": rss, "mean_rss_bytes": rss * 0.9, "peak_system_percent": 4.5, "samples": 10,
+                "duration_s": 1.0},
+        "gpu": {"available": util is not None, "device_name": "H100" if util is not None else None,
+                "util_mean_percent": util, "util_max_percent": util, "mem_used_peak_bytes": gpu_alloc,
+                "power_mean_w": None, "alloc_peak_bytes": gpu_alloc, "reserved_peak_bytes": gpu_alloc,
+                "samples": 5, "short_window": False, "duration_s": 1.0},
+        "energy": {"joules": joules, "source": "estimate", "co2_grams": joules / 9000, "duration_s": 1.0},
+        "memory": {"parameter_bytes": 2**20, "trainable_parameter_bytes": 2**20, "gradient_bytes": 2**20,
+                   "optimizer_state_bytes": state, "activation_bytes": activation},
+    }
+
+
+def build_record(cell: str = "llm-adam-standard", status: str = "ok", *, losses=(2.0, 1.5), seconds=(1.0, 1.0),
+                 **overrides) -> CellRecord:
+    """A record whose epochs have ``losses`` and ``seconds``; any field can be overridden."""
+    model, optimizer, strategy = cell.rsplit("-", 2)
+    epochs = tuple(EpochRecord(epoch=i, loss=loss, seconds=sec, optimizer_steps=8, closure_calls=8, samples=64,
+                               targets=64) for i, (loss, sec) in enumerate(zip(losses, seconds, strict=True)))
+    values = dict(cell=cell, model=model, optimizer=optimizer, strategy=strategy, profile="tiny", seed=0,
+                  device="cpu", status=status, epochs=epochs, summary=Summary.of(list(epochs), sum(seconds) + 1),
+                  loss_floor=0.5, session="s1", environment={"python": "3.11", "torch": "2.13.0+cpu"},
+                  hparams={"lr": 1e-3, "batch_size": 8})
+    return CellRecord(**(values | overrides))
+
+
+@pytest.fixture
+def make_record():
+    """The :func:`build_record` factory."""
+    return build_record
+
+
+@pytest.fixture
+def make_meters():
+    """The :func:`meters` factory."""
+    return meters
+
+
+def synthetic_grid(seed: int = 0) -> list[CellRecord]:
+    """Every cell of the paper's grid with plausible numbers, GPU meters, and a few failures."""
+    rng = random.Random(seed)
+    records = []
+    for m, model in enumerate(MODEL_KEYS):
+        for o, optimizer in enumerate(OPTIMIZER_KEYS):
+            for s, strategy in enumerate(STRATEGY_KEYS):
+                cell = f"{model}-{optimizer}-{strategy}"
+                start = 3.0 + m
+                rate = 0.15 + 0.05 * o + 0.1 * s + rng.random() * 0.05
+                losses = tuple(1.0 + start * math.exp(-rate * e) for e in range(6))
+                seconds = tuple(0.5 + 0.2 * s + 0.05 * o + rng.random() * 0.01 for _ in range(6))
+                extra = {"meters": meters(util=40 + 10 * m + o + rng.random(), rss=(300 + 10 * o) * 2**20,
+                                          joules=20 + 5 * s + o, activation=(16 >> s) * 2**20,
+                                          state=o * 2**20, gpu_alloc=(100 + 20 * o - 30 * (s == 1)) * 2**20)}
+                status = "ok"
+                if cell == "llm-cgd-standard":
+                    status, losses, seconds = "diverged", losses[:2], seconds[:2]
+                    extra |= {"failed_step": 37, "detail": "loss became nan at step 37"}
+                elif cell == "vlm-adadelta-checkpoint":
+                    status, losses, seconds = "oom", (), ()
+                    extra |= {"failed_step": 3, "detail": "CUDA out of memory"}
+                elif cell == "vit-adamw-accum":
+                    extra["meters"] = {}  # an older record, before the meters existed
+                records.append(build_record(cell, status, losses=losses, seconds=seconds, device="cuda",
+                                            loss_floor=1.0, **extra))
+    return records
+
+
+@pytest.fixture
+def grid_records() -> list[CellRecord]:
+    """:func:`synthetic_grid` with seed 0."""
+    return synthetic_grid()
