@@ -35,6 +35,19 @@ _MEMORY_PARTS = (("parameters", "#4c72b0"), ("gradients", "#dd8452"), ("optimize
                  ("activations", "#c44e52"))
 
 
+def _log_y(ax) -> None:
+    """A log y axis with plain-number tick labels.
+
+    Math parsing is off (model names may hold "$"), so matplotlib's default "$10^{0}$" labels
+    would print literally.
+    """
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Series:
     """One cell's per-epoch loss curve.
@@ -174,7 +187,7 @@ def pareto_svg(points: Sequence[Point], *, title: str, uid: str) -> str:
                 ax.annotate(p.label, (p.x, p.y), textcoords="offset points", xytext=(5, 4 if index % 2 else -10),
                             fontsize=7)
         if _wide_positive_range([p.y for p in points]):
-            ax.set_yscale("log")
+            _log_y(ax)
         ax.set_xlabel("time per epoch (s)")
         ax.set_ylabel("final loss")
         ax.grid(True, alpha=0.3)
@@ -294,7 +307,7 @@ def _fit_y(ax, values: Sequence[float]) -> None:
         return
     low, high = min(values), max(values)
     if _wide_positive_range(values):
-        ax.set_yscale("log")
+        _log_y(ax)
         ax.set_ylim(low / 1.25, high * 1.25)
     else:
         pad = (high - low) * 0.06 or abs(high) * 0.05 or 1.0

@@ -160,3 +160,13 @@ def test_ratio_table_marks_improvements(make_record):
     table = next(t for t in view.ratios if t.id == "ratio-checkpoint-final_loss")
     assert [(row.label, row.cells[0].text, row.cells[0].css) for row in table.rows] == [
         ("SGD", "0.50×", "better"), ("Adam", "2.00×", "worse"), ("Conjugate Gradient", "1.00×", "")]
+
+
+def test_log_axes_print_plain_tick_labels():
+    """A loss curve spanning decades gets a log axis whose labels are numbers, not raw mathtext."""
+    from gradeff.report_plots import Series, loss_curves_svg
+
+    series = Series(label="adam/standard", color_index=0, style_index=0, epochs=(1, 2, 3), losses=(100.0, 10.0, 0.1),
+                    failed=False)
+    svg = loss_curves_svg([series], loss_floor=0.05, title="decades", uid="t")
+    assert "$10" not in svg and "^{" not in svg
