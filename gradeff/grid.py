@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -34,6 +35,10 @@ def incompatibility(model: ModelSpec, optimizer: OptimizerSpec, strategy: Strate
     """
     if strategy.checkpointing and not model.supports_checkpointing:
         return f"{model.name} does not support activation checkpointing"
+    for module, extra in model.requires:
+        # find_spec looks the module up without importing it: collection stays light.
+        if importlib.util.find_spec(module) is None:
+            return f"{model.name} needs the {module!r} package: pip install 'gradeff[{extra}]'"
     return None
 
 

@@ -59,6 +59,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gradeff", "gradeff benchmark grid")
     group.addoption("--gradeff-profile", choices=PROFILES, default=DEFAULT_PROFILE,
                     help=f"size of models, data and training (default {DEFAULT_PROFILE})")
+    for axis, registry in (("models", MODELS), ("optimizers", OPTIMIZERS), ("strategies", STRATEGIES)):
+        group.addoption(f"--gradeff-{axis}", default=None, metavar="KEYS",
+                        help=f"comma-separated {axis} to run (default all: {','.join(registry)}); unlike -k, "
+                             "an unknown key is an error")
     group.addoption("--gradeff-epochs", type=_positive_int, default=None,
                     help="epochs per cell (default: the profile's)")
     group.addoption("--gradeff-seed", type=_int, default=0, help="seed of weights, data and order (default 0)")
@@ -127,6 +131,38 @@ def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -
     return settled
 
 
+def _axis_selection(config: pytest.Config) -> dict[str, set[str]]:
+    """The keys each ``--gradeff-<axis>`` option selects; a usage error names unknown keys and the valid ones."""
+    selection = {}
+    for axis, field, registry in (("models", "model", MODELS), ("optimizers", "optimizer", OPTIMIZERS),
+                                  ("strategies", "strategy", STRATEGIES)):
+        value = config.getoption(f"gradeff_{axis}")
+        if value is None:
+            continue
+        keys = {key.strip() for key in value.split(",") if key.strip()}
+        unknown = sorted(keys - set(registry))
+        if unknown or not keys:
+            raise pytest.UsageError(f"--gradeff-{axis}: unknown {field} {', '.join(map(repr, unknown)) or '(none)'}; "
+                                    f"valid {axis}: {', '.join(registry)}")
+        selection[field] = keys
+    return selection
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the cells outside ``--gradeff-models/-optimizers/-strategies``."""
+    selection = config.stash[_CONFIG]["selection"]
+    if not selection:
+        return
+    kept, dropped = [], []
+    for item in items:
+        marker = item.get_closest_marker("cell")
+        wanted = marker is None or all(marker.kwargs.get(f) in keys for f, keys in selection.items())
+        (kept if wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("gradeff_allow_hub"):
         # Models are built from configs or local folders; nothing may reach for a hub mid-run.
@@ -152,6 +188,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "sample_hz": config.getoption("gradeff_sample_hz"),
         "grid_intensity": config.getoption("gradeff_grid_intensity"),
         "memory_budget": config.getoption("gradeff_memory_budget"),
+        "selection": _axis_selection(config),
         "settled": _settled_cells(results, profile=config.getoption("gradeff_profile"),
                                   seed=config.getoption("gradeff_seed"), epochs=config.getoption("gradeff_epochs"))
         if config.getoption("gradeff_resume") else {},

@@ -95,3 +95,23 @@ def test_device_resolution():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no usable CUDA"):
             resolve_device("cuda")
+
+
+def test_missing_optional_dependency_skips_with_the_install_hint(monkeypatch):
+    """A model needing a package that is not installed is skipped, naming the pip extra."""
+    import dataclasses
+
+    import gradeff.grid as grid
+    from gradeff.models import MODELS
+    from gradeff.optim import OPTIMIZERS
+    from gradeff.strategies import STRATEGIES
+
+    needy = dataclasses.replace(MODELS["llm"], requires=(("gradeff_absent_package", "peft"),))
+    reason = grid.incompatibility(needy, OPTIMIZERS["adam"], STRATEGIES["standard"])
+    assert reason == ("Llama-3.2-1B-style decoder needs the 'gradeff_absent_package' package: "
+                      "pip install 'gradeff[peft]'")
+    present = dataclasses.replace(MODELS["llm"], requires=(("torch", "torch"),))
+    assert grid.incompatibility(present, OPTIMIZERS["adam"], STRATEGIES["standard"]) is None
+    monkeypatch.setattr(runner, "incompatibility", lambda *specs: reason)
+    record = run_cell(Cell("llm", "adam", "standard"), CONFIG)
+    assert record.status == "skipped" and "pip install 'gradeff[peft]'" in record.detail

@@ -29,6 +29,16 @@ def test_exact_cell_marker_separates_adam_from_adamw(grid_pytester):
     assert any("-adamw-" in cell for cell in loose)
 
 
+def test_axis_options_select_and_validate_keys(grid_pytester):
+    """--gradeff-models/--gradeff-optimizers select exact keys; an unknown key is a usage error naming the valid ones."""
+    result = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q", "--gradeff-models=vit,llm",
+                                     "--gradeff-optimizers=adam")
+    assert _collected(result) == [f"{m}-adam-{s}" for m in ("vit", "llm") for s in ("standard", "checkpoint", "accum")]
+    bad = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q", "--gradeff-optimizers=adan")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--gradeff-optimizers: unknown optimizer 'adan'; valid optimizers: sgd, adam, adamw*"])
+
+
 def test_family_marker_selects_a_model(grid_pytester):
     """`-m multimodal` selects the 18 vlm cells."""
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q", "-m", "multimodal"))

@@ -31,6 +31,9 @@ class ModelSpec:
         task: key of the synthetic task it trains on (see ``gradeff.data.TASKS``).
         module: module that defines ``build(profile, *, vocab_size, num_labels, weights_dir)``.
         supports_checkpointing: whether activation checkpointing can be enabled.
+        requires: importable modules beyond the default install, with the pip extra that brings
+            them, e.g. ``(("peft", "peft"),)``; a cell whose modules are missing is skipped with
+            the install hint.
     """
 
     key: str
@@ -39,6 +42,7 @@ class ModelSpec:
     task: str
     module: str
     supports_checkpointing: bool = True
+    requires: tuple[tuple[str, str], ...] = ()
 
 
 MODELS: Registry[ModelSpec] = Registry(
