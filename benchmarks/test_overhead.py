@@ -23,8 +23,8 @@ ROUNDS = 15
 # Targets of the suite (harness ≤ 1.02 × bare, samplers ≤ 1 %) are reported; the asserts are
 # looser guards so that a shared CI machine's noise does not fail the build, while a real
 # regression (an extra sync or pass per step) still does.
-HARNESS_GUARD = 1.10
-SAMPLER_GUARD = 1.05
+HARNESS_GUARD = 1.15
+SAMPLER_GUARD = 1.25
 
 
 def _bare_epoch(model, optimizer, batches):
