@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gradeff.devices import DEVICES, resolve_device, validate_device
 from gradeff.grid import cells
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
@@ -25,7 +26,6 @@ __all__ = ["DEFAULT_RESULTS", "grid_params"]
 DEFAULT_RESULTS = "results/results.jsonl"
 _SESSION_KEY = "gradeff_session"
 _CONFIG = pytest.StashKey[dict]()
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 def _positive_int(text: str) -> int:
@@ -67,7 +67,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="epochs per cell (default: the profile's)")
     group.addoption("--gradeff-seed", type=_int, default=0, help="seed of weights, data and order (default 0)")
     group.addoption("--gradeff-device", default="auto",
-                    help=f"device to train on: {', '.join(DEVICE_CHOICES)} or cuda:N (default auto)")
+                    help=f"device to train on: {', '.join(DEVICES)} or cuda:N (default auto)")
     group.addoption("--gradeff-sample-hz", type=_positive_float, default=10.0, metavar="HZ",
                     help="sampling rate of the RAM and GPU meters (default 10)")
     group.addoption("--gradeff-grid-intensity", type=_positive_float, default=400.0, metavar="GCO2_PER_KWH",
@@ -93,14 +93,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _validate_device(device: str) -> None:
-    if device.split(":")[0] not in DEVICE_CHOICES or (":" in device and not device.split(":")[1].isdigit()):
-        raise pytest.UsageError(f"--gradeff-device: unknown device {device!r}; valid: {', '.join(DEVICE_CHOICES)}"
-                                " or cuda:N")
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise pytest.UsageError(f"--gradeff-device {device}: torch sees no usable CUDA GPU; use cpu or auto")
+    try:
+        validate_device(device)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gradeff-device: {exc}") from None
 
 
 def _validate_results_path(path: Path) -> None:
@@ -205,7 +201,6 @@ def pytest_configure_node(node) -> None:
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     """pytest-benchmark: add the stack's versions and the device to the JSON's machine info."""
     from gradeff.environment import environment
-    from gradeff.runner import resolve_device
 
     machine_info["gradeff"] = environment(str(resolve_device(config.stash[_CONFIG]["device"])))
 

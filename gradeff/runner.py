@@ -19,6 +19,7 @@ from functools import lru_cache
 import torch
 
 from gradeff.data import Dataset, make_dataset
+from gradeff.devices import DEVICES, resolve_device
 from gradeff.environment import code_version, environment
 from gradeff.grid import Cell, incompatibility
 from gradeff.hparams import HParams, hparams_for
@@ -32,8 +33,6 @@ from gradeff.strategies import STRATEGIES, enable_checkpointing, micro_batches_p
 
 __all__ = ["DEVICES", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "prepare_state", "resolve_device",
            "run_cell"]
-
-DEVICES = ("auto", "cpu", "cuda")
 
 # Runs ``epoch_fn`` ``rounds`` times (pytest-benchmark's pedantic mode, or a plain loop).
 EpochTimer = Callable[[Callable[[], object], int], None]
@@ -59,21 +58,6 @@ class RunConfig:
 
 class MemoryBudgetExceeded(RuntimeError):
     """A cell needs more memory than ``--gradeff-memory-budget`` allows: recorded as ``oom``."""
-
-
-def resolve_device(device: str) -> torch.device:
-    """``auto`` → ``cuda`` when a GPU is usable, else ``cpu``.
-
-    Raises:
-        ValueError: unknown device, or ``cuda`` asked for without a usable GPU.
-    """
-    if device.split(":")[0] not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; valid devices: {', '.join(DEVICES)} (or cuda:N)")
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but torch sees no usable CUDA GPU; use cpu or auto")
-    return torch.device(device)
 
 
 @lru_cache(maxsize=8)

@@ -47,7 +47,7 @@ def test_records_are_written_under_xdist(grid_pytester):
         (("--gradeff-profile", "huge"), "*invalid choice: 'huge' (choose from 'tiny', 'small', 'paper')*"),
         (("--gradeff-epochs", "0"), "*--gradeff-epochs: must be >= 1, got 0*"),
         (("--gradeff-seed", "x"), "*expected an integer*"),
-        (("--gradeff-device", "tpu"), "*unknown device 'tpu'; valid: auto, cpu, cuda*"),
+        (("--gradeff-device", "tpu"), "*unknown device 'tpu'; valid devices: auto, cpu, cuda*"),
     ],
 )
 def test_bad_options_are_usage_errors(grid_pytester, args, message):
