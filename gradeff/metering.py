@@ -9,8 +9,7 @@ into a number by aggregation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -33,27 +32,31 @@ class MeterSettings:
     grid_gco2_per_kwh: float = 400.0
 
 
-@dataclass
 class EpochMetering:
-    """Runs functions (epochs) inside the meters and keeps one measurement dict per run."""
+    """Runs functions (epochs) inside the meters and keeps one measurement dict per run.
 
-    device: torch.device
-    settings: MeterSettings = field(default_factory=MeterSettings)
-    epochs: list[dict] = field(default_factory=list)
+    The meters are created once per cell and re-entered for every epoch: creating them probes
+    NVML and the RAPL zones, which belongs outside the timed epochs.
+    """
+
+    def __init__(self, device: torch.device, settings: MeterSettings | None = None):
+        self.device = device
+        self.settings = settings or MeterSettings()
+        self.epochs: list[dict] = []
+        index = device.index or 0
+        on_gpu = device.type == "cuda"
+        self._ram = RamMeter(hz=self.settings.hz)
+        self._gpu = GpuMeter(device_index=index, hz=self.settings.hz,
+                             cuda_available=lambda: on_gpu and torch.cuda.is_available())
+        self._energy = EnergyMeter(grid_gco2_per_kwh=self.settings.grid_gco2_per_kwh, device_index=index,
+                                   cuda_available=lambda: on_gpu and torch.cuda.is_available())
 
     def run(self, fn: Callable[[], Any]) -> Any:
-        """Call ``fn`` inside RAM, GPU and energy meters; append their records as a dict."""
-        device_index = self.device.index or 0
-        ram = RamMeter(hz=self.settings.hz)
-        gpu = GpuMeter(device_index=device_index, hz=self.settings.hz,
-                       cuda_available=lambda: self.device.type == "cuda" and torch.cuda.is_available())
-        energy = EnergyMeter(grid_gco2_per_kwh=self.settings.grid_gco2_per_kwh, device_index=device_index,
-                             cuda_available=lambda: self.device.type == "cuda" and torch.cuda.is_available())
-        with ExitStack() as stack:
-            for meter in (energy, gpu, ram):
-                stack.enter_context(meter)
+        """Call ``fn`` inside the RAM, GPU and energy meters; append their records as a dict."""
+        with self._energy, self._gpu, self._ram:
             result = fn()
-        self.epochs.append({"ram": asdict(ram.record), "gpu": asdict(gpu.record), "energy": asdict(energy.record)})
+        self.epochs.append({"ram": asdict(self._ram.record), "gpu": asdict(self._gpu.record),
+                            "energy": asdict(self._energy.record)})
         return result
 
 

@@ -103,17 +103,18 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def _check_budget(state: TrainState, optimizer_key: str, budget: int | None) -> None:
-    """Warm up under the activation counter and refuse a cell that would exceed the budget.
+def _warm_up_within_budget(state: TrainState, optimizer_key: str, budget: int | None) -> None:
+    """Warm up; with a budget, count the warm-up's activations and refuse a cell that exceeds it.
 
     Activation bytes are measured on the warm-up pass (one micro-batch, strategy applied);
     optimizer-state bytes follow the optimizer's state law (state tensors × trainable bytes),
     which the meters' tests prove exact up to step counters.
     """
+    if budget is None:
+        warm_up(state)
+        return
     with ActivationCounter(state.model) as counter:
         warm_up(state)
-    if budget is None:
-        return
     state_bytes = OPTIMIZERS[optimizer_key].state_per_param * trainable_parameter_bytes(state.model)
     needed = counter.saved_bytes + state_bytes
     if needed > budget:
@@ -147,7 +148,7 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
             status, detail = "skipped", reason
         else:
             state = prepare_state(cell, config, hp, device)
-            _check_budget(state, cell.optimizer, config.memory_budget)
+            _warm_up_within_budget(state, cell.optimizer, config.memory_budget)
             timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs)
             # One more step, after the timed epochs, under the activation counter: the breakdown
             # costs the measured epochs nothing.
@@ -166,7 +167,7 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         status, detail = "error", f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})"
     history = state.history if state is not None else []
     epochs = tuple(EpochRecord(**asdict(e), meters=m) for e, m in zip(history, metering.epochs))
-    meters = aggregate(metering.epochs[:len(epochs)], config.meters.grid_gco2_per_kwh)
+    meters = aggregate(metering.epochs, config.meters.grid_gco2_per_kwh)
     if memory:
         meters["memory"] = memory
     finished = time.time()
