@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -48,16 +49,8 @@ def cells(models=None, optimizers=None, strategies=None) -> Iterator[Cell]:
     Raises:
         KeyError: an unknown key; the message lists the valid ones.
     """
-    models = list(models or MODELS)
-    optimizers = list(optimizers or OPTIMIZERS)
-    strategies = list(strategies or STRATEGIES)
-    for key in (*models,):
-        MODELS[key]
-    for key in optimizers:
-        OPTIMIZERS[key]
-    for key in strategies:
-        STRATEGIES[key]
-    for model in models:
-        for optimizer in optimizers:
-            for strategy in strategies:
-                yield Cell(model, optimizer, strategy)
+    # Looking every key up before the first cell makes a typo fail at once, not half-way.
+    axes = [[registry[key].key for key in (keys or registry)]
+            for registry, keys in ((MODELS, models), (OPTIMIZERS, optimizers), (STRATEGIES, strategies))]
+    for model, optimizer, strategy in itertools.product(*axes):
+        yield Cell(model, optimizer, strategy)

@@ -178,6 +178,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # exactly this session's records in an append-only file that may hold earlier runs.
     workerinput = getattr(config, "workerinput", None)
     session = workerinput[_SESSION_KEY] if workerinput and _SESSION_KEY in workerinput else uuid.uuid4().hex[:12]
+    if workerinput is not None:
+        _share_cores_between_workers()
     config.stash[_CONFIG] = {
         "profile": config.getoption("gradeff_profile"), "epochs": config.getoption("gradeff_epochs"),
         "seed": config.getoption("gradeff_seed"), "device": device, "results": results, "session": session,
@@ -249,7 +251,6 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
                        device=settings["device"], session=settings["session"],
                        meters=MeterSettings(hz=settings["sample_hz"], grid_gco2_per_kwh=settings["grid_intensity"]),
                        memory_budget=settings["memory_budget"])
-    _share_cores_between_workers()
 
     def timer(epoch_fn, rounds):
         if benchmark.disabled:
@@ -261,8 +262,6 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
             benchmark.pedantic(epoch_fn, rounds=rounds, iterations=1, warmup_rounds=0)
 
     def run(model: str, optimizer: str, strategy: str):
-        for registry, key in ((MODELS, model), (OPTIMIZERS, optimizer), (STRATEGIES, strategy)):
-            registry[key]
         cell = Cell(model, optimizer, strategy)
         if cell.id in settings["settled"]:
             pytest.skip(f"--gradeff-resume: already recorded as {settings['settled'][cell.id]} "
@@ -287,10 +286,19 @@ def _fmt(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def _session_records(settings: dict, errors: list[str]) -> list:
-    if not settings["results"].exists():
-        return []
-    return [r for r in read_records(settings["results"], errors=errors) if r.session == settings["session"]]
+_SESSION_RECORDS = pytest.StashKey[tuple[list, list[str]]]()
+
+
+def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
+    """This session's records and the results file's unreadable lines, read once at session end."""
+    if _SESSION_RECORDS not in config.stash:
+        settings = config.stash[_CONFIG]
+        records: list = []
+        errors: list[str] = []
+        if settings["results"].exists():
+            records = [r for r in read_records(settings["results"], errors=errors) if r.session == settings["session"]]
+        config.stash[_SESSION_RECORDS] = (records, errors)
+    return config.stash[_SESSION_RECORDS]
 
 
 _GATE = pytest.StashKey[tuple[int, str]]()
@@ -310,7 +318,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     from gradeff.compare import main as compare_main
 
     settings = config.stash[_CONFIG]
-    records = _session_records(settings, [])
+    records, _ = _session_records(config)
     # This session's records, as a file of their own: the gate's "current", and a handy artifact.
     current = settings["results"].with_name("last-session.jsonl")
     current.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
@@ -329,8 +337,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     settings = config.stash.get(_CONFIG, None)
     if settings is None:
         return
-    errors: list[str] = []
-    records = _session_records(settings, errors)
+    records, errors = _session_records(config)
     if not records:
         return
     write = terminalreporter.write_line
