@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gradeff.data.dataset import IGNORE_INDEX, SPECIAL_TOKENS, Dataset, epoch_order
+from gradeff.data.images import image_captioning, image_classification
+from gradeff.data.text import causal_lm, masked_lm
 from gradeff.hparams import HParams
 from gradeff.registry import Registry
 
@@ -22,36 +24,17 @@ class TaskSpec:
     fields: tuple[str, ...]
 
 
-def _text(name):
-    def build(**kwargs):
-        from gradeff.data import text
-
-        return getattr(text, name)(**kwargs)
-
-    return build
-
-
-def _image(name):
-    def build(**kwargs):
-        from gradeff.data import images
-
-        return getattr(images, name)(**kwargs)
-
-    return build
-
-
 TASKS: Registry[TaskSpec] = Registry(
     "task",
     (
-        TaskSpec(key="causal_lm", description="next token of Markov-chain text", build=_text("causal_lm"),
+        TaskSpec(key="causal_lm", description="next token of Markov-chain text", build=causal_lm,
                  fields=("num_states", "seq_len")),
-        TaskSpec(key="masked_lm", description="15 % masked tokens of Markov-chain text", build=_text("masked_lm"),
+        TaskSpec(key="masked_lm", description="15 % masked tokens of Markov-chain text", build=masked_lm,
                  fields=("num_states", "seq_len")),
         TaskSpec(key="image_classification", description="class of a noisy template image",
-                 build=_image("image_classification"), fields=("num_classes", "image_size")),
+                 build=image_classification, fields=("num_classes", "image_size")),
         TaskSpec(key="image_captioning", description="caption (class token + Markov text) of a noisy template",
-                 build=_image("image_captioning"),
-                 fields=("num_classes", "image_size", "caption_len", "num_states")),
+                 build=image_captioning, fields=("num_classes", "image_size", "caption_len", "num_states")),
     ),
 )
 

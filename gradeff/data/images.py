@@ -76,12 +76,7 @@ def image_captioning(*, num_classes: int, image_size: int, caption_len: int, num
                                                 num_samples=num_samples, rng=rng)
     chain = make_chain(num_states, rng)
     start_states = rng.permutation(num_states)[:num_classes]
-    cumulative = np.cumsum(chain.transition, axis=1)
-    states = np.empty((num_samples, caption_len), dtype=np.int64)
-    states[:, 0] = start_states[classes]
-    for t in range(1, caption_len):
-        u = rng.random(num_samples)[:, None]
-        states[:, t] = np.minimum((u > cumulative[states[:, t - 1]]).sum(axis=1), num_states - 1)
+    states = chain.sample(rng, num_samples, caption_len, first=start_states[classes])
     caption = states + FIRST_STATE_TOKEN
     bos = np.full((num_samples, 1), SPECIAL_TOKENS["bos"])
     # Inputs are [BOS, s1..sL]; the decoder shifts labels, so BOS's position predicts s1.

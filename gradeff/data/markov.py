@@ -45,10 +45,15 @@ class MarkovChain:
             row_entropy = -np.where(p > 0, p * np.log(p), 0.0).sum(axis=1)
         return float(self.stationary() @ row_entropy)
 
-    def sample(self, rng: np.random.Generator, num_sequences: int, length: int) -> np.ndarray:
-        """Sample ``(num_sequences, length)`` state ids, starting from the stationary distribution."""
+    def sample(self, rng: np.random.Generator, num_sequences: int, length: int,
+               first: np.ndarray | None = None) -> np.ndarray:
+        """Sample ``(num_sequences, length)`` state ids.
+
+        Args:
+            first: the first state of each sequence; drawn from the stationary distribution if ``None``.
+        """
         states = np.empty((num_sequences, length), dtype=np.int64)
-        states[:, 0] = rng.choice(self.num_states, size=num_sequences, p=self.stationary())
+        states[:, 0] = rng.choice(self.num_states, size=num_sequences, p=self.stationary()) if first is None else first
         cumulative = np.cumsum(self.transition, axis=1)
         for t in range(1, length):
             u = rng.random(num_sequences)[:, None]

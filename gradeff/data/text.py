@@ -25,6 +25,7 @@ def causal_lm(*, num_states: int, seq_len: int, num_samples: int, seed: int) -> 
     tokens = torch.from_numpy(states + FIRST_STATE_TOKEN)
     # The Bayes predictor knows the chain: its loss at each position is -log P[prev, next].
     bayes = -np.log(chain.transition[states[:, :-1], states[:, 1:]])
+    entropy_rate = chain.entropy_rate()
     return Dataset(
         task="causal_lm",
         # transformers' causal-LM loss shifts labels itself: labels = inputs.
@@ -32,8 +33,8 @@ def causal_lm(*, num_states: int, seq_len: int, num_samples: int, seed: int) -> 
         targets=torch.full((num_samples,), seq_len - 1),
         loss_floor=float(bayes.mean()),
         floor_note=f"Bayes loss of the generating Markov chain on these samples "
-                   f"(entropy rate {chain.entropy_rate():.4f} nats)",
-        info={"num_states": num_states, "seq_len": seq_len, "entropy_rate": chain.entropy_rate()},
+                   f"(entropy rate {entropy_rate:.4f} nats)",
+        info={"num_states": num_states, "seq_len": seq_len, "entropy_rate": entropy_rate},
     )
 
 
