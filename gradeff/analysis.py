@@ -16,7 +16,7 @@ from typing import TypeVar
 from gradeff.formatting import as_number
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, latest_by_cell
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
@@ -145,12 +145,9 @@ def latest_records(records: Iterable[CellRecord]) -> tuple[list[CellRecord], int
     Returns:
         The kept records, in order of each cell's first appearance, and how many were superseded.
     """
-    latest: dict[str, CellRecord] = {}
-    total = 0
-    for record in records:
-        total += 1
-        latest[record.cell] = record  # dict keeps the first insertion's position
-    return list(latest.values()), total - len(latest)
+    records = list(records)
+    latest = latest_by_cell(records)
+    return list(latest.values()), len(records) - len(latest)
 
 
 def order_keys(keys: Iterable[str], registry: Iterable[str]) -> list[str]:

@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gradeff.compare_rules import (
     DEFAULT_RULES, IMPROVEMENT, LOOSE_LOSS_RTOL, REGRESSION, Row, Rule, override_rules,
 )
-from gradeff.results import CellRecord, read_records
+from gradeff.results import CellRecord, latest_by_cell, read_records
 
 __all__ = [
     "DEFAULT_RULES", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE", "Comparison", "MismatchError",
@@ -65,14 +64,6 @@ class Comparison:
     @property
     def improvements(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.verdict == IMPROVEMENT)
-
-
-def _latest(records: Iterable[CellRecord]) -> dict[str, CellRecord]:
-    # Results files are append-only: a rerun of a cell supersedes the earlier records.
-    latest: dict[str, CellRecord] = {}
-    for record in records:
-        latest[record.cell] = record
-    return latest
 
 
 def _grouped(differences: dict[str, list[str]]) -> list[str]:
@@ -117,7 +108,7 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
     Raises:
         MismatchError: a common cell ran with another profile or seed, and ``allow_mismatch`` is false.
     """
-    before, after = _latest(baseline), _latest(current)
+    before, after = latest_by_cell(baseline), latest_by_cell(current)
     common = [cell for cell in before if cell in after]
     mismatches: dict[str, list[str]] = defaultdict(list)
     notes: dict[str, list[str]] = defaultdict(list)

@@ -7,12 +7,11 @@ gives its other records, and the skipped lines are returned so the report can li
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, read_records
 
 __all__ = ["LoadedResults", "ResultsFileError", "load_results"]
 
@@ -57,7 +56,7 @@ def load_results(paths: Iterable[str | Path]) -> LoadedResults:
         path = str(path)
         errors: list[str] = []
         try:
-            found = list(_read(path, errors))
+            found = list(read_records(path, errors=errors))
         except FileNotFoundError:
             raise ResultsFileError(f"{path}: no such file") from None
         except IsADirectoryError:
@@ -74,19 +73,3 @@ def load_results(paths: Iterable[str | Path]) -> LoadedResults:
         skipped.extend(errors)
         sources.append(path)
     return LoadedResults(records=tuple(records), skipped_lines=tuple(skipped), sources=tuple(sources))
-
-
-def _read(path: str, errors: list[str]) -> Iterator[CellRecord]:
-    # Like results.read_records(errors=...), but a line holding valid JSON that is not an object
-    # (``[1]``, ``"x"``) or is nested absurdly deep is skipped too instead of ending the whole file.
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-                if not isinstance(data, dict):
-                    raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-                yield CellRecord.from_dict(data)
-            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-                errors.append(f"{path}:{number}: {exc}")

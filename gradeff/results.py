@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = [
     "FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord", "Summary", "append_record", "cell_id",
-    "read_records",
+    "latest_by_cell", "read_records",
 ]
 
 SCHEMA_VERSION = 1
@@ -171,6 +171,17 @@ def append_record(path: str | Path, record: CellRecord) -> None:
         os.close(fd)
 
 
+def latest_by_cell(records: Iterable[CellRecord]) -> dict[str, CellRecord]:
+    """The last record of each cell, keyed by cell id in order of first appearance.
+
+    Results files are append-only: a rerun of a cell supersedes its earlier records.
+    """
+    latest: dict[str, CellRecord] = {}
+    for record in records:
+        latest[record.cell] = record  # a dict keeps the first insertion's position
+    return latest
+
+
 def read_records(path: str | Path, *, errors: list[str] | None = None) -> Iterator[CellRecord]:
     """Yield the records of a results file in order.
 
@@ -185,7 +196,8 @@ def read_records(path: str | Path, *, errors: list[str] | None = None) -> Iterat
                 continue
             try:
                 yield CellRecord.from_dict(json.loads(line))
-            except (ValueError, TypeError, KeyError) as exc:
+            # RecursionError: absurdly nested JSON is a bad line, not a reason to stop reading.
+            except (ValueError, TypeError, KeyError, RecursionError) as exc:
                 message = f"{path}:{number}: {exc}"
                 if errors is None:
                     raise ValueError(message) from exc
