@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 
 import pytest
@@ -11,7 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+from transformers import LlamaForCausalLM
 
+from gradeff.data import make_dataset
+from gradeff.hparams import hparams_for
 from gradeff.meters.memory import (
     ActivationCounter,
     MemoryBreakdown,
@@ -21,92 +25,27 @@ from gradeff.meters.memory import (
     parameter_bytes,
     trainable_parameter_bytes,
 )
+from gradeff.models import MODELS, build_model, llm
+from gradeff.strategies import enable_checkpointing
 
-transformers = pytest.importorskip("transformers")
-
-SEQ = 32
 STEP_COUNTER_BYTES = 4  # torch keeps "step" as a float32 scalar tensor per parameter
+FAMILIES = ("llm", "vit", "modernbert")
 
 
-def tiny_llama(**overrides) -> nn.Module:
-    """A 2-layer Llama with a 128-token vocabulary, float32."""
-    cfg = dict(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    cfg.update(overrides)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).float()
-
-
-def tiny_vit() -> nn.Module:
-    """A 2-layer ViT on 32x32 images in 8x8 patches, 10 classes."""
-    cfg = transformers.ViTConfig(
-        image_size=32,
-        patch_size=8,
-        num_channels=3,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        num_labels=10,
-    )
-    return transformers.ViTForImageClassification(cfg).float()
-
-
-def tiny_modernbert() -> nn.Module:
-    """A 2-layer ModernBERT masked LM with special tokens inside its 128-token vocabulary."""
-    cfg = transformers.ModernBertConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-        global_attn_every_n_layers=1,
-        local_attention=16,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        cls_token_id=1,
-        sep_token_id=2,
-        mask_token_id=3,
-    )
-    return transformers.ModernBertForMaskedLM(cfg).float()
-
-
-FAMILIES = {"llama": tiny_llama, "vit": tiny_vit, "modernbert": tiny_modernbert}
+@functools.cache
+def _dataset(family: str):
+    return make_dataset(MODELS[family].task, hparams_for(family, "tiny"), seed=0)
 
 
 def make_batch(family: str, batch: int) -> dict[str, torch.Tensor]:
-    """A fixed, seeded batch of inputs with labels for a family."""
-    g = torch.Generator().manual_seed(batch)
-    if family == "vit":
-        return {
-            "pixel_values": torch.randn(batch, 3, 32, 32, generator=g),
-            "labels": torch.randint(0, 10, (batch,), generator=g),
-        }
-    ids = torch.randint(4, 128, (batch, SEQ), generator=g)
-    return {"input_ids": ids, "labels": ids.clone()}
+    """The first ``batch`` samples of the family's tiny task, with labels."""
+    return _dataset(family).batch(torch.arange(batch))
 
 
 def build(family: str) -> nn.Module:
-    """A freshly initialized model of a family in training mode."""
+    """A freshly initialized tiny model of a family in training mode."""
     torch.manual_seed(0)
-    return FAMILIES[family]().train()
-
-
-def enable_checkpointing(model: nn.Module) -> None:
-    """Non-reentrant activation checkpointing under the name this transformers version uses."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    return build_model(family, "tiny", num_labels=hparams_for(family, "tiny").num_classes)
 
 
 def activation_bytes(model: nn.Module, family: str, batch: int) -> int:
@@ -149,19 +88,21 @@ def test_parameter_and_gradient_bytes(family):
 
 def test_tied_weights_counted_once():
     """Tying the Llama output projection to the embedding removes exactly one vocab x hidden matrix."""
-    untied = tiny_llama(tie_word_embeddings=False)
-    tied = tiny_llama(tie_word_embeddings=True)
+    untied_config = llm.config("tiny")
+    untied_config.tie_word_embeddings = False
+    untied = LlamaForCausalLM(untied_config)
+    tied = build("llm")
     assert tied.lm_head.weight is tied.model.embed_tokens.weight
     assert parameter_bytes(untied) - parameter_bytes(tied) == 128 * 64 * 4
 
 
 def test_frozen_parameters_are_not_trainable_and_get_no_state():
     """Freezing the embedding removes it from trainable bytes, gradients and Adam state."""
-    model = build("llama")
+    model = build("llm")
     emb = model.model.embed_tokens.weight
     emb.requires_grad_(False)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    train_step(model, opt, "llama")
+    train_step(model, opt, "llm")
     assert trainable_parameter_bytes(model) == parameter_bytes(model) - emb.numel() * 4
     assert gradient_bytes(model) == trainable_parameter_bytes(model)
     assert emb not in opt.state
@@ -184,17 +125,17 @@ OPTIMIZERS = {
 def test_optimizer_state_law_llama(name):
     """State bytes = k x stepped parameter bytes + a 4-byte float32 step per parameter tensor."""
     make_opt, multiple, has_step = OPTIMIZERS[name]
-    model = build("llama")
+    model = build("llm")
     params = list(model.parameters())
     opt = make_opt(params)
     # State is created by the first step, except Adagrad's, which its constructor allocates.
     before = optimizer_state_bytes(opt)
     assert (before > 0) == (name == "adagrad")
-    train_step(model, opt, "llama")
+    train_step(model, opt, "llm")
     nbytes, count = stepped(params)
     expected = multiple * nbytes + (STEP_COUNTER_BYTES * count if has_step else 0)
     assert optimizer_state_bytes(opt) == expected
-    train_step(model, opt, "llama")
+    train_step(model, opt, "llm")
     assert optimizer_state_bytes(opt) == expected  # state does not grow with steps
 
 
@@ -277,12 +218,12 @@ def test_checkpointed_region_shows_only_its_input():
 
 def test_freed_activations_are_not_double_counted():
     """Two forward/backward passes in one window peak at one pass; the total counts both."""
-    model = build("llama")
+    model = build("llm")
     with ActivationCounter(model) as one:
-        model(**make_batch("llama", 2)).loss.backward()
+        model(**make_batch("llm", 2)).loss.backward()
     with ActivationCounter(model) as two:
         for _ in range(2):  # gradient accumulation
-            model(**make_batch("llama", 2)).loss.backward()
+            model(**make_batch("llm", 2)).loss.backward()
     assert two.saved_bytes == one.saved_bytes
     assert two.total_saved_bytes == 2 * one.total_saved_bytes
 
@@ -308,10 +249,10 @@ def test_activation_bytes_repeatable_and_proportional(family):
 
 def test_measure_step_memory_llama():
     """The breakdown of an AdamW step matches the individual measurements."""
-    model = build("llama")
+    model = build("llm")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    forward_only = activation_bytes(model, "llama", 2)
-    mem = measure_step_memory(model, opt, lambda: train_step(model, opt, "llama"))
+    forward_only = activation_bytes(model, "llm", 2)
+    mem = measure_step_memory(model, opt, lambda: train_step(model, opt, "llm"))
     assert isinstance(mem, MemoryBreakdown)
     n_tensors = len(list(model.parameters()))
     assert mem.parameter_bytes == mem.trainable_parameter_bytes == mem.gradient_bytes == parameter_bytes(model)
