@@ -64,12 +64,14 @@ def environment(device: str = "cpu") -> dict:
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         info["device_name"] = torch.cuda.get_device_name(torch.device(device))
-        try:
-            import pynvml
+        from gradeff.meters._nvml import close_nvml, load_nvml
 
-            pynvml.nvmlInit()
-            info["gpu_driver"] = pynvml.nvmlSystemGetDriverVersion()
-        except Exception:  # NVML is optional: the driver version is then unknown, not invented
+        nvml = load_nvml()
+        try:
+            nvml.nvmlInit()
+            info["gpu_driver"] = nvml.nvmlSystemGetDriverVersion()
+            close_nvml(nvml)
+        except Exception:  # NVML is optional (or absent: nvml is None): the version stays unknown, not invented
             pass
     else:
         info["device_name"] = info["cpu"]

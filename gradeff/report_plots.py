@@ -12,7 +12,8 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -33,6 +34,23 @@ _RC = {
 _STRATEGY_STYLES = (("-", "o"), ("-.", "s"), (":", "^"), ((0, (1, 1)), "D"), ((0, (5, 1, 1, 1)), "v"))
 _MEMORY_PARTS = (("parameters", "#4c72b0"), ("gradients", "#dd8452"), ("optimizer state", "#55a868"),
                  ("activations", "#c44e52"))
+
+
+# Fixed margins, not constrained layout: that re-lays out every text several times and tripled
+# the report's build time. The right 26 % holds the legend.
+_LEGEND_RIGHT = dict(left=0.09, right=0.74, bottom=0.12, top=0.97)
+
+
+@contextmanager
+def _figure(uid: str, size: tuple[float, float], margins: dict) -> Iterator:
+    """A matplotlib Figure under the report's style; ``uid`` salts its SVG ids (several per page)."""
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    with rc_context(_RC | {"svg.hashsalt": uid}):
+        fig = Figure(figsize=size)
+        fig.subplots_adjust(**margins)
+        yield fig
 
 
 def _log_y(ax) -> None:
@@ -122,15 +140,9 @@ def loss_curves_svg(series: Sequence[Series], *, loss_floor: float | None, title
     Returns:
         An ``<svg>`` element.
     """
-    from matplotlib import rc_context
-    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    with rc_context(_RC | {"svg.hashsalt": uid}):
-        fig = Figure(figsize=(7.6, 3.9))
-        # Fixed margins, not constrained layout: that re-lays out every text several times and
-        # tripled the report's build time; the right 26 % holds the legend.
-        fig.subplots_adjust(left=0.09, right=0.74, bottom=0.12, top=0.97)
+    with _figure(uid, (7.6, 3.9), _LEGEND_RIGHT) as fig:
         ax = fig.subplots()
         colors = _colors()
         for s in series:
@@ -164,12 +176,7 @@ def pareto_svg(points: Sequence[Point], *, title: str, uid: str) -> str:
     Returns:
         An ``<svg>`` element.
     """
-    from matplotlib import rc_context
-    from matplotlib.figure import Figure
-
-    with rc_context(_RC | {"svg.hashsalt": uid}):
-        fig = Figure(figsize=(7.6, 3.9))
-        fig.subplots_adjust(left=0.09, right=0.74, bottom=0.12, top=0.97)
+    with _figure(uid, (7.6, 3.9), _LEGEND_RIGHT) as fig:
         ax = fig.subplots()
         colors = _colors()
         for p in points:
@@ -210,17 +217,13 @@ def heatmap_grid_svg(panels: Sequence[Sequence[HeatPanel]], *, uid: str, title: 
     Returns:
         An ``<svg>`` element.
     """
-    from matplotlib import rc_context
-    from matplotlib.figure import Figure
-
     n_rows = len(panels)
     n_cols = max((len(row) for row in panels), default=0)
-    with rc_context(_RC | {"svg.hashsalt": uid}):
-        width, height = 2.7 * max(n_cols, 1) + 0.4, 2.3 * max(n_rows, 1)
-        fig = Figure(figsize=(width, height))
-        # Room in inches for the optimizer labels left, strategy labels below and titles above.
-        fig.subplots_adjust(left=0.7 / width, right=1 - 0.15 / width, bottom=0.35 / height, top=1 - 0.3 / height,
-                            wspace=0.45, hspace=0.45)
+    width, height = 2.7 * max(n_cols, 1) + 0.4, 2.3 * max(n_rows, 1)
+    # Room in inches for the optimizer labels left, strategy labels below and titles above.
+    margins = dict(left=0.7 / width, right=1 - 0.15 / width, bottom=0.35 / height, top=1 - 0.3 / height,
+                   wspace=0.45, hspace=0.45)
+    with _figure(uid, (width, height), margins) as fig:
         axes = fig.subplots(max(n_rows, 1), max(n_cols, 1), squeeze=False)
         for r, row in enumerate(panels):
             for c in range(n_cols):
@@ -270,14 +273,10 @@ def memory_bars_svg(bars: Sequence[Bar], *, title: str, uid: str) -> str:
     Returns:
         An ``<svg>`` element.
     """
-    from matplotlib import rc_context
-    from matplotlib.figure import Figure
-
-    with rc_context(_RC | {"svg.hashsalt": uid}):
-        height = 0.9 + 0.2 * max(len(bars), 1)
-        fig = Figure(figsize=(7.6, height))
-        # Inches, not fractions: the cell labels need ~1.5 in whatever the number of bars.
-        fig.subplots_adjust(left=1.6 / 7.6, right=0.97, bottom=0.45 / height, top=1 - 0.35 / height)
+    height = 0.9 + 0.2 * max(len(bars), 1)
+    # Inches, not fractions: the cell labels need ~1.5 in whatever the number of bars.
+    margins = dict(left=1.6 / 7.6, right=0.97, bottom=0.45 / height, top=1 - 0.35 / height)
+    with _figure(uid, (7.6, height), margins) as fig:
         ax = fig.subplots()
         positions = list(range(len(bars)))
         left = [0.0] * len(bars)
