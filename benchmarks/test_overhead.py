@@ -1,9 +1,9 @@
 """What measuring costs: the harness and its samplers against a bare PyTorch loop.
 
-Three loops train copies of the same tiny decoder on the same batches, epoch by epoch in
-turn so that machine drift hits all three alike: a bare loop (zero_grad, forward, backward,
-step), the harness without meters (closure step path, per-step loss check, bookkeeping), and
-the harness with every meter on. The medians of the per-round time ratios are the overheads.
+Three loops train copies of the same tiny decoder on the same batches, epoch by epoch in turn
+(rotating the order every round) so that machine drift hits all three alike: a bare loop
+(zero_grad, forward, backward, step), the harness without meters (closure step path, per-step
+loss check, bookkeeping), and the harness with every meter on. The medians of the per-round time ratios are the overheads.
 """
 
 import copy
@@ -50,10 +50,15 @@ def test_measurement_overhead(benchmark):
     metering = EpochMetering(device=torch.device("cpu"))
     times = {"bare": [], "harness": [], "metered": []}
 
+    loops = [("bare", lambda: _bare_epoch(bare_model, bare_optimizer, batches)),
+             ("harness", lambda: train_epoch(harness)),
+             ("metered", lambda: metering.run(lambda: train_epoch(metered)))]
+
     def one_round():
-        for name, run in (("bare", lambda: _bare_epoch(bare_model, bare_optimizer, batches)),
-                          ("harness", lambda: train_epoch(harness)),
-                          ("metered", lambda: metering.run(lambda: train_epoch(metered)))):
+        # Rotating the order each round spreads any first-or-last-in-the-round effect over all
+        # three loops instead of charging it to one of them.
+        shift = len(times["bare"]) % len(loops)
+        for name, run in loops[shift:] + loops[:shift]:
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
