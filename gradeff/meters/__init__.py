@@ -1,5 +1,8 @@
 """Meters: one module per resource, each a context manager that yields a frozen record.
 
+A meter's window (``with meter:``) can be cut into segments (``with meter.segment() as s:``),
+each with its own record, without restarting its sampling thread.
+
 Records use raw units (bytes as ``int``, seconds and joules as ``float``) and ``None``
 for what the machine cannot measure, never a made-up 0. Devices are probed when a
 meter is created, never when this package is imported.
@@ -25,6 +28,7 @@ from .memory import (
 )
 from .ram import RamMeter, RamRecord
 from .sampler import PeriodicSampler
+from .segment import Segment
 
 __all__ = [
     "DEFAULT_GRID_GCO2_PER_KWH",
@@ -41,6 +45,7 @@ __all__ = [
     "PeriodicSampler",
     "RamMeter",
     "RamRecord",
+    "Segment",
     "co2_grams",
     "gradient_bytes",
     "measure_step_memory",

@@ -29,6 +29,7 @@ import torch
 
 from ._nvml import close_nvml, device_name, load_nvml, open_nvml_device, torch_device_uuid
 from .sampler import PeriodicSampler
+from .segment import Segment
 
 __all__ = ["NVML_UTILIZATION_WINDOW_S", "AllocatorStats", "GpuMeter", "GpuRecord"]
 
@@ -88,6 +89,15 @@ class GpuRecord:
     duration_s: float
 
 
+def _max_known(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _max_pairs(a: tuple[int | None, int | None], b: tuple[int | None, int | None]) -> tuple[int | None, int | None]:
+    """Element-wise maximum of two (allocated, reserved) peak pairs; ``None`` is unknown."""
+    return _max_known(a[0], b[0]), _max_known(a[1], b[1])
+
+
 # One NVML sample: (utilization %, memory used bytes, power W), each None if unreadable.
 _Sample = tuple[float | None, int | None, float | None]
 
@@ -98,9 +108,11 @@ class GpuMeter:
     Example::
 
         with GpuMeter(device_index=0) as meter:
-            train_step()
-            torch.cuda.synchronize()
-        print(meter.record.alloc_peak_bytes)
+            with meter.segment() as epoch:  # optional: a stretch with its own record
+                train_epoch()
+                torch.cuda.synchronize()
+            print(epoch.record.alloc_peak_bytes)
+        print(meter.record.alloc_peak_bytes)  # the whole window
     """
 
     def __init__(
@@ -130,6 +142,8 @@ class GpuMeter:
         self._sampler: PeriodicSampler[_Sample] | None = None
         self._handle: Any = None
         self._peaks_reset = False
+        self._window_peaks: tuple[int | None, int | None] = (None, None)
+        self._open = False
         self._t0 = 0.0
         self.available = bool(cuda_available())
         # Nothing below touches CUDA or NVML without a device, so a CPU machine never
@@ -149,8 +163,64 @@ class GpuMeter:
             if self.device_name is None:
                 self.device_name = self._torch_device_name()
 
+    @property
+    def sampler_cpu_s(self) -> float:
+        """CPU seconds the NVML sampling thread has spent in the current (or last) window."""
+        return self._sampler.thread_cpu_s if self._sampler is not None else 0.0
+
     def __enter__(self) -> GpuMeter:
         self._record = None
+        self._sampler = None
+        self._window_peaks = (None, None)
+        self._reset_peaks()
+        if self.nvml_ok:
+            self._handle = open_nvml_device(self._nvml, self.device_index, self._uuid)
+            if self._handle is not None:
+                self._sampler = PeriodicSampler(self._sample, self._hz, name="gradeff-gpu")
+                self._sampler.start()
+        self._t0 = time.perf_counter()
+        self._open = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._open = False
+        duration = time.perf_counter() - self._t0
+        values: list[_Sample] = []
+        if self._sampler is not None:
+            values = self._sampler.stop()
+        if self._handle is not None:
+            close_nvml(self._nvml)
+            self._handle = None
+        self._window_peaks = _max_pairs(self._window_peaks, self._read_peaks())
+        self._record = self._summarize(values, self._window_peaks, duration)
+
+    def segment(self) -> Segment[GpuRecord]:
+        """A stretch of the open window with its own record (e.g. one epoch).
+
+        The allocator peaks are reset when the segment opens, so they are the segment's own;
+        NVML figures come from the samples the window's thread took within the segment.
+        """
+        return Segment(self._begin_segment, self._end_segment)
+
+    def _begin_segment(self) -> float:
+        if not self._open:
+            raise RuntimeError("GpuMeter.segment() needs an open window: use it inside `with meter:`")
+        # The peaks so far belong to the window; the segment starts its own.
+        self._window_peaks = _max_pairs(self._window_peaks, self._read_peaks())
+        self._reset_peaks()
+        t0 = time.perf_counter()
+        if self._sampler is not None:
+            self._sampler.sample_now()
+        return t0
+
+    def _end_segment(self, t0: float) -> GpuRecord:
+        t1 = self._sampler.sample_now() if self._sampler is not None else time.perf_counter()
+        peaks = self._read_peaks()
+        self._window_peaks = _max_pairs(self._window_peaks, peaks)
+        values = self._sampler.between(t0, t1) if self._sampler is not None else []
+        return self._summarize(values, peaks, t1 - t0)
+
+    def _reset_peaks(self) -> None:
         self._peaks_reset = False
         if self.available:
             try:
@@ -158,42 +228,30 @@ class GpuMeter:
                 self._peaks_reset = True
             except Exception:  # noqa: BLE001 - a broken CUDA context: peaks stay None
                 pass
-        if self.nvml_ok:
-            self._handle = open_nvml_device(self._nvml, self.device_index, self._uuid)
-            if self._handle is not None:
-                self._sampler = PeriodicSampler(self._sample, self._hz, name="gradeff-gpu")
-                self._sampler.start()
-        self._t0 = time.perf_counter()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        duration = time.perf_counter() - self._t0
-        values: list[_Sample] = []
-        if self._sampler is not None:
-            values = self._sampler.stop()
-            self._sampler = None
-        if self._handle is not None:
-            close_nvml(self._nvml)
-            self._handle = None
-        alloc = reserved = None
-        if self.available and self._peaks_reset:
-            try:
-                alloc = int(self._allocator.max_memory_allocated(self.device_index))
-                reserved = int(self._allocator.max_memory_reserved(self.device_index))
-            except Exception:  # noqa: BLE001
-                alloc = reserved = None
+    def _read_peaks(self) -> tuple[int | None, int | None]:
+        """Allocated and reserved peaks since the last reset; ``None`` when not measured."""
+        if not (self.available and self._peaks_reset):
+            return None, None
+        try:
+            return (int(self._allocator.max_memory_allocated(self.device_index)),
+                    int(self._allocator.max_memory_reserved(self.device_index)))
+        except Exception:  # noqa: BLE001
+            return None, None
+
+    def _summarize(self, values: list[_Sample], peaks: tuple[int | None, int | None], duration: float) -> GpuRecord:
         util = [v[0] for v in values if v[0] is not None]
         mem = [v[1] for v in values if v[1] is not None]
         power = [v[2] for v in values if v[2] is not None]
-        self._record = GpuRecord(
+        return GpuRecord(
             available=self.available,
             device_name=self.device_name,
             util_mean_percent=sum(util) / len(util) if util else None,
             util_max_percent=max(util) if util else None,
             mem_used_peak_bytes=max(mem) if mem else None,
             power_mean_w=sum(power) / len(power) if power else None,
-            alloc_peak_bytes=alloc,
-            reserved_peak_bytes=reserved,
+            alloc_peak_bytes=peaks[0],
+            reserved_peak_bytes=peaks[1],
             samples=len(values),
             short_window=duration < NVML_UTILIZATION_WINDOW_S,
             duration_s=duration,

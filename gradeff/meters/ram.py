@@ -9,17 +9,29 @@ RSS counts shared pages (libraries, copy-on-write pages of forked workers) once 
 process, so the sum over a process tree is an upper bound of its real footprint. That
 is the usual trade: exact figures (USS/PSS) cost a walk of ``/proc/<pid>/smaps`` per
 process, which is too slow to do ten times a second.
+
+The peak of this process itself does not depend on sampling: Linux keeps its high-water
+mark (``VmHWM`` in ``/proc/<pid>/status``) and resets it on request (writing ``5`` to
+``/proc/<pid>/clear_refs``, Linux 4.0+). The meter resets it when a window or segment
+opens and reads it when one closes, so a peak that lasted a microsecond between two
+samples is still caught. A side effect: ``getrusage``'s ``ru_maxrss`` of the process
+follows the reset. Child processes have their own marks, which peak at other moments, so
+with children the tree's peak falls back to the samples (``peak_source="sampled"``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import psutil
 
+from .procfs import ProcFile, meminfo_used_percent, statm_rss_bytes
 from .sampler import PeriodicSampler
+from .segment import Segment
 
 __all__ = ["RamMeter", "RamRecord"]
 
@@ -29,8 +41,12 @@ class RamRecord:
     """Host memory over one measured window.
 
     Attributes:
-        peak_rss_bytes: Largest sampled RSS of the process plus its children, in bytes;
-            ``None`` if no sample could be read (e.g. the process had exited).
+        peak_rss_bytes: Peak RSS of the process plus its children, in bytes: the kernel's
+            high-water mark of the process or the largest sample, whichever is larger;
+            ``None`` if nothing could be read (e.g. the process had exited).
+        peak_source: ``"kernel"`` when the peak is the kernel's exact high-water mark (the
+            process had no children in the window), else ``"sampled"``: a lower bound,
+            which can miss a peak shorter than the sampling period.
         mean_rss_bytes: Mean of the sampled RSS, in bytes; ``None`` likewise.
         peak_system_percent: Largest sampled system-wide memory use, in percent of
             total memory (``psutil.virtual_memory().percent``); ``None`` likewise.
@@ -40,6 +56,7 @@ class RamRecord:
     """
 
     peak_rss_bytes: int | None
+    peak_source: Literal["kernel", "sampled"]
     mean_rss_bytes: float | None
     peak_system_percent: float | None
     samples: int
@@ -79,14 +96,54 @@ def _descendants(proc: psutil.Process) -> list[psutil.Process]:
     return found
 
 
+_VM_HWM = re.compile(rb"^VmHWM:\s+(\d+) kB$", re.MULTILINE)
+
+
+class _KernelPeak:
+    """The kernel's RSS high-water mark of one process, resettable; unreadable → ``None``."""
+
+    def __init__(self, pid: int) -> None:
+        self._status = ProcFile(f"/proc/{pid}/status")
+        self._clear_refs = ProcFile(f"/proc/{pid}/clear_refs", write=True)
+        # Probing resets the mark, which is harmless: every window resets it anyway.
+        self.open()
+        self.available = self.reset() and self.read() is not None
+        self.close()
+
+    def open(self) -> None:
+        self._status.open()
+        self._clear_refs.open()
+
+    def close(self) -> None:
+        self._status.close()
+        self._clear_refs.close()
+
+    def read(self) -> int | None:
+        """Peak RSS in bytes since the last reset."""
+        match = _VM_HWM.search(self._status.read() or b"")
+        return int(match.group(1)) * 1024 if match else None
+
+    def reset(self) -> bool:
+        """Set the mark to the current RSS; ``False`` where the kernel or permissions refuse."""
+        return self._clear_refs.write(b"5")
+
+
+def _max_known(*values: int | None) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 class RamMeter:
     """Context manager sampling process-tree RSS and system memory use.
 
     Example::
 
         with RamMeter(hz=10) as meter:
-            train_step()
-        print(meter.record.peak_rss_bytes)
+            for epoch in range(3):
+                with meter.segment() as seg:
+                    train_epoch()
+                print(seg.record.peak_rss_bytes)
+        print(meter.record.peak_rss_bytes)  # the whole window
     """
 
     def __init__(self, hz: float = 10.0, pid: int | None = None, *, children_refresh_s: float = 1.0) -> None:
@@ -96,42 +153,53 @@ class RamMeter:
             hz: Sampling frequency in hertz.
             pid: Process to watch, with its children; ``None`` for this process.
             children_refresh_s: How often the list of child processes is rebuilt. Listing
-                children reads the parent of every process on the machine (about 1.3 ms
-                for 70 processes, tens of ms on a busy server), so it is done at the
-                start and end of the window and at most this often in between; reading
-                the RSS of known children is cheap and done at every sample.
+                them reads one file per thread of each process in the tree, so it is done
+                at the two ends of the window and at most this often in between;
+                reading the RSS of known children is cheap and done at every sample.
         """
         # Resolving the process now makes a wrong pid fail here, not mid-benchmark.
         self._proc = psutil.Process(os.getpid() if pid is None else pid)
+        self._kernel = _KernelPeak(self._proc.pid)
+        self._statm = ProcFile(f"/proc/{self._proc.pid}/statm", size=256)
+        self._meminfo = ProcFile("/proc/meminfo")
         self._children_refresh_s = children_refresh_s
         self._children: list[psutil.Process] = []
         self._children_t = float("-inf")
-        self._sampler: PeriodicSampler[tuple[int, float]] = PeriodicSampler(self._sample, hz, name="gradeff-ram")
+        self._sampler: PeriodicSampler[tuple[int, float, int]] = PeriodicSampler(self._sample, hz, name="gradeff-ram")
         self._record: RamRecord | None = None
+        self._window_kernel_peak: int | None = None
+        self._t0 = 0.0
+
+    @property
+    def sampler_cpu_s(self) -> float:
+        """CPU seconds the sampling thread has spent in the current (or last) window."""
+        return self._sampler.thread_cpu_s
 
     def __enter__(self) -> RamMeter:
         self._record = None
+        self._window_kernel_peak = None
+        if self._kernel.available:
+            self._kernel.open()
+            self._kernel.reset()
+        self._statm.open()
+        self._meminfo.open()
         self._children_t = float("-inf")  # the first sample lists the children
+        self._t0 = time.perf_counter()
         self._sampler.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._children_t = float("-inf")  # and so does the last
         values = self._sampler.stop()
-        duration = self._sampler.duration_s or 0.0
-        if not values:
-            self._record = RamRecord(
-                peak_rss_bytes=None, mean_rss_bytes=None, peak_system_percent=None, samples=0, duration_s=duration
-            )
-            return
-        rss = [v[0] for v in values]
-        self._record = RamRecord(
-            peak_rss_bytes=max(rss),
-            mean_rss_bytes=sum(rss) / len(rss),
-            peak_system_percent=max(v[1] for v in values),
-            samples=len(values),
-            duration_s=duration,
-        )
+        self._window_kernel_peak = _max_known(self._window_kernel_peak, self._kernel_read())
+        self._kernel.close()
+        self._statm.close()
+        self._meminfo.close()
+        self._record = self._summarize(values, self._window_kernel_peak, time.perf_counter() - self._t0)
+
+    def segment(self) -> Segment[RamRecord]:
+        """A stretch of the open window with its own record (e.g. one epoch)."""
+        return Segment(self._begin_segment, self._end_segment)
 
     @property
     def record(self) -> RamRecord:
@@ -140,10 +208,50 @@ class RamMeter:
             raise RuntimeError("RamMeter.record is available after the with-block exits")
         return self._record
 
-    def _sample(self) -> tuple[int, float] | None:
+    def _begin_segment(self) -> float:
+        if not self._sampler.running:
+            raise RuntimeError("RamMeter.segment() needs an open window: use it inside `with meter:`")
+        # The mark so far belongs to the window; the segment starts its own.
+        self._window_kernel_peak = _max_known(self._window_kernel_peak, self._kernel_read())
+        self._kernel.reset()
+        t0 = time.perf_counter()
+        # The children list is not rebuilt here: at every epoch's two ends that would cost
+        # more than the rest of the sample; the thread refreshes it every children_refresh_s.
+        self._sampler.sample_now()
+        return t0
+
+    def _end_segment(self, t0: float) -> RamRecord:
+        t1 = self._sampler.sample_now()
+        kernel_peak = self._kernel_read()
+        self._window_kernel_peak = _max_known(self._window_kernel_peak, kernel_peak)
+        return self._summarize(self._sampler.between(t0, t1), kernel_peak, t1 - t0)
+
+    def _kernel_read(self) -> int | None:
+        return self._kernel.read() if self._kernel.available else None
+
+    @staticmethod
+    def _summarize(values: list[tuple[int, float, int]], kernel_peak: int | None, duration: float) -> RamRecord:
+        if not values:
+            return RamRecord(peak_rss_bytes=kernel_peak, peak_source="kernel" if kernel_peak is not None else "sampled",
+                             mean_rss_bytes=None, peak_system_percent=None, samples=0, duration_s=duration)
+        rss = [v[0] for v in values]
+        with_children = any(v[2] for v in values)
+        exact = kernel_peak is not None and not with_children
+        return RamRecord(
+            peak_rss_bytes=_max_known(max(rss), kernel_peak),
+            peak_source="kernel" if exact else "sampled",
+            mean_rss_bytes=sum(rss) / len(rss),
+            peak_system_percent=max(v[1] for v in values),
+            samples=len(values),
+            duration_s=duration,
+        )
+
+    def _sample(self) -> tuple[int, float, int] | None:
         now = time.monotonic()
         try:
-            rss = self._proc.memory_info().rss
+            rss = statm_rss_bytes(self._statm.read())
+            if rss is None:  # no /proc, or the process is gone: psutil knows which
+                rss = self._proc.memory_info().rss
             if now - self._children_t >= self._children_refresh_s:
                 self._children = _descendants(self._proc)
                 self._children_t = now
@@ -155,4 +263,7 @@ class RamMeter:
                 rss += child.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 pass
-        return rss, psutil.virtual_memory().percent
+        percent = meminfo_used_percent(self._meminfo.read())
+        if percent is None:
+            percent = psutil.virtual_memory().percent
+        return rss, percent, len(self._children)

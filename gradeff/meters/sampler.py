@@ -9,10 +9,16 @@ every measured window.
 One sample is taken synchronously at ``start()`` and one at ``stop()``, so a window
 shorter than one period still yields two samples (its two ends), and the last sample
 describes the state at the end of the window, not up to one period earlier.
+
+A window can be cut into stretches without stopping the thread: ``sample_now()`` takes a
+synchronous sample at a boundary and ``between(t0, t1)`` returns the samples of one
+stretch. Starting a thread costs far more than one sample, so a meter that reports per
+epoch keeps one thread for the whole cell and marks the epochs' ends this way.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +66,9 @@ class PeriodicSampler(Generic[T]):
         self._t_stop: float | None = None
         self.errors = 0
         self.last_error: BaseException | None = None
+        # CPU seconds the background thread spent in ``fn``: what sampling costs the
+        # measured code, whose threads it competes with for cores.
+        self._thread_cpu_s = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -74,6 +83,7 @@ class PeriodicSampler(Generic[T]):
         with self._lock:
             self._values, self._times = [], []
         self.errors, self.last_error = 0, None
+        self._thread_cpu_s = 0.0
         self._stop_event.clear()
         self._t_start, self._t_stop = time.perf_counter(), None
         self._take()
@@ -100,6 +110,24 @@ class PeriodicSampler(Generic[T]):
         self._t_stop = time.perf_counter()
         return self.samples
 
+    def sample_now(self) -> float:
+        """Take one sample synchronously, in the calling thread, while the window is open.
+
+        Returns:
+            The ``time.perf_counter()`` timestamp the sample is (or, if it was dropped, would
+            have been) filed under; use it as a bound for :meth:`between`.
+        """
+        if self._thread is None:
+            raise RuntimeError("sampler is not running")
+        return self._take()
+
+    def between(self, t0: float, t1: float) -> list[T]:
+        """The samples filed at timestamps ``t0 <= t <= t1``, oldest first."""
+        with self._lock:
+            lo = bisect.bisect_left(self._times, t0)
+            hi = bisect.bisect_right(self._times, t1)
+            return self._values[lo:hi]
+
     def __enter__(self) -> PeriodicSampler[T]:
         return self.start()
 
@@ -121,9 +149,18 @@ class PeriodicSampler(Generic[T]):
 
     @property
     def timestamps(self) -> list[float]:
-        """``time.perf_counter()`` at each kept sample, aligned with ``samples``."""
+        """``time.perf_counter()`` when each kept sample was filed, aligned with ``samples``."""
         with self._lock:
             return list(self._times)
+
+    @property
+    def thread_cpu_s(self) -> float:
+        """CPU seconds the background thread has spent taking samples in this window.
+
+        Synchronous samples (start, stop, ``sample_now``) are not included: they cost the
+        calling thread, which can time them itself.
+        """
+        return self._thread_cpu_s
 
     @property
     def duration_s(self) -> float | None:
@@ -139,18 +176,23 @@ class PeriodicSampler(Generic[T]):
         # wait() returns True as soon as stop() sets the event, which ends the loop
         # without taking a sample; stop() takes the final one itself.
         while not self._stop_event.wait(self.period_s):
+            cpu0 = time.thread_time()
             self._take()
+            self._thread_cpu_s += time.thread_time() - cpu0
 
-    def _take(self) -> None:
-        t = time.perf_counter()
+    def _take(self) -> float:
         try:
             value = self._fn()
         except Exception as exc:  # noqa: BLE001 - see the class docstring
             self.errors += 1
             self.last_error = exc
-            return
-        if value is None:
-            return
+            return time.perf_counter()
+        # The timestamp is taken under the lock, once the reading is done, so that samples
+        # from the thread and from ``sample_now`` are filed in time order: ``between``
+        # relies on it.
         with self._lock:
-            self._values.append(value)
-            self._times.append(t)
+            t = time.perf_counter()
+            if value is not None:
+                self._values.append(value)
+                self._times.append(t)
+        return t

@@ -46,6 +46,17 @@ def make_zone(root: Path, name: str, label: str, energy_uj: int, max_range: int 
     return zone
 
 
+Times = namedtuple("Times", "user system children_user children_system")
+
+
+def fake_cpu_clock(monkeypatch, read) -> None:
+    """Make ``read`` the CPU-time source of meters on this process and of any other, on 4 CPUs."""
+    monkeypatch.setattr(os, "times", read)
+    fake_psutil = SimpleNamespace(Process=lambda pid: SimpleNamespace(pid=pid, cpu_times=read),
+                                  cpu_count=lambda logical=True: 4)
+    monkeypatch.setattr(energy_mod, "psutil", fake_psutil)
+
+
 def burn_cpu(seconds: float) -> None:
     """Spin the CPU for a wall-clock duration."""
     end = time.perf_counter() + seconds
@@ -77,17 +88,27 @@ def test_auto_on_this_machine_is_an_estimate():
 
 def test_estimate_formula_is_exact(monkeypatch, tmp_path):
     """E = (user + system + children CPU seconds) * cpu_tdp_w / logical CPUs."""
-    Times = namedtuple("Times", "user system children_user children_system")
     readings = iter([Times(1.0, 0.5, 0.0, 0.0), Times(3.0, 1.0, 0.5, 0.0)])  # 3.0 CPU-seconds
-    fake_psutil = SimpleNamespace(
-        Process=lambda pid: SimpleNamespace(cpu_times=lambda: next(readings)),
-        cpu_count=lambda logical=True: 4,
-    )
-    monkeypatch.setattr(energy_mod, "psutil", fake_psutil)
+    fake_cpu_clock(monkeypatch, lambda: next(readings))
     meter = EnergyMeter(source="estimate", powercap_root=tmp_path, cpu_tdp_w=40.0, cuda_available=lambda: False)
     with meter:
         pass
     assert meter.record.joules == pytest.approx(3.0 * 40.0 / 4)
+
+
+def test_estimate_of_another_process_reads_its_cpu_times(monkeypatch, tmp_path):
+    """For another pid the estimate charges that process's CPU time, not this one's."""
+    own = iter([Times(100.0, 0.0, 0.0, 0.0)] * 2)
+    other = iter([Times(1.0, 0.0, 0.0, 0.0), Times(2.0, 0.0, 0.0, 0.0)])
+    monkeypatch.setattr(os, "times", lambda: next(own))
+    fake_psutil = SimpleNamespace(Process=lambda pid: SimpleNamespace(cpu_times=lambda: next(other)),
+                                  cpu_count=lambda logical=True: 4)
+    monkeypatch.setattr(energy_mod, "psutil", fake_psutil)
+    meter = EnergyMeter(source="estimate", powercap_root=tmp_path, cpu_tdp_w=40.0, cuda_available=lambda: False,
+                        pid=os.getpid() + 1)
+    with meter:
+        pass
+    assert meter.record.joules == pytest.approx(1.0 * 40.0 / 4)
 
 
 def test_rapl_sums_package_zones(tmp_path):
@@ -206,3 +227,42 @@ def test_unknown_source_is_rejected():
     """A misspelt source raises ValueError at creation."""
     with pytest.raises(ValueError):
         EnergyMeter(source="rapl2")
+
+
+def test_estimate_segments_are_counter_deltas(monkeypatch, tmp_path):
+    """Each segment charges the CPU seconds between its own ends; the window charges all of them."""
+    cpu_seconds = iter([0.0, 1.0, 3.0, 3.5, 4.0, 5.0])  # enter, segment 1 open/close, segment 2 open/close, exit
+    fake_cpu_clock(monkeypatch, lambda: Times(next(cpu_seconds), 0.0, 0.0, 0.0))
+    meter = EnergyMeter(source="estimate", powercap_root=tmp_path, cpu_tdp_w=40.0, cuda_available=lambda: False)
+    with meter:
+        with meter.segment() as first:
+            pass
+        with meter.segment() as second:
+            pass
+    assert first.record.joules == pytest.approx(2.0 * 10.0)
+    assert second.record.joules == pytest.approx(0.5 * 10.0)
+    assert meter.record.joules == pytest.approx(5.0 * 10.0)
+
+
+def test_rapl_segments_integrate_their_own_reads(tmp_path):
+    """A RAPL segment sums the counter's increase between its two synchronous reads."""
+    pkg0 = make_zone(tmp_path, "intel-rapl:0", "package-0", 0)
+    meter = EnergyMeter(powercap_root=tmp_path, cuda_available=lambda: False, rapl_hz=0.5)
+    with meter:
+        _write(pkg0 / "energy_uj", 1_000_000)  # before any segment: the window's only
+        with meter.segment() as first:
+            _write(pkg0 / "energy_uj", 3_000_000)
+        _write(pkg0 / "energy_uj", 4_000_000)
+        with meter.segment() as second:
+            _write(pkg0 / "energy_uj", 4_500_000)
+    assert first.record.joules == pytest.approx(2.0)
+    assert second.record.joules == pytest.approx(0.5)
+    assert meter.record.joules == pytest.approx(4.5)
+
+
+def test_energy_segment_needs_an_open_window(tmp_path):
+    """A segment outside `with meter:` is a usage error."""
+    meter = EnergyMeter(source="estimate", powercap_root=tmp_path, cuda_available=lambda: False)
+    with pytest.raises(RuntimeError, match="open window"):
+        with meter.segment():
+            pass

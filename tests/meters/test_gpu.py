@@ -193,3 +193,35 @@ def test_short_window_flag(monkeypatch):
         pass
     assert meter.record.short_window is False
     assert meter.record.duration_s == pytest.approx(NVML_UTILIZATION_WINDOW_S + 0.5)
+
+
+def test_segments_reset_the_allocator_peaks_and_the_window_keeps_the_largest():
+    """Each segment reports the peaks reached within it; the window's record is their maximum."""
+    alloc = fake_allocator()
+    peaks = {"allocated": 0}
+    alloc.max_memory_allocated = lambda device: peaks["allocated"]
+    alloc.max_memory_reserved = lambda device: peaks["allocated"] * 2
+    nvml = fake_nvml()
+    with GpuMeter(hz=0.5, nvml=nvml, cuda_available=lambda: True, allocator=alloc) as meter:
+        with meter.segment() as first:
+            peaks["allocated"] = 1000
+        alloc.reset_peak_memory_stats(0)  # what the next reset would do to the fake's reading
+        peaks["allocated"] = 300
+        with meter.segment() as second:
+            pass
+    assert (first.record.alloc_peak_bytes, first.record.reserved_peak_bytes) == (1000, 2000)
+    assert (second.record.alloc_peak_bytes, second.record.reserved_peak_bytes) == (300, 600)
+    assert (meter.record.alloc_peak_bytes, meter.record.reserved_peak_bytes) == (1000, 2000)
+    assert [entry for entry in alloc.log if entry[0] == "reset"] == [("reset", 0)] * 4  # window, 2 segments, test
+    # Each segment is sampled at both ends, within the window's single NVML session.
+    assert first.record.samples == second.record.samples == 2
+    assert meter.record.samples == 6
+    assert nvml.log.count(("init",)) - 1 == nvml.log.count(("shutdown",)) - 1 == 1  # probe + window
+
+
+def test_gpu_segment_needs_an_open_window():
+    """A segment outside `with meter:` is a usage error."""
+    meter = GpuMeter(nvml=fake_nvml(), cuda_available=lambda: True, allocator=fake_allocator())
+    with pytest.raises(RuntimeError, match="open window"):
+        with meter.segment():
+            pass

@@ -112,3 +112,61 @@ def test_unknown_pid_fails_at_creation():
     dead.wait()
     with pytest.raises(psutil.NoSuchProcess):
         RamMeter(pid=dead.pid)
+
+
+def _kernel_peak_available() -> bool:
+    return RamMeter()._kernel.available
+
+
+needs_kernel_peak = pytest.mark.skipif(not _kernel_peak_available(), reason="kernel RSS high-water mark not resettable")
+
+
+@needs_kernel_peak
+def test_kernel_peak_catches_a_spike_between_samples():
+    """200 MB allocated and freed between two samples is in the peak, exactly; the samples miss it."""
+    baseline = psutil.Process().memory_info().rss
+    with RamMeter(hz=0.5) as meter:  # no background sample during the segment
+        with meter.segment() as seg:
+            buf = bytearray(200 * 2**20)
+            del buf
+    rec = seg.record
+    assert rec.peak_source == "kernel"
+    assert rec.peak_rss_bytes - baseline >= 190 * 2**20
+    assert rec.samples == 2 and rec.mean_rss_bytes - baseline < 50 * 2**20  # what sampling alone saw
+    assert meter.record.peak_rss_bytes >= rec.peak_rss_bytes and meter.record.peak_source == "kernel"
+
+
+@needs_kernel_peak
+def test_each_segment_has_its_own_peak():
+    """A spike in the first segment raises its peak and the window's, not the second segment's."""
+    with RamMeter(hz=0.5) as meter:
+        with meter.segment() as first:
+            buf = bytearray(200 * 2**20)
+            del buf
+        with meter.segment() as second:
+            pass
+    assert first.record.peak_rss_bytes - second.record.peak_rss_bytes >= 150 * MB
+    assert meter.record.peak_rss_bytes == first.record.peak_rss_bytes
+    assert first.record.duration_s < meter.record.duration_s
+
+
+def test_children_make_the_peak_a_sampled_lower_bound():
+    """With a child process the tree's peak comes from samples and says so."""
+    child = spawn_child_holding_100mb()
+    try:
+        with RamMeter(hz=10) as meter:
+            with meter.segment() as seg:
+                pass
+    finally:
+        child.kill()
+        child.wait()
+    assert meter.record.peak_source == seg.record.peak_source == "sampled"
+    assert seg.record.peak_rss_bytes >= 100 * MB
+
+
+def test_segment_needs_an_open_window():
+    """A segment outside `with meter:` is a usage error."""
+    meter = RamMeter()
+    with pytest.raises(RuntimeError, match="open window"):
+        with meter.segment():
+            pass

@@ -101,3 +101,48 @@ def test_misuse_raises():
             sampler.start()
     finally:
         sampler.stop()
+
+
+def test_sample_now_files_boundaries_that_between_selects():
+    """Synchronous samples mark the ends of stretches; between() returns each stretch, ends included."""
+    counter = itertools.count()
+    sampler = PeriodicSampler(lambda: next(counter), hz=0.5).start()  # 0
+    try:
+        t1 = sampler.sample_now()  # 1
+        t2 = sampler.sample_now()  # 2
+        t3 = sampler.sample_now()  # 3
+        assert sampler.between(t3 + 1e-9, time.perf_counter()) == []
+    finally:
+        sampler.stop()  # 4
+    assert sampler.between(t1, t2) == [1, 2]
+    assert sampler.between(t2, t3) == [2, 3]
+    assert sampler.samples == [0, 1, 2, 3, 4] and sampler.timestamps == sorted(sampler.timestamps)
+
+
+def test_sample_now_needs_a_running_sampler():
+    """Outside start()/stop() a synchronous sample is a usage error, not a silent no-op."""
+    sampler = PeriodicSampler(lambda: 1, hz=1)
+    with pytest.raises(RuntimeError, match="not running"):
+        sampler.sample_now()
+
+
+def _spin(seconds: float) -> int:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+    return 1
+
+
+def test_thread_cpu_time_counts_background_samples_only():
+    """The thread's CPU time grows with its samples; synchronous samples are the caller's cost."""
+    sampler = PeriodicSampler(lambda: _spin(0.002), hz=0.5).start()
+    for _ in range(5):
+        sampler.sample_now()
+    sampler.stop()
+    assert sampler.thread_cpu_s == 0.0
+
+    with PeriodicSampler(lambda: _spin(0.002), hz=50) as sampler:
+        time.sleep(0.3)
+    background = len(sampler.samples) - 2
+    assert background >= 3
+    assert 0.002 * background <= sampler.thread_cpu_s < 0.002 * background + 0.05
