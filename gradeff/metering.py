@@ -1,14 +1,22 @@
-"""Attach the meters to a cell: per-epoch windows, their cell-level aggregate, the memory breakdown.
+"""Attach the meters to a cell: one window per cell, a segment per epoch, their aggregate.
 
-Each epoch runs inside fresh RAM, GPU and energy meters, so every epoch has its own figures and a
-cell's figures are exact aggregates of its epochs (peaks are maxima, means are sample-weighted,
-energies add up). ``None`` stays ``None``: a figure the machine cannot measure is never turned
-into a number by aggregation.
+The RAM, GPU and energy meters open one window for the whole cell (their sampling threads and
+device handles are set up once, outside the epochs) and each epoch is a segment of it, so every
+epoch has its own figures at the cost of a few synchronous reads. A cell's figures are exact
+aggregates of its epochs (peaks are maxima, means are sample-weighted, energies add up).
+``None`` stays ``None``: a figure the machine cannot measure is never turned into a number by
+aggregation.
+
+What metering costs is recorded with the figures: per epoch, the seconds the segments' reads
+took on the training thread and the CPU seconds the sampling threads spent, which compete with
+the training's threads for cores.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,10 +41,11 @@ class MeterSettings:
 
 
 class EpochMetering:
-    """Runs functions (epochs) inside the meters and keeps one measurement dict per run.
+    """Opens the meters' window for a cell and runs epochs in segments of it.
 
-    The meters are created once per cell and re-entered for every epoch: creating them probes
-    NVML and the RAPL zones, which belongs outside the timed epochs.
+    Use as a context manager around the epochs; :meth:`run` appends one measurement dict per
+    epoch to ``epochs``. The meters are created with the object: creating them probes NVML
+    and the RAPL zones, which belongs outside the timed epochs.
     """
 
     def __init__(self, device: torch.device, settings: MeterSettings | None = None):
@@ -50,13 +59,42 @@ class EpochMetering:
                              cuda_available=lambda: on_gpu and torch.cuda.is_available())
         self._energy = EnergyMeter(grid_gco2_per_kwh=self.settings.grid_gco2_per_kwh, device_index=index,
                                    cuda_available=lambda: on_gpu and torch.cuda.is_available())
+        self._stack: ExitStack | None = None
+
+    def __enter__(self) -> EpochMetering:
+        stack = ExitStack()
+        try:
+            for meter in (self._energy, self._gpu, self._ram):
+                stack.enter_context(meter)
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()
+
+    def _sampler_cpu_s(self) -> float:
+        return self._ram.sampler_cpu_s + self._gpu.sampler_cpu_s + self._energy.sampler_cpu_s
 
     def run(self, fn: Callable[[], Any]) -> Any:
-        """Call ``fn`` inside the RAM, GPU and energy meters; append their records as a dict."""
-        with self._energy, self._gpu, self._ram:
+        """Call ``fn`` in a segment of each meter; append the segments' records as a dict."""
+        if self._stack is None:
+            raise RuntimeError("EpochMetering.run() needs the meters' window: use it inside `with metering:`")
+        sampler_cpu0 = self._sampler_cpu_s()
+        t0 = time.perf_counter()
+        energy, gpu, ram = self._energy.segment(), self._gpu.segment(), self._ram.segment()
+        with energy, gpu, ram:
+            t_fn = time.perf_counter()
             result = fn()
-        self.epochs.append({"ram": asdict(self._ram.record), "gpu": asdict(self._gpu.record),
-                            "energy": asdict(self._energy.record)})
+            fn_s = time.perf_counter() - t_fn
+        reads_s = time.perf_counter() - t0 - fn_s
+        self.epochs.append({"ram": asdict(ram.record), "gpu": asdict(gpu.record), "energy": asdict(energy.record),
+                            "cost": {"reads_s": reads_s, "sampler_cpu_s": self._sampler_cpu_s() - sampler_cpu0,
+                                     "epoch_s": fn_s}})
         return result
 
 
@@ -90,6 +128,8 @@ def aggregate(epochs: list[dict], grid_gco2_per_kwh: float) -> dict:
     return {
         "ram": {
             "peak_rss_bytes": _max(r["peak_rss_bytes"] for r in ram),
+            # The cell's peak is exact only if every epoch's is.
+            "peak_source": "kernel" if all(r["peak_source"] == "kernel" for r in ram) else "sampled",
             "mean_rss_bytes": _weighted_mean([r["mean_rss_bytes"] for r in ram], ram_samples),
             "peak_system_percent": _max(r["peak_system_percent"] for r in ram),
             "samples": sum(ram_samples),
@@ -115,7 +155,17 @@ def aggregate(epochs: list[dict], grid_gco2_per_kwh: float) -> dict:
             "co2_grams": co2_grams(joules, grid_gco2_per_kwh) if joules is not None else None,
             "duration_s": sum(e["duration_s"] for e in energy),
         },
+        "cost": _cost([e["cost"] for e in epochs]),
     }
+
+
+def _cost(costs: list[dict]) -> dict:
+    """Summed metering cost of the epochs, and its share of their time."""
+    total = {key: sum(c[key] for c in costs) for key in ("reads_s", "sampler_cpu_s", "epoch_s")}
+    spent = total["reads_s"] + total["sampler_cpu_s"]
+    # CPU seconds over wall seconds: the share of one core's time the meters took during the epochs.
+    total["fraction"] = spent / total["epoch_s"] if total["epoch_s"] > 0 else None
+    return total
 
 
 def memory_breakdown(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> dict:

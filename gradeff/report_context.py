@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from gradeff.formatting import NA, as_number
 from gradeff.models import MODELS
 from gradeff.report_view import (
-    Cell, Row, Table, display_name, distinct_text, energy_sources, status_text, text_or_na,
+    Cell, Row, Table, display_name, distinct_text, energy_sources, metering_cost_fractions, status_text, text_or_na,
 )
 from gradeff.results import CellRecord
 
@@ -131,19 +131,27 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
         "none": "none: nothing measured (n/a)",
     }
     used = "; ".join(source_text.get(s, s) for s in sources) if sources else "no energy meter in these records"
+    fractions = sorted(metering_cost_fractions(records))
+    cost = (f"In these records it is {fractions[len(fractions) // 2]:.2%} of epoch time at the median cell and "
+            f"{fractions[-1]:.2%} at most." if fractions else "These records do not carry it.")
     return (
         ("Loss", "Mean cross-entropy per target token (or image) over each epoch, weighted by targets; final "
                  "loss is the last epoch's, mean loss the average over epochs (the paper's tables average over "
                  "the run). The loss floor is the Bayes-optimal predictor's loss on the same samples."),
         ("Time", "Wall-clock seconds per measured epoch, read after synchronising the device; warm-up and model "
                  "building are excluded. Time per epoch is the mean over epochs."),
-        ("RAM", "Resident set size of the benchmark process and its children (data-loader workers), sampled "
-                "on a background thread by psutil; peak and mean of the samples, and the system-wide percentage "
-                "in use. RSS counts shared pages once per process: an upper bound."),
+        ("RAM", "Resident set size of the benchmark process and its children (data-loader workers). Peak: the "
+                "kernel's high-water mark of the process (VmHWM, reset at each epoch), exact; with child processes "
+                "the largest sample instead, a lower bound (peak_source says which). Mean: samples taken at 10 Hz "
+                "on a background thread and at each epoch's two ends, with the system-wide percentage in use. RSS "
+                "counts shared pages once per process: an upper bound of the footprint."),
         ("GPU", "Utilization and memory from NVML, sampled periodically (NVML averages utilization over its own "
                 "window, so very short runs are flagged); allocator peaks from torch.cuda max_memory_allocated / "
-                "max_memory_reserved, reset before each cell. n/a without a GPU."),
+                "max_memory_reserved, reset at each epoch. n/a without a GPU."),
         ("Energy", f"Joules over the cell's epochs, and CO2 from a grid intensity. Sources in this report: {used}."),
+        ("Metering cost", "The meters' window is opened once per cell and each epoch is a segment of it. Recorded "
+                          "per epoch: seconds of the segments' synchronous reads on the training thread plus CPU "
+                          f"seconds of the sampling threads, over the epoch's seconds. {cost}"),
         ("Memory breakdown", "Parameter, gradient and optimizer-state bytes counted from the tensors; activation "
                              "bytes = distinct storages saved for backward (saved-tensor hooks, parameters excluded, "
                              "deduplicated by storage) on one representative step: the warm-up micro-batch, with "

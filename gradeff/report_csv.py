@@ -27,10 +27,11 @@ _SUMMARY_FIELDS = tuple(f.name for f in fields(Summary))
 _SUMMARY_COLUMNS = tuple(f"summary.{name}" for name in _SUMMARY_FIELDS)
 # The meters' documented fields, in a stable order; fields a record has beyond these follow, sorted.
 _METER_COLUMNS = tuple(f"meters.{meter}.{name}" for meter, names in (
-    ("ram", ("peak_rss_bytes", "mean_rss_bytes", "peak_system_percent", "samples", "duration_s")),
+    ("ram", ("peak_rss_bytes", "peak_source", "mean_rss_bytes", "peak_system_percent", "samples", "duration_s")),
     ("gpu", ("available", "device_name", "util_mean_percent", "util_max_percent", "mem_used_peak_bytes",
              "power_mean_w", "alloc_peak_bytes", "reserved_peak_bytes", "samples", "short_window", "duration_s")),
     ("energy", ("joules", "source", "co2_grams", "duration_s")),
+    ("cost", ("reads_s", "sampler_cpu_s", "epoch_s", "fraction")),
     ("memory", ("parameter_bytes", "trainable_parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
                 "activation_bytes")),
 ) for name in names)

@@ -172,6 +172,17 @@ def energy_sources(records: Iterable[CellRecord]) -> list[str]:
     return sorted(sources)
 
 
+def metering_cost_fractions(records: Iterable[CellRecord]) -> list[float]:
+    """Each record's metering cost as a fraction of its epochs' time, where the record carries one."""
+    fractions = []
+    for record in records:
+        cost = record.meters.get("cost") if isinstance(record.meters, Mapping) else None
+        fraction = cost.get("fraction") if isinstance(cost, Mapping) else None
+        if isinstance(fraction, (int, float)) and not isinstance(fraction, bool):
+            fractions.append(float(fraction))
+    return fractions
+
+
 def first_word(name: str) -> str:
     """The first word of a name, for narrow headers."""
     # "Llama-3.2-1B-style decoder" → "Llama-3.2-1B-style": enough to tell the models apart in a header.

@@ -149,7 +149,8 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         else:
             state = prepare_state(cell, config, hp, device)
             _warm_up_within_budget(state, cell.optimizer, config.memory_budget)
-            timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs)
+            with metering:
+                timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs)
             # One more step, after the timed epochs, under the activation counter: the breakdown
             # costs the measured epochs nothing.
             memory = memory_breakdown(state.model, state.optimizer,

@@ -1,10 +1,13 @@
 """Meters attached to real cells: what a CPU run records, and the memory laws on records."""
 
+import time
+
 import pytest
 import torch
 
 from gradeff.grid import Cell
-from gradeff.metering import aggregate
+from gradeff.metering import EpochMetering, MeterSettings, aggregate
+from gradeff.meters import RamMeter
 from gradeff.optim import OPTIMIZERS
 from gradeff.runner import RunConfig, run_cell
 
@@ -15,13 +18,14 @@ GPU_FIELDS = ("device_name", "util_mean_percent", "util_max_percent", "mem_used_
 
 def _epoch(peak, mean, samples, joules, util=None):
     return {
-        "ram": {"peak_rss_bytes": peak, "mean_rss_bytes": mean, "peak_system_percent": 10.0, "samples": samples,
-                "duration_s": 1.0},
+        "ram": {"peak_rss_bytes": peak, "peak_source": "kernel", "mean_rss_bytes": mean, "peak_system_percent": 10.0,
+                "samples": samples, "duration_s": 1.0},
         "gpu": {"available": util is not None, "device_name": None, "util_mean_percent": util,
                 "util_max_percent": util, "mem_used_peak_bytes": None, "power_mean_w": None, "alloc_peak_bytes": None,
                 "reserved_peak_bytes": None, "samples": samples if util is not None else 0, "short_window": False,
                 "duration_s": 1.0},
         "energy": {"joules": joules, "source": "estimate", "co2_grams": None, "duration_s": 1.0},
+        "cost": {"reads_s": 0.001, "sampler_cpu_s": 0.002, "epoch_s": 1.0},
     }
 
 
@@ -54,6 +58,9 @@ def test_cpu_cell_records_rss_estimated_energy_breakdown_and_no_gpu_figures():
         assert meters["energy"]["source"] == "estimate" and meters["energy"]["joules"] > 0
         assert meters["gpu"]["available"] is False
         assert all(meters["gpu"][name] is None for name in GPU_FIELDS)
+        # No child processes in a cell: the peak is the kernel's exact one wherever Linux offers it.
+        assert meters["ram"]["peak_source"] == ("kernel" if RamMeter()._kernel.available else "sampled")
+        assert 0 < meters["cost"]["reads_s"] < meters["cost"]["epoch_s"]
     memory = record.meters["memory"]
     assert memory["parameter_bytes"] == memory["trainable_parameter_bytes"] == memory["gradient_bytes"] > 0
     assert memory["activation_bytes"] > 0
@@ -76,3 +83,32 @@ def test_strategies_change_activation_bytes_as_designed(model):
                 for s in ("standard", "accum", "checkpoint")}
     assert bytes_of["accum"] == bytes_of["standard"]
     assert bytes_of["checkpoint"] < 0.5 * bytes_of["standard"]
+
+
+def test_aggregate_sums_the_metering_cost_and_keeps_the_peak_exact_only_if_every_epoch_is():
+    """Cost parts add up with their share of epoch time; one sampled epoch makes the cell's peak sampled."""
+    epochs = [_epoch(100, 50.0, 2, 3.0), _epoch(300, 200.0, 6, 5.0)]
+    cell = aggregate(epochs, 400.0)
+    assert cell["cost"]["reads_s"] == pytest.approx(0.002) and cell["cost"]["epoch_s"] == pytest.approx(2.0)
+    assert cell["cost"]["fraction"] == pytest.approx((0.002 + 0.004) / 2.0)
+    assert cell["ram"]["peak_source"] == "kernel"
+    epochs[1]["ram"]["peak_source"] = "sampled"
+    assert aggregate(epochs, 400.0)["ram"]["peak_source"] == "sampled"
+
+
+def test_run_needs_the_window_and_records_what_metering_cost():
+    """run() outside `with metering:` raises; inside, each epoch carries its reads and sampler time."""
+    metering = EpochMetering(device=torch.device("cpu"), settings=MeterSettings(hz=100))
+    with pytest.raises(RuntimeError, match="window"):
+        metering.run(lambda: None)
+    with metering:
+        results = [metering.run(lambda: time.sleep(0.2) or 7) for _ in range(2)]
+    assert results == [7, 7] and len(metering.epochs) == 2
+    for epoch in metering.epochs:
+        cost = epoch["cost"]
+        assert 0.2 <= cost["epoch_s"] < 1.0
+        # Segment reads are synchronous: more than nothing, far less than the epoch.
+        assert 0 < cost["reads_s"] < 0.05
+        # About 20 background samples at 100 Hz, each costing the thread some CPU.
+        assert 0 < cost["sampler_cpu_s"] < 0.1
+        assert epoch["ram"]["samples"] >= 10

@@ -14,16 +14,19 @@ OPTIMIZER_KEYS = ("sgd", "adam", "adamw", "adagrad", "adadelta", "cgd")
 STRATEGY_KEYS = ("standard", "checkpoint", "accum")
 
 
-def meters(*, util=None, rss=400 * 2**20, joules=12.0, activation=8 * 2**20, state=0, gpu_alloc=None) -> dict:
+def meters(*, util=None, rss=400 * 2**20, joules=12.0, activation=8 * 2**20, state=0, gpu_alloc=None,
+           cost_fraction=0.004) -> dict:
     """A full ``meters`` dict in the documented shape (GPU parts ``None`` unless given)."""
     return {
-        "ram": {"peak_rss_bytes": rss, "mean_rss_bytes": rss * 0.9, "peak_system_percent": 4.5, "samples": 10,
-                "duration_s": 1.0},
+        "ram": {"peak_rss_bytes": rss, "peak_source": "kernel", "mean_rss_bytes": rss * 0.9, "peak_system_percent": 4.5,
+                "samples": 10, "duration_s": 1.0},
         "gpu": {"available": util is not None, "device_name": "H100" if util is not None else None,
                 "util_mean_percent": util, "util_max_percent": util, "mem_used_peak_bytes": gpu_alloc,
                 "power_mean_w": None, "alloc_peak_bytes": gpu_alloc, "reserved_peak_bytes": gpu_alloc,
                 "samples": 5, "short_window": False, "duration_s": 1.0},
         "energy": {"joules": joules, "source": "estimate", "co2_grams": joules / 9000, "duration_s": 1.0},
+        "cost": {"reads_s": cost_fraction / 2, "sampler_cpu_s": cost_fraction / 2, "epoch_s": 1.0,
+                 "fraction": cost_fraction},
         "memory": {"parameter_bytes": 2**20, "trainable_parameter_bytes": 2**20, "gradient_bytes": 2**20,
                    "optimizer_state_bytes": state, "activation_bytes": activation},
     }

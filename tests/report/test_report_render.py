@@ -19,6 +19,7 @@ from gradeff.formatting import (
     format_value,
 )
 from gradeff.report import SECTIONS, build_view, jinja_environment, render_html, status_text, write_report
+from gradeff.report_context import methods
 
 SCRIPT = "<script>alert(1)</script>"
 
@@ -170,3 +171,12 @@ def test_log_axes_print_plain_tick_labels():
                     failed=False)
     svg = loss_curves_svg([series], loss_floor=0.05, title="decades", uid="t")
     assert "$10" not in svg and "^{" not in svg
+
+
+def test_methods_state_the_recorded_metering_cost(make_record, make_meters):
+    """The methods section quotes the median and the largest metering cost the records carry."""
+    records = [make_record(f"llm-{opt}-standard", meters=make_meters(cost_fraction=f))
+               for opt, f in (("sgd", 0.002), ("adam", 0.004), ("adamw", 0.009))]
+    text = dict(methods(records))["Metering cost"]
+    assert "0.40% of epoch time at the median cell and 0.90% at most" in text
+    assert "do not carry it" in dict(methods([make_record()]))["Metering cost"]
