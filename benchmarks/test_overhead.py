@@ -1,12 +1,29 @@
-"""What measuring costs: the harness and its samplers against a bare PyTorch loop.
+"""What measuring costs: the harness and its meters against a bare PyTorch loop.
 
-Three loops train copies of the same tiny decoder on the same batches, epoch by epoch in turn
-(rotating the order every round) so that machine drift hits all three alike: a bare loop
-(zero_grad, forward, backward, step), the harness without meters (closure step path, per-step
-loss check, bookkeeping), and the harness with every meter on. The medians of the per-round time ratios are the overheads.
+Three loops train copies of the same tiny decoder on the same batches: a bare loop (zero_grad,
+forward, backward, step), the harness without meters (closure step path, per-step loss check,
+bookkeeping), and the harness with every meter on. Each round runs the three as blocks of a
+cell's three epochs, in a shuffled order so that no loop always follows the same one; the
+metered block opens the meters' window around its epochs, as a cell does, so its epochs carry
+the segment reads and share the cores with the sampling threads.
+
+Two measures of the meters' cost:
+
+* **timed**: the median over rounds of metered / harness block time, with a bootstrap 95 %
+  interval. It sees everything, including the sampling threads getting in the way of torch's
+  threads, but on a shared two-core machine a round's epochs vary by 10 % or more, so it
+  cannot resolve 1 %.
+* **accounted**: what the meters record about themselves (:mod:`gradeff.metering`): seconds of
+  synchronous reads on the training thread plus CPU seconds of the sampling threads, over the
+  epochs' seconds. Precise, but blind to indirect effects (cache, scheduling).
+
+The suite's targets (harness ≤ 1.02 × bare, meters ≤ 1 %) are checked on the accounted cost; the
+timed ratios are reported with their intervals and guarded loosely, so that a machine's noise
+does not fail the run while a real regression (an extra pass or sync per step) still does.
 """
 
 import copy
+import random
 import statistics
 import time
 
@@ -16,15 +33,14 @@ import torch
 from gradeff.grid import Cell
 from gradeff.hparams import hparams_for
 from gradeff.loop import train_epoch, warm_up
-from gradeff.metering import EpochMetering
+from gradeff.metering import EpochMetering, aggregate
 from gradeff.runner import RunConfig, prepare_state
 
-ROUNDS = 15
-# Targets of the suite (harness ≤ 1.02 × bare, samplers ≤ 1 %) are reported; the asserts are
-# looser guards so that a shared CI machine's noise does not fail the build, while a real
-# regression (an extra sync or pass per step) still does.
+ROUNDS = 20
+EPOCHS_PER_BLOCK = 3
+METER_TARGET = 0.01
 HARNESS_GUARD = 1.15
-SAMPLER_GUARD = 1.25
+METERED_GUARD = 1.25
 
 
 def _bare_epoch(model, optimizer, batches):
@@ -34,8 +50,15 @@ def _bare_epoch(model, optimizer, batches):
         optimizer.step()
 
 
+def _median_with_interval(values, seed=0, resamples=2000):
+    """Median and a percentile-bootstrap 95 % interval of it."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return statistics.median(values), medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
 def test_measurement_overhead(benchmark):
-    """Epoch time ratios harness / bare and metered / harness, side by side in one run."""
+    """Harness / bare and metered / harness, side by side in one run; the meters' own account."""
     hp = hparams_for("llm", "tiny")
     config = RunConfig(profile="tiny", seed=0, device="cpu")
     harness = prepare_state(Cell("llm", "adam", "standard"), config, hp, torch.device("cpu"))
@@ -48,34 +71,58 @@ def test_measurement_overhead(benchmark):
         state.step_groups = lambda epoch, s=state, groups=state.step_groups(0): groups
     batches = [harness.dataset.batch(group[0]) for group in harness.step_groups(0)]
     metering = EpochMetering(device=torch.device("cpu"))
-    times = {"bare": [], "harness": [], "metered": []}
+    seconds = {"bare": [], "harness": [], "metered": []}
+    window_s = []
 
-    loops = [("bare", lambda: _bare_epoch(bare_model, bare_optimizer, batches)),
-             ("harness", lambda: train_epoch(harness)),
-             ("metered", lambda: metering.run(lambda: train_epoch(metered)))]
+    def timed_epochs(epoch):
+        total = 0.0
+        for _ in range(EPOCHS_PER_BLOCK):
+            start = time.perf_counter()
+            epoch()
+            total += time.perf_counter() - start
+        return total
+
+    def metered_block():
+        start = time.perf_counter()
+        with metering:  # opened and closed once per cell, outside its epochs
+            opened = time.perf_counter()
+            total = timed_epochs(lambda: metering.run(lambda: train_epoch(metered)))
+            closing = time.perf_counter()
+        window_s.append(opened - start + time.perf_counter() - closing)
+        return total
+
+    blocks = {"bare": lambda: timed_epochs(lambda: _bare_epoch(bare_model, bare_optimizer, batches)),
+              "harness": lambda: timed_epochs(lambda: train_epoch(harness)),
+              "metered": metered_block}
+    order = random.Random(0)
 
     def one_round():
-        # Rotating the order each round spreads any first-or-last-in-the-round effect over all
-        # three loops instead of charging it to one of them.
-        shift = len(times["bare"]) % len(loops)
-        for name, run in loops[shift:] + loops[:shift]:
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
+        names = list(blocks)
+        order.shuffle(names)
+        for name in names:
+            seconds[name].append(blocks[name]())
 
     benchmark.group = "overhead"
     benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    median = {name: statistics.median(values[-ROUNDS:]) for name, values in times.items()}
-    # Ratios within a round, then their median: a slow moment of the machine hits all three
-    # loops of that round and cancels out of the ratio.
-    harness_ratio = statistics.median(h / b for h, b in zip(times["harness"][-ROUNDS:], times["bare"][-ROUNDS:]))
-    sampler_ratio = statistics.median(m / h for m, h in zip(times["metered"][-ROUNDS:], times["harness"][-ROUNDS:]))
-    benchmark.extra_info.update(median_seconds=median, harness_over_bare=harness_ratio,
-                                metered_over_harness=sampler_ratio)
-    print(f"\noverhead: bare {median['bare'] * 1e3:.1f} ms, harness {median['harness'] * 1e3:.1f} ms "
-          f"({harness_ratio:.3f}×), metered {median['metered'] * 1e3:.1f} ms ({sampler_ratio:.3f}× harness)")
-    assert harness_ratio < HARNESS_GUARD
-    assert sampler_ratio < SAMPLER_GUARD
+    last = {name: values[-ROUNDS:] for name, values in seconds.items()}
+    harness_ratio = _median_with_interval([h / b for h, b in zip(last["harness"], last["bare"])])
+    metered_ratio = _median_with_interval([m / h for m, h in zip(last["metered"], last["harness"])])
+    cost = aggregate(metering.epochs[-ROUNDS * EPOCHS_PER_BLOCK:], 400.0)["cost"]
+    epoch_ms = {name: statistics.median(values) / EPOCHS_PER_BLOCK * 1e3 for name, values in last.items()}
+    benchmark.extra_info.update(median_epoch_ms=epoch_ms, harness_over_bare=harness_ratio,
+                                metered_over_harness=metered_ratio, meter_cost=cost,
+                                window_open_close_ms=statistics.median(window_s) * 1e3)
+    print(f"\noverhead per epoch: bare {epoch_ms['bare']:.1f} ms, harness {epoch_ms['harness']:.1f} ms, "
+          f"metered {epoch_ms['metered']:.1f} ms\n"
+          f"  timed: harness/bare {harness_ratio[0]:.3f} (95% {harness_ratio[1]:.3f}-{harness_ratio[2]:.3f}), "
+          f"metered/harness {metered_ratio[0]:.3f} (95% {metered_ratio[1]:.3f}-{metered_ratio[2]:.3f})\n"
+          f"  accounted: meters {cost['fraction']:.2%} of epoch time "
+          f"(reads {cost['reads_s'] / len(metering.epochs[-ROUNDS * EPOCHS_PER_BLOCK:]) * 1e3:.3f} ms/epoch, "
+          f"sampler threads {cost['sampler_cpu_s'] * 1e3:.2f} ms CPU in {cost['epoch_s']:.2f} s); "
+          f"window open+close {statistics.median(window_s) * 1e3:.2f} ms per cell")
+    assert cost["fraction"] <= METER_TARGET
+    assert harness_ratio[0] < HARNESS_GUARD
+    assert metered_ratio[0] < METERED_GUARD
 
 
 if __name__ == "__main__":
