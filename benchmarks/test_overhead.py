@@ -1,6 +1,6 @@
 """What measuring costs: the harness and its meters against a bare PyTorch loop.
 
-Three loops train copies of the same tiny decoder on the same batches: a bare loop (zero_grad,
+Three loops train the same tiny decoder on the same batches: a bare loop (zero_grad,
 forward, backward, step), the harness without meters (closure step path, per-step loss check,
 bookkeeping), and the harness with every meter on. Each round runs the three as blocks of a
 cell's three epochs, in a shuffled order so that no loop always follows the same one; the
@@ -22,7 +22,6 @@ timed ratios are reported with their intervals and guarded loosely, so that a ma
 does not fail the run while a real regression (an extra pass or sync per step) still does.
 """
 
-import copy
 import random
 import statistics
 import time
@@ -61,15 +60,14 @@ def test_measurement_overhead(benchmark):
     """Harness / bare and metered / harness, side by side in one run; the meters' own account."""
     hp = hparams_for("llm", "tiny")
     config = RunConfig(profile="tiny", seed=0, device="cpu")
-    harness = prepare_state(Cell("llm", "adam", "standard"), config, hp, torch.device("cpu"))
-    metered = prepare_state(Cell("llm", "adam", "standard"), config, hp, torch.device("cpu"))
-    bare_model = copy.deepcopy(harness.model)
-    bare_optimizer = torch.optim.Adam(bare_model.parameters(), lr=hp.lr)
-    for state in (harness, metered):
-        warm_up(state)
-        # Rounds repeat epoch 0's order so every loop sees identical batches each round.
-        state.step_groups = lambda epoch, s=state, groups=state.step_groups(0): groups
-    batches = [harness.dataset.batch(group[0]) for group in harness.step_groups(0)]
+    # One model for all three loops: copies of it land at other addresses and run measurably
+    # faster or slower (by up to 10 % here), which would be charged to the loop that owns the copy.
+    state = prepare_state(Cell("llm", "adam", "standard"), config, hp, torch.device("cpu"))
+    warm_up(state)
+    # Rounds repeat epoch 0's order so every loop sees identical batches each round.
+    state.step_groups = lambda epoch, groups=state.step_groups(0): groups
+    bare_optimizer = torch.optim.Adam(state.model.parameters(), lr=hp.lr)
+    batches = [state.dataset.batch(group[0]) for group in state.step_groups(0)]
     metering = EpochMetering(device=torch.device("cpu"))
     seconds = {"bare": [], "harness": [], "metered": []}
     window_s = []
@@ -86,13 +84,13 @@ def test_measurement_overhead(benchmark):
         start = time.perf_counter()
         with metering:  # opened and closed once per cell, outside its epochs
             opened = time.perf_counter()
-            total = timed_epochs(lambda: metering.run(lambda: train_epoch(metered)))
+            total = timed_epochs(lambda: metering.run(lambda: train_epoch(state)))
             closing = time.perf_counter()
         window_s.append(opened - start + time.perf_counter() - closing)
         return total
 
-    blocks = {"bare": lambda: timed_epochs(lambda: _bare_epoch(bare_model, bare_optimizer, batches)),
-              "harness": lambda: timed_epochs(lambda: train_epoch(harness)),
+    blocks = {"bare": lambda: timed_epochs(lambda: _bare_epoch(state.model, bare_optimizer, batches)),
+              "harness": lambda: timed_epochs(lambda: train_epoch(state)),
               "metered": metered_block}
     order = random.Random(0)
 
