@@ -105,10 +105,13 @@ class _KernelPeak:
     def __init__(self, pid: int) -> None:
         self._status = ProcFile(f"/proc/{pid}/status")
         self._clear_refs = ProcFile(f"/proc/{pid}/clear_refs", write=True)
-        # Probing resets the mark, which is harmless: every window resets it anyway.
-        self.open()
-        self.available = self.reset() and self.read() is not None
-        self.close()
+        self.available = False
+        # Only this process's own mark is reset: another process's is its owner's figure.
+        if pid == os.getpid():
+            # Probing resets the mark, which is harmless: every window resets it anyway.
+            self.open()
+            self.available = self.reset() and self.read() is not None
+            self.close()
 
     def open(self) -> None:
         self._status.open()

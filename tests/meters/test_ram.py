@@ -170,3 +170,30 @@ def test_segment_needs_an_open_window():
     with pytest.raises(RuntimeError, match="open window"):
         with meter.segment():
             pass
+
+
+def _vm_hwm_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        line = next(line for line in handle if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+@needs_kernel_peak
+def test_another_process_is_sampled_and_its_mark_left_alone():
+    """Watching another pid samples its RSS and never resets its high-water mark."""
+    script = ("b = bytearray(300 * 2**20); del b; b = bytearray(100 * 2**20); print('ready', flush=True); "
+              "import time; time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        hwm_before = _vm_hwm_bytes(child.pid)
+        with RamMeter(hz=10, pid=child.pid) as meter:
+            pass
+        hwm_after = _vm_hwm_bytes(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert hwm_before >= 300 * MB
+    assert hwm_after == hwm_before  # a reset would have dropped it to the current ~100 MB
+    assert meter.record.peak_source == "sampled"
+    assert 100 * MB <= meter.record.peak_rss_bytes < hwm_before
