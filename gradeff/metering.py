@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
-from gradeff.meters import NVML_UTILIZATION_WINDOW_S, EnergyMeter, GpuMeter, RamMeter, co2_grams, measure_step_memory
+from gradeff.meters import (
+    NVML_UTILIZATION_WINDOW_S, EnergyMeter, GpuMeter, RamMeter, co2_grams, max_known, measure_step_memory,
+)
 
 __all__ = ["EpochMetering", "MeterSettings", "aggregate", "memory_breakdown"]
 
@@ -98,11 +100,6 @@ class EpochMetering:
         return result
 
 
-def _max(values):
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
 def _weighted_mean(values, weights):
     pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
     total = sum(w for _, w in pairs)
@@ -127,11 +124,11 @@ def aggregate(epochs: list[dict], grid_gco2_per_kwh: float) -> dict:
     gpu_duration = sum(g["duration_s"] for g in gpu)
     return {
         "ram": {
-            "peak_rss_bytes": _max(r["peak_rss_bytes"] for r in ram),
+            "peak_rss_bytes": max_known(r["peak_rss_bytes"] for r in ram),
             # The cell's peak is exact only if every epoch's is.
             "peak_source": "kernel" if all(r["peak_source"] == "kernel" for r in ram) else "sampled",
             "mean_rss_bytes": _weighted_mean([r["mean_rss_bytes"] for r in ram], ram_samples),
-            "peak_system_percent": _max(r["peak_system_percent"] for r in ram),
+            "peak_system_percent": max_known(r["peak_system_percent"] for r in ram),
             "samples": sum(ram_samples),
             "duration_s": sum(r["duration_s"] for r in ram),
         },
@@ -139,11 +136,11 @@ def aggregate(epochs: list[dict], grid_gco2_per_kwh: float) -> dict:
             "available": all(g["available"] for g in gpu),
             "device_name": gpu[0]["device_name"],
             "util_mean_percent": _weighted_mean([g["util_mean_percent"] for g in gpu], gpu_samples),
-            "util_max_percent": _max(g["util_max_percent"] for g in gpu),
-            "mem_used_peak_bytes": _max(g["mem_used_peak_bytes"] for g in gpu),
+            "util_max_percent": max_known(g["util_max_percent"] for g in gpu),
+            "mem_used_peak_bytes": max_known(g["mem_used_peak_bytes"] for g in gpu),
             "power_mean_w": _weighted_mean([g["power_mean_w"] for g in gpu], gpu_samples),
-            "alloc_peak_bytes": _max(g["alloc_peak_bytes"] for g in gpu),
-            "reserved_peak_bytes": _max(g["reserved_peak_bytes"] for g in gpu),
+            "alloc_peak_bytes": max_known(g["alloc_peak_bytes"] for g in gpu),
+            "reserved_peak_bytes": max_known(g["reserved_peak_bytes"] for g in gpu),
             "samples": sum(gpu_samples),
             # NVML averages utilisation over up to a second: shorter windows are unreliable.
             "short_window": bool(gpu[0]["available"]) and gpu_duration < NVML_UTILIZATION_WINDOW_S,

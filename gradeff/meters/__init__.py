@@ -28,7 +28,7 @@ from .memory import (
 )
 from .ram import RamMeter, RamRecord
 from .sampler import PeriodicSampler
-from .segment import Segment
+from .window import Segment, WindowMeter, max_known
 
 __all__ = [
     "DEFAULT_GRID_GCO2_PER_KWH",
@@ -46,8 +46,10 @@ __all__ = [
     "RamMeter",
     "RamRecord",
     "Segment",
+    "WindowMeter",
     "co2_grams",
     "gradient_bytes",
+    "max_known",
     "measure_step_memory",
     "optimizer_state_bytes",
     "parameter_bytes",

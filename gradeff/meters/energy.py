@@ -37,7 +37,7 @@ import torch
 
 from ._nvml import close_nvml, load_nvml, open_nvml_device, torch_device_uuid
 from .sampler import PeriodicSampler
-from .segment import Segment
+from .window import WindowMeter
 
 __all__ = [
     "DEFAULT_GRID_GCO2_PER_KWH",
@@ -114,7 +114,7 @@ class _RaplZone:
     max_range_uj: int
 
 
-class EnergyMeter:
+class EnergyMeter(WindowMeter[EnergyRecord]):
     """Context manager measuring energy over a window, from the best available source.
 
     The ``"estimate"`` source computes::
@@ -168,19 +168,19 @@ class EnergyMeter:
         """
         if source not in _SOURCES:
             raise ValueError(f"source must be one of {_SOURCES}, got {source!r}")
+        super().__init__()
         self.grid_gco2_per_kwh = grid_gco2_per_kwh
         self._device_index = device_index
         self._rapl_hz = rapl_hz
         self._proc = psutil.Process(os.getpid() if pid is None else pid)
         # For this process one times(2) system call gives the same four figures as psutil's
-        # parse of /proc/<pid>/stat, for a tenth of its cost at both ends of every epoch.
+        # parse of /proc/<pid>/stat, for a sixth or less of its cost at both ends of every epoch.
         self._cpu_times: Callable[[], Any] = os.times if pid is None or pid == os.getpid() else self._proc.cpu_times
         self._logical_cpus = psutil.cpu_count(logical=True) or os.cpu_count() or 1
         self.cpu_tdp_w = DEFAULT_WATTS_PER_LOGICAL_CPU * self._logical_cpus if cpu_tdp_w is None else cpu_tdp_w
         self._nvml: Any = None
         self._uuid: str | None = None
         self._rapl_zones: list[_RaplZone] = []
-        self._record: EnergyRecord | None = None
 
         wanted = ("nvml", "rapl", "estimate") if source == "auto" else (source,)
         self.source: EnergySource = "none"
@@ -196,9 +196,7 @@ class EnergyMeter:
                 break
 
         self._handle: Any = None
-        self._sampler: PeriodicSampler[tuple[int, ...]] | None = None
         self._start_value: float | None = None
-        self._open = False
         self._t0 = 0.0
 
     # -- probing -----------------------------------------------------------------------
@@ -244,45 +242,28 @@ class EnergyMeter:
 
     # -- window ------------------------------------------------------------------------
 
-    @property
-    def sampler_cpu_s(self) -> float:
-        """CPU seconds the RAPL reading thread has spent in the current (or last) window."""
-        return self._sampler.thread_cpu_s if self._sampler is not None else 0.0
-
-    def __enter__(self) -> EnergyMeter:
-        self._record = None
+    def _open_window(self) -> None:
         self._sampler = None
-        self._start_value = None
+        # The window is the first segment: its start precedes the sampler's first read.
+        self._t0 = time.perf_counter()
         if self.source == "nvml":
             self._handle = open_nvml_device(self._nvml, self._device_index, self._uuid)
         elif self.source == "rapl":
             self._sampler = PeriodicSampler(self._read_rapl, self._rapl_hz, name="gradeff-rapl")
             self._sampler.start()
-        self._t0 = time.perf_counter()
         self._start_value = self._read_counter()
-        self._open = True
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._open = False
-        end = self._read_counter() if self.source != "rapl" else None
-        duration = time.perf_counter() - self._t0
-        if self.source == "rapl" and self._sampler is not None:
-            joules = self._integrate_rapl(self._sampler.stop())
-        else:
-            joules = self._joules_between(self._start_value, end)
+    def _close_window(self) -> EnergyRecord:
+        record = self._end_segment((self._t0, self._start_value))
+        if self._sampler is not None:
+            self._sampler.stop()
         if self._handle is not None:
             close_nvml(self._nvml)
             self._handle = None
-        self._record = self._make_record(joules, duration)
-
-    def segment(self) -> Segment[EnergyRecord]:
-        """A stretch of the open window with its own record (e.g. one epoch): counter deltas."""
-        return Segment(self._begin_segment, self._end_segment)
+        return record
 
     def _begin_segment(self) -> tuple[float, float | None]:
-        if not self._open:
-            raise RuntimeError("EnergyMeter.segment() needs an open window: use it inside `with meter:`")
+        # A segment is a counter delta, or for RAPL the reads between two synchronous ones.
         t0 = time.perf_counter()
         if self.source == "rapl" and self._sampler is not None:
             self._sampler.sample_now()
@@ -317,13 +298,6 @@ class EnergyMeter:
     def _make_record(self, joules: float | None, duration: float) -> EnergyRecord:
         return EnergyRecord(joules=joules, source=self.source,
                             co2_grams=co2_grams(joules, self.grid_gco2_per_kwh), duration_s=duration)
-
-    @property
-    def record(self) -> EnergyRecord:
-        """The record of the last completed window; raises ``RuntimeError`` before one."""
-        if self._record is None:
-            raise RuntimeError("EnergyMeter.record is available after the with-block exits")
-        return self._record
 
     # -- readers -----------------------------------------------------------------------
 

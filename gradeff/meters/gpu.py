@@ -29,7 +29,7 @@ import torch
 
 from ._nvml import close_nvml, device_name, load_nvml, open_nvml_device, torch_device_uuid
 from .sampler import PeriodicSampler
-from .segment import Segment
+from .window import WindowMeter, max_known
 
 __all__ = ["NVML_UTILIZATION_WINDOW_S", "AllocatorStats", "GpuMeter", "GpuRecord"]
 
@@ -89,20 +89,16 @@ class GpuRecord:
     duration_s: float
 
 
-def _max_known(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else max(a, b)
-
-
 def _max_pairs(a: tuple[int | None, int | None], b: tuple[int | None, int | None]) -> tuple[int | None, int | None]:
     """Element-wise maximum of two (allocated, reserved) peak pairs; ``None`` is unknown."""
-    return _max_known(a[0], b[0]), _max_known(a[1], b[1])
+    return max_known((a[0], b[0])), max_known((a[1], b[1]))
 
 
 # One NVML sample: (utilization %, memory used bytes, power W), each None if unreadable.
 _Sample = tuple[float | None, int | None, float | None]
 
 
-class GpuMeter:
+class GpuMeter(WindowMeter[GpuRecord]):
     """Context manager measuring one CUDA device over a window.
 
     Example::
@@ -136,14 +132,14 @@ class GpuMeter:
             allocator: Source of the torch allocator peaks, ``torch.cuda`` by default;
                 injectable so tests can run without a device.
         """
+        super().__init__()
         self.device_index = device_index
         self._hz = hz
-        self._record: GpuRecord | None = None
-        self._sampler: PeriodicSampler[_Sample] | None = None
         self._handle: Any = None
         self._peaks_reset = False
+        # The allocator peaks are reset at every segment: the window's are the largest read
+        # before each reset and at its end.
         self._window_peaks: tuple[int | None, int | None] = (None, None)
-        self._open = False
         self._t0 = 0.0
         self.available = bool(cuda_available())
         # Nothing below touches CUDA or NVML without a device, so a CPU machine never
@@ -163,13 +159,7 @@ class GpuMeter:
             if self.device_name is None:
                 self.device_name = self._torch_device_name()
 
-    @property
-    def sampler_cpu_s(self) -> float:
-        """CPU seconds the NVML sampling thread has spent in the current (or last) window."""
-        return self._sampler.thread_cpu_s if self._sampler is not None else 0.0
-
-    def __enter__(self) -> GpuMeter:
-        self._record = None
+    def _open_window(self) -> None:
         self._sampler = None
         self._window_peaks = (None, None)
         self._reset_peaks()
@@ -179,11 +169,8 @@ class GpuMeter:
                 self._sampler = PeriodicSampler(self._sample, self._hz, name="gradeff-gpu")
                 self._sampler.start()
         self._t0 = time.perf_counter()
-        self._open = True
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._open = False
+    def _close_window(self) -> GpuRecord:
         duration = time.perf_counter() - self._t0
         values: list[_Sample] = []
         if self._sampler is not None:
@@ -192,20 +179,11 @@ class GpuMeter:
             close_nvml(self._nvml)
             self._handle = None
         self._window_peaks = _max_pairs(self._window_peaks, self._read_peaks())
-        self._record = self._summarize(values, self._window_peaks, duration)
-
-    def segment(self) -> Segment[GpuRecord]:
-        """A stretch of the open window with its own record (e.g. one epoch).
-
-        The allocator peaks are reset when the segment opens, so they are the segment's own;
-        NVML figures come from the samples the window's thread took within the segment.
-        """
-        return Segment(self._begin_segment, self._end_segment)
+        return self._summarize(values, self._window_peaks, duration)
 
     def _begin_segment(self) -> float:
-        if not self._open:
-            raise RuntimeError("GpuMeter.segment() needs an open window: use it inside `with meter:`")
-        # The peaks so far belong to the window; the segment starts its own.
+        # The allocator peaks are reset so that they are the segment's own; NVML figures
+        # come from the samples the window's thread took within the segment.
         self._window_peaks = _max_pairs(self._window_peaks, self._read_peaks())
         self._reset_peaks()
         t0 = time.perf_counter()
@@ -256,13 +234,6 @@ class GpuMeter:
             short_window=duration < NVML_UTILIZATION_WINDOW_S,
             duration_s=duration,
         )
-
-    @property
-    def record(self) -> GpuRecord:
-        """The record of the last completed window; raises ``RuntimeError`` before one."""
-        if self._record is None:
-            raise RuntimeError("GpuMeter.record is available after the with-block exits")
-        return self._record
 
     def _torch_device_name(self) -> str | None:
         get_name = getattr(self._allocator, "get_device_name", None)

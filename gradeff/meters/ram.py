@@ -31,7 +31,7 @@ import psutil
 
 from .procfs import ProcFile, meminfo_used_percent, statm_rss_bytes
 from .sampler import PeriodicSampler
-from .segment import Segment
+from .window import WindowMeter, max_known
 
 __all__ = ["RamMeter", "RamRecord"]
 
@@ -105,17 +105,19 @@ class _KernelPeak:
     def __init__(self, pid: int) -> None:
         self._status = ProcFile(f"/proc/{pid}/status")
         self._clear_refs = ProcFile(f"/proc/{pid}/clear_refs", write=True)
-        self.available = False
         # Only this process's own mark is reset: another process's is its owner's figure.
-        if pid == os.getpid():
+        self.available = pid == os.getpid()
+        if self.available:
             # Probing resets the mark, which is harmless: every window resets it anyway.
             self.open()
             self.available = self.reset() and self.read() is not None
             self.close()
 
     def open(self) -> None:
-        self._status.open()
-        self._clear_refs.open()
+        """Open the files; an unavailable mark stays closed, so its reads give ``None``."""
+        if self.available:
+            self._status.open()
+            self._clear_refs.open()
 
     def close(self) -> None:
         self._status.close()
@@ -131,12 +133,7 @@ class _KernelPeak:
         return self._clear_refs.write(b"5")
 
 
-def _max_known(*values: int | None) -> int | None:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
-class RamMeter:
+class RamMeter(WindowMeter[RamRecord]):
     """Context manager sampling process-tree RSS and system memory use.
 
     Example::
@@ -160,6 +157,7 @@ class RamMeter:
                 at the two ends of the window and at most this often in between;
                 reading the RSS of known children is cheap and done at every sample.
         """
+        super().__init__()
         # Resolving the process now makes a wrong pid fail here, not mid-benchmark.
         self._proc = psutil.Process(os.getpid() if pid is None else pid)
         self._kernel = _KernelPeak(self._proc.pid)
@@ -169,53 +167,33 @@ class RamMeter:
         self._children: list[psutil.Process] = []
         self._children_t = float("-inf")
         self._sampler: PeriodicSampler[tuple[int, float, int]] = PeriodicSampler(self._sample, hz, name="gradeff-ram")
-        self._record: RamRecord | None = None
+        # The kernel's mark is reset at every segment: the window's peak is the largest mark
+        # read before each reset and at its end.
         self._window_kernel_peak: int | None = None
         self._t0 = 0.0
 
-    @property
-    def sampler_cpu_s(self) -> float:
-        """CPU seconds the sampling thread has spent in the current (or last) window."""
-        return self._sampler.thread_cpu_s
-
-    def __enter__(self) -> RamMeter:
-        self._record = None
+    def _open_window(self) -> None:
         self._window_kernel_peak = None
-        if self._kernel.available:
-            self._kernel.open()
-            self._kernel.reset()
+        self._kernel.open()
+        self._kernel.reset()
         self._statm.open()
         self._meminfo.open()
         self._children_t = float("-inf")  # the first sample lists the children
         self._t0 = time.perf_counter()
         self._sampler.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def _close_window(self) -> RamRecord:
         self._children_t = float("-inf")  # and so does the last
         values = self._sampler.stop()
-        self._window_kernel_peak = _max_known(self._window_kernel_peak, self._kernel_read())
+        self._window_kernel_peak = max_known((self._window_kernel_peak, self._kernel.read()))
         self._kernel.close()
         self._statm.close()
         self._meminfo.close()
-        self._record = self._summarize(values, self._window_kernel_peak, time.perf_counter() - self._t0)
-
-    def segment(self) -> Segment[RamRecord]:
-        """A stretch of the open window with its own record (e.g. one epoch)."""
-        return Segment(self._begin_segment, self._end_segment)
-
-    @property
-    def record(self) -> RamRecord:
-        """The record of the last completed window; raises ``RuntimeError`` before one."""
-        if self._record is None:
-            raise RuntimeError("RamMeter.record is available after the with-block exits")
-        return self._record
+        return self._summarize(values, self._window_kernel_peak, time.perf_counter() - self._t0)
 
     def _begin_segment(self) -> float:
-        if not self._sampler.running:
-            raise RuntimeError("RamMeter.segment() needs an open window: use it inside `with meter:`")
         # The mark so far belongs to the window; the segment starts its own.
-        self._window_kernel_peak = _max_known(self._window_kernel_peak, self._kernel_read())
+        self._window_kernel_peak = max_known((self._window_kernel_peak, self._kernel.read()))
         self._kernel.reset()
         t0 = time.perf_counter()
         # The children list is not rebuilt here: at every epoch's two ends that would cost
@@ -225,12 +203,9 @@ class RamMeter:
 
     def _end_segment(self, t0: float) -> RamRecord:
         t1 = self._sampler.sample_now()
-        kernel_peak = self._kernel_read()
-        self._window_kernel_peak = _max_known(self._window_kernel_peak, kernel_peak)
+        kernel_peak = self._kernel.read()
+        self._window_kernel_peak = max_known((self._window_kernel_peak, kernel_peak))
         return self._summarize(self._sampler.between(t0, t1), kernel_peak, t1 - t0)
-
-    def _kernel_read(self) -> int | None:
-        return self._kernel.read() if self._kernel.available else None
 
     @staticmethod
     def _summarize(values: list[tuple[int, float, int]], kernel_peak: int | None, duration: float) -> RamRecord:
@@ -241,7 +216,7 @@ class RamMeter:
         with_children = any(v[2] for v in values)
         exact = kernel_peak is not None and not with_children
         return RamRecord(
-            peak_rss_bytes=_max_known(max(rss), kernel_peak),
+            peak_rss_bytes=max_known((max(rss), kernel_peak)),
             peak_source="kernel" if exact else "sampled",
             mean_rss_bytes=sum(rss) / len(rss),
             peak_system_percent=max(v[1] for v in values),
