@@ -111,7 +111,7 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float,
 
     loss = optimizer.step(closure)
     state.global_step += 1
-    # One host sync per step: the loss is needed to detect divergence at the step it happens.
+    # The loop's one host sync per step: the loss is needed to detect divergence at the step it happens.
     return float(loss), calls, total
 
 

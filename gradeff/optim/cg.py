@@ -21,24 +21,23 @@ LINE_SEARCHES = ("strong_wolfe", "exact", "fixed")
 _POWELL_THRESHOLD = 0.2
 
 
-def _beta(rule: str, g: Tensor, g_prev: Tensor, d_prev: Tensor) -> float | None:
+def _beta(rule: str, g: Tensor, g_prev: Tensor, d_prev: Tensor, g_sq: float, prev_sq: float) -> float | None:
     """β for ``rule``, or None when the rule is undefined and CG must restart.
 
-    ``g_prev`` is overwritten with ``y = g - g_prev``: the caller refreshes
-    that buffer right afterwards, and reusing it avoids a transient
-    parameter-sized allocation on every iteration.
+    ``g_sq`` and ``prev_sq`` are ``g·g`` and ``g_prev·g_prev``, already on the host. ``g_prev``
+    is overwritten with ``y = g - g_prev``: the caller refreshes that buffer right afterwards,
+    and reusing it avoids a transient parameter-sized allocation on every iteration.
     """
-    prev_sq = g_prev.dot(g_prev)
-    y = g_prev.neg_().add_(g)
     if rule == "fr":
-        num, den = g.dot(g), prev_sq
-    elif rule == "pr+":
-        num, den = g.dot(y), prev_sq
-    elif rule == "hs":
-        num, den = g.dot(y), d_prev.dot(y)
+        num, den = g_sq, prev_sq
     else:
-        num, den = g.dot(g), d_prev.dot(y)
-    num, den = float(num), float(den)
+        y = g_prev.neg_().add_(g)
+        if rule == "pr+":
+            num, den = float(g.dot(y)), prev_sq
+        elif rule == "hs":
+            num, den = torch.stack((g.dot(y), d_prev.dot(y))).tolist()
+        else:
+            num, den = g_sq, float(d_prev.dot(y))
     # FR/PR+: the previous gradient was zero.  HS/DY: no positive curvature
     # along d_prev (impossible under a Wolfe search, common with fixed steps).
     if not den > 0.0:
@@ -233,8 +232,10 @@ class ConjugateGradient(Optimizer):
             p.add_(d[offset : offset + numel].view_as(p), alpha=step_size)
             offset += numel
 
-    def _evaluate(self, closure) -> tuple[float, Tensor]:
-        return float(closure()), self._gather_flat_grad()
+    def _evaluate(self, closure) -> tuple[Tensor, Tensor]:
+        # The loss stays a tensor: only the strong-Wolfe search reads its value, and reading
+        # it would make the host wait for the device.
+        return closure(), self._gather_flat_grad()
 
     def _directional_evaluate(self, closure, x, t, d):
         # Restores from a copy rather than stepping back by -t*d, so a long
@@ -243,31 +244,33 @@ class ConjugateGradient(Optimizer):
         loss, flat_grad = self._evaluate(closure)
         for p, pdata in zip(self._params, x, strict=True):
             p.copy_(pdata)
-        return loss, flat_grad
+        return float(loss), flat_grad
 
-    def _direction(self, state, group, g: Tensor) -> tuple[Tensor, bool]:
-        """New direction (reusing the stored buffer) and whether CG restarted."""
+    def _direction(self, state, group, g: Tensor) -> tuple[Tensor, bool, float]:
+        """New direction (reusing the stored buffer), whether CG restarted, and ``g·d``.
+
+        Every scalar the host needs is read in as few transfers as possible: each one makes
+        the host wait for the device, and CG runs between forward/backward passes.
+        """
         d = state.get("d")
         g_prev = state.get("prev_flat_grad")
         restart_every = group["restart_every"] or self._numel
 
         beta = None
         if d is not None and state["since_restart"] < restart_every:
-            g_sq = float(g.dot(g))
-            powell = group["powell_restart"] and (
-                abs(float(g.dot(g_prev))) >= _POWELL_THRESHOLD * g_sq
-            )
+            g_sq, g_gprev, prev_sq = torch.stack((g.dot(g), g.dot(g_prev), g_prev.dot(g_prev))).tolist()
+            powell = group["powell_restart"] and abs(g_gprev) >= _POWELL_THRESHOLD * g_sq
             if not powell:
-                beta = _beta(group["beta"], g, g_prev, d)
+                beta = _beta(group["beta"], g, g_prev, d, g_sq, prev_sq)
 
         # β = 0 (PR+ clipping) yields -g as well, so it counts as a restart.
         if beta:
             d.mul_(beta).sub_(g)
-            if float(g.dot(d)) < 0.0:
-                return d, False
-        if d is None:
-            return g.neg(), True
-        return d.copy_(g).neg_(), True
+            gtd = float(g.dot(d))
+            if gtd < 0.0:
+                return d, False, gtd
+        d = g.neg() if d is None else d.copy_(g).neg_()
+        return d, True, float(g.dot(d))
 
     def _initial_step(self, state, group, g: Tensor, gtd: float) -> float:
         t_prev, gtd_prev = state.get("t"), state.get("gtd")
@@ -293,8 +296,6 @@ class ConjugateGradient(Optimizer):
                 "ConjugateGradient.step() requires a closure that zeroes the "
                 "gradients, computes the loss, calls backward() and returns it"
             )
-        if len(self.param_groups) != 1:
-            raise ValueError("ConjugateGradient supports exactly one parameter group")
         closure = torch.enable_grad()(closure)
 
         group = self.param_groups[0]
@@ -312,7 +313,7 @@ class ConjugateGradient(Optimizer):
         state.setdefault("since_restart", 0)
 
         orig_loss = closure()
-        loss = float(orig_loss)
+        loss = orig_loss
         state["func_evals"] += 1
         g = self._gather_flat_grad()
         if float(g.abs().max()) <= tolerance_grad:
@@ -322,12 +323,11 @@ class ConjugateGradient(Optimizer):
             last = i == max_iter - 1
             state["n_iter"] += 1
 
-            d, restarted = self._direction(state, group, g)
+            d, restarted, gtd = self._direction(state, group, g)
             if restarted:
                 state["restarts"] += 1
                 state["since_restart"] = 0
             state["since_restart"] += 1
-            gtd = float(g.dot(d))
 
             g_prev = state.get("prev_flat_grad")
             if g_prev is None:
@@ -374,7 +374,7 @@ class ConjugateGradient(Optimizer):
                     x0,
                     t0,
                     d,
-                    loss,
+                    float(loss),
                     g,
                     g.dot(d),
                     c1=group["c1"],
