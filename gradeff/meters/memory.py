@@ -40,23 +40,23 @@ def _tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _storage_key_and_bytes(t: torch.Tensor) -> tuple[tuple[str, int] | None, int]:
-    """(dedup key, bytes) of the storage behind ``t``; key ``None`` when not dedupable."""
+def _storage_of(t: torch.Tensor) -> tuple[Any, tuple[str, int] | None, int]:
+    """(storage, dedup key, bytes) behind ``t``; key ``None`` when there is no address to follow."""
     try:
         storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):
         # Sparse and some subclass tensors have no single storage: count the tensor itself.
-        return None, _tensor_bytes(t)
+        return None, None, _tensor_bytes(t)
     ptr = storage.data_ptr()
     # Empty storages (and meta tensors) all sit at address 0; they must not merge.
     key = (str(t.device), ptr) if ptr else None
-    return key, storage.nbytes()
+    return storage, key, storage.nbytes()
 
 
 def _storage_ptrs(tensors: Iterable[torch.Tensor]) -> set[tuple[str, int]]:
     keys = set()
     for t in tensors:
-        key, _ = _storage_key_and_bytes(t)
+        _, key, _ = _storage_of(t)
         if key is not None:
             keys.add(key)
     return keys
@@ -124,7 +124,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
         for value in state.values():
             if not isinstance(value, torch.Tensor):
                 continue
-            key, nbytes = _storage_key_and_bytes(value)
+            _, key, nbytes = _storage_of(value)
             if key is not None:
                 if key in seen:
                     continue
@@ -162,25 +162,15 @@ class ActivationCounter:
         print(counter.saved_bytes)
     """
 
-    def __init__(
-        self,
-        model: nn.Module | None = None,
-        exclude: Iterable[torch.Tensor] = (),
-        exclude_ptrs: Iterable[int] = (),
-    ) -> None:
+    def __init__(self, model: nn.Module | None = None) -> None:
         """Create a counter.
 
         Args:
             model: Model whose parameters and buffers are not activations. Their
                 addresses are read when the window opens, so the model may still be
                 moved between construction and use.
-            exclude: Further tensors whose storages are not to be counted.
-            exclude_ptrs: Storage addresses (``t.untyped_storage().data_ptr()``) not to
-                be counted, on whatever device.
         """
         self._model = model
-        self._exclude_tensors = list(exclude)
-        self._exclude_ptrs = frozenset(exclude_ptrs)
         self._excluded: set[tuple[str, int]] = set()
         # key -> (weak reference to the storage, its bytes). torch keeps one Python
         # object per live storage, so the reference dies exactly when the storage does.
@@ -200,10 +190,8 @@ class ActivationCounter:
         """Number of times autograd saved a tensor in the window (duplicates included)."""
 
     def __enter__(self) -> ActivationCounter:
-        tensors = list(self._exclude_tensors)
-        if self._model is not None:
-            tensors += list(self._model.parameters()) + list(self._model.buffers())
-        self._excluded = _storage_ptrs(tensors)
+        model = self._model
+        self._excluded = _storage_ptrs([*model.parameters(), *model.buffers()]) if model is not None else set()
         with self._lock:
             self._live, self._live_bytes = {}, 0
         self.saved_bytes = self.total_saved_bytes = self.saved_tensors = 0
@@ -219,20 +207,13 @@ class ActivationCounter:
         # Returning the tensor itself keeps autograd's behaviour (and memory) unchanged:
         # this hook only looks.
         self.saved_tensors += 1
-        try:
-            storage = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            # Sparse and some subclass tensors have no single storage; count the tensor
-            # as saved for good, since its lifetime cannot be followed.
-            self._add(_tensor_bytes(t))
+        storage, key, nbytes = _storage_of(t)
+        if key is None:
+            # No single storage (sparse, subclasses) or an empty/meta one: no address whose
+            # lifetime can be followed, so it counts as saved for good (empty ones are ~0 B).
+            self._add(nbytes)
             return t
-        ptr = storage.data_ptr()
-        key = (str(t.device), ptr)
-        if ptr and (key in self._excluded or ptr in self._exclude_ptrs):
-            return t
-        nbytes = storage.nbytes()
-        if not ptr:
-            self._add(nbytes)  # empty or meta storage: no address to follow (and ~0 bytes)
+        if key in self._excluded:
             return t
         with self._lock:
             entry = self._live.get(key)
@@ -244,9 +225,7 @@ class ActivationCounter:
                 self._live_bytes -= entry[1]
             ref = weakref.ref(storage, functools.partial(self._freed, key))
             self._live[key] = (ref, nbytes)
-            self._live_bytes += nbytes
-            self.total_saved_bytes += nbytes
-            self.saved_bytes = max(self.saved_bytes, self._live_bytes)
+            self._add(nbytes)  # the lock is reentrant
         return t
 
     def _add(self, nbytes: int) -> None:
@@ -286,15 +265,6 @@ class MemoryBreakdown:
     gradient_bytes: int
     optimizer_state_bytes: int
     activation_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        """Sum of parameters, gradients, optimizer state and activations.
-
-        An upper bound of the tensors alive at once: activations are freed by the
-        backward pass while gradients are being created.
-        """
-        return self.parameter_bytes + self.gradient_bytes + self.optimizer_state_bytes + self.activation_bytes
 
 
 def measure_step_memory(
