@@ -19,7 +19,7 @@ from functools import lru_cache
 import torch
 
 from gradeff.data import Dataset, make_dataset
-from gradeff.devices import DEVICES, resolve_device
+from gradeff.devices import resolve_device
 from gradeff.environment import code_version, environment
 from gradeff.grid import Cell, incompatibility
 from gradeff.hparams import HParams, hparams_for
@@ -31,8 +31,7 @@ from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, enable_checkpointing, micro_batches_per_step
 
-__all__ = ["DEVICES", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "prepare_state", "resolve_device",
-           "run_cell"]
+__all__ = ["EpochTimer", "MemoryBudgetExceeded", "RunConfig", "prepare_state", "run_cell"]
 
 # Runs ``epoch_fn`` ``rounds`` times (pytest-benchmark's pedantic mode, or a plain loop).
 EpochTimer = Callable[[Callable[[], object], int], None]

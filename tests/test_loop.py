@@ -10,11 +10,11 @@ from gradeff.models import build_model
 from gradeff.optim import build_optimizer
 
 
-def _state(k: int, optimizer: str = "sgd", lr: float = 1e-3, model: str = "llm") -> TrainState:
+def _state(k: int, optimizer: str = "sgd", lr: float = 1e-3, model: str = "llm", **optimizer_overrides) -> TrainState:
     hp = hparams_for(model, "tiny")
     torch.manual_seed(0)
     net = build_model(model, "tiny", num_labels=hp.num_classes)
-    return TrainState(model=net, optimizer=build_optimizer(optimizer, net.parameters(), lr),
+    return TrainState(model=net, optimizer=build_optimizer(optimizer, net.parameters(), lr, **optimizer_overrides),
                       dataset=make_dataset("causal_lm" if model == "llm" else "image_classification", hp, 0),
                       batch_size=hp.batch_size, micro_batches_per_step=k, seed=0, device=torch.device("cpu"))
 
@@ -36,9 +36,9 @@ def test_epoch_loss_is_the_mean_over_all_targets_whatever_the_grouping():
 
 
 def test_every_optimizer_goes_through_the_closure():
-    """CG may evaluate the closure more than once per step; the loop counts every call."""
-    stats = train_epoch(_state(1, optimizer="cgd"))
-    assert stats.closure_calls >= stats.optimizer_steps == 8
+    """CG with an exact search evaluates the closure twice per step; the loop counts every call."""
+    stats = train_epoch(_state(1, optimizer="cgd", line_search="exact"))
+    assert stats.closure_calls == 2 * stats.optimizer_steps == 16
 
 
 def test_nan_loss_raises_diverged_with_the_step():

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import gradeff.runner as runner
+from gradeff.devices import resolve_device
 from gradeff.grid import Cell
-from gradeff.runner import RunConfig, resolve_device, run_cell
+from gradeff.runner import RunConfig, run_cell
 
 CONFIG = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="test")
 

@@ -28,7 +28,6 @@ class OptimizerSpec:
         name: human-readable name.
         target: ``"module:Class"`` of the ``torch.optim.Optimizer``; imported only when built.
         kwargs: fixed constructor arguments beside ``lr`` (torch defaults otherwise).
-        needs_closure: the optimizer re-evaluates the loss inside ``step`` (line searches).
         state_per_param: optimizer-state tensors per parameter, each the parameter's size
             (the memory law the meters check: Adam keeps m and v → 2).
     """
@@ -37,7 +36,6 @@ class OptimizerSpec:
     name: str
     target: str
     kwargs: dict = field(default_factory=dict)
-    needs_closure: bool = False
     state_per_param: int = 0
 
 
@@ -56,7 +54,7 @@ OPTIMIZERS: Registry[OptimizerSpec] = Registry(
         # restarts that keep every direction a descent direction. It keeps the previous
         # gradient and direction: 2 × parameter bytes.
         OptimizerSpec(key="cgd", name="Conjugate Gradient", target="gradeff.optim.cg:ConjugateGradient",
-                      kwargs={"beta": "pr+", "line_search": "fixed"}, needs_closure=True, state_per_param=2),
+                      kwargs={"beta": "pr+", "line_search": "fixed"}, state_per_param=2),
     ),
 )
 
