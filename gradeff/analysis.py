@@ -20,8 +20,9 @@ from gradeff.results import CellRecord, latest_by_cell
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "MEMORY_METRICS", "METRICS", "OBJECTIVES", "Metric", "Recommendation", "best_by_model", "best_cell",
-    "best_value", "comparable", "latest_records", "memory_metric_for", "meter_value", "metric_value",
+    "MEMORY_METRICS", "MEMORY_PARTS", "METRICS", "OBJECTIVES", "Metric", "Recommendation", "best_cell",
+    "best_value", "comparable", "group_by_model", "latest_records", "memory_metric_for", "memory_parts",
+    "meter_section", "meter_value", "metric_value",
     "order_keys", "pareto_cells", "pareto_front", "recommendations", "sort_records", "strategy_ratios",
     "tally_wins", "training_memory_bytes",
 ]
@@ -29,15 +30,29 @@ __all__ = [
 K = TypeVar("K", bound=Hashable)
 
 
-def meter_value(record: CellRecord, meter: str, name: str) -> float | None:
-    """One number from ``record.meters[meter][name]``, or ``None`` if absent, ``None`` or not a finite number.
+# The memory breakdown's parts, in the order the report stacks them.
+MEMORY_PARTS = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")
 
-    Older records have empty or partial ``meters``, so nothing here may assume a key exists.
+
+def meter_section(record: CellRecord, meter: str) -> Mapping:
+    """``record.meters[meter]``, or an empty mapping where the record lacks it or it is not a mapping.
+
+    Older and hand-edited records have empty, partial or malformed ``meters``, so nothing that
+    reads them may assume a key exists.
     """
     section = record.meters.get(meter) if isinstance(record.meters, Mapping) else None
-    if not isinstance(section, Mapping):
-        return None
-    return as_number(section.get(name))
+    return section if isinstance(section, Mapping) else {}
+
+
+def meter_value(record: CellRecord, meter: str, name: str) -> float | None:
+    """One number from ``record.meters[meter][name]``, or ``None`` if absent, ``None`` or not a finite number."""
+    return as_number(meter_section(record, meter).get(name))
+
+
+def memory_parts(record: CellRecord) -> list[float] | None:
+    """The :data:`MEMORY_PARTS` of a record's breakdown, or ``None`` unless all of them were measured."""
+    parts = [meter_value(record, "memory", name) for name in MEMORY_PARTS]
+    return None if any(part is None for part in parts) else parts
 
 
 def training_memory_bytes(record: CellRecord) -> float | None:
@@ -47,9 +62,8 @@ def training_memory_bytes(record: CellRecord) -> float | None:
     device; it is ``None`` unless all four parts were measured, since a partial sum would flatter
     the cell that is missing a part.
     """
-    parts = [meter_value(record, "memory", name) for name in
-             ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")]
-    return None if any(part is None for part in parts) else sum(parts)
+    parts = memory_parts(record)
+    return None if parts is None else sum(parts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,20 +210,12 @@ def best_cell(records: Iterable[CellRecord], metric: str | Metric) -> CellRecord
     return best
 
 
-def _by_model(records: Iterable[CellRecord]) -> dict[str, list[CellRecord]]:
+def group_by_model(records: Iterable[CellRecord]) -> dict[str, list[CellRecord]]:
+    """Records by model key, each group and the model order as given."""
     groups: dict[str, list[CellRecord]] = {}
     for record in records:
         groups.setdefault(record.model, []).append(record)
     return groups
-
-
-def best_by_model(records: Iterable[CellRecord], metric: str | Metric) -> dict[str, CellRecord | None]:
-    """:func:`best_cell` for each model (paper Table 2 for ``final_loss``).
-
-    Returns:
-        model key → winning record, or ``None`` where no cell of the model has the metric.
-    """
-    return {model: best_cell(group, metric) for model, group in _by_model(records).items()}
 
 
 def strategy_ratios(
@@ -322,7 +328,7 @@ def recommendations(records: Iterable[CellRecord]) -> dict[str, dict[str, Recomm
         model key → objective → :class:`Recommendation`.
     """
     result: dict[str, dict[str, Recommendation]] = {}
-    for model, group in _by_model(records).items():
+    for model, group in group_by_model(records).items():
         result[model] = {}
         for objective, metric in OBJECTIVES.items():
             metric = metric or memory_metric_for(group)

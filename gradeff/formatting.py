@@ -11,7 +11,7 @@ import math
 from numbers import Real
 
 __all__ = [
-    "NA", "as_number", "format_bytes", "format_grams", "format_joules", "format_loss", "format_percent",
+    "NA", "as_number", "format_bytes", "format_joules", "format_loss", "format_percent",
     "format_ratio", "format_seconds", "format_value",
 ]
 
@@ -75,16 +75,6 @@ def format_joules(value: object) -> str:
     return f"{_three_digits(number)} J"
 
 
-def format_grams(value: object) -> str:
-    """Grams of CO2-equivalent (kg from 1000 g)."""
-    number = as_number(value)
-    if number is None:
-        return NA
-    if abs(number) >= 1000:
-        return f"{_three_digits(number / 1000)} kg"
-    return f"{_three_digits(number)} g"
-
-
 def format_percent(value: object) -> str:
     """One decimal and a percent sign: ``format_percent(97.25) == "97.2 %"``."""
     number = as_number(value)
@@ -107,7 +97,6 @@ _FORMATTERS = {
     "bytes": format_bytes,
     "seconds": format_seconds,
     "joules": format_joules,
-    "grams": format_grams,
     "percent": format_percent,
     "loss": format_loss,
     "ratio": format_ratio,
@@ -119,17 +108,13 @@ def format_value(value: object, unit: str) -> str:
 
     Args:
         value: a raw number, or ``None``.
-        unit: one of ``bytes``, ``seconds``, ``joules``, ``grams``, ``percent``, ``loss``, ``ratio``;
-            anything else prints the number with four significant digits.
+        unit: one of ``bytes``, ``seconds``, ``joules``, ``percent``, ``loss``, ``ratio``;
+            anything else prints like a loss, with four significant digits.
 
     Returns:
         The text, :data:`NA` where there is no finite number.
     """
-    formatter = _FORMATTERS.get(unit)
-    if formatter is not None:
-        return formatter(value)
-    number = as_number(value)
-    return NA if number is None else f"{number:.4g}"
+    return _FORMATTERS.get(unit, format_loss)(value)
 
 
 def _three_digits(number: float) -> str:

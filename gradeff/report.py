@@ -23,12 +23,12 @@ from gradeff import analysis
 from gradeff import report_context as context
 from gradeff import report_figures as figures
 from gradeff import report_tables as tables
-from gradeff.analysis import METRICS
+from gradeff.analysis import METRICS, group_by_model
 from gradeff.formatting import NA
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.report_view import (
-    SECTIONS, ModelView, ReportView, display_name, distinct_text, group_by_model, status_text,
+    SECTIONS, ModelView, ReportView, display_name, distinct_text, status_text,
 )
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES

@@ -17,13 +17,12 @@ from gradeff.analysis import METRICS, Metric
 from gradeff.formatting import as_number, format_loss, format_value
 from gradeff.models import MODELS
 from gradeff.report_view import FigureView, config_label, display_name, first_word, short_label, status_text
-from gradeff.results import CellRecord
+from gradeff.results import FAILED_STATUSES, CellRecord
 
 __all__ = ["heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure"]
 
 _HEAT_METRICS = {"gpu_util": "GPU util.", "gpu_mem": "GPU memory", "ram_peak": "RAM peak",
                  "activation": "activations"}  # metric → short panel title (panels are 2.7 in wide)
-_FAILED = ("diverged", "oom", "error")
 
 
 def loss_curves_figure(slug: str, name: str, records: Sequence[CellRecord], optimizers: Sequence[str],
@@ -51,7 +50,7 @@ def loss_curves_figure(slug: str, name: str, records: Sequence[CellRecord], opti
         series.append(plots.Series(
             label=short_label(record) + suffix, color_index=optimizers.index(record.optimizer),
             style_index=strategies.index(record.strategy), epochs=tuple(float(p[0]) for p in points),
-            losses=tuple(float(p[1]) for p in points), failed=record.status in _FAILED))
+            losses=tuple(float(p[1]) for p in points), failed=record.status in FAILED_STATUSES))
     floors = sorted({f for f in (as_number(r.loss_floor) for r in records) if f is not None})
     floor = floors[0] if len(floors) == 1 else None
     notes = []
@@ -83,7 +82,8 @@ def pareto_figure(slug: str, name: str, records: Sequence[CellRecord], optimizer
     Returns:
         The figure, and one line per Pareto-optimal cell.
     """
-    front = {r.cell for r in analysis.pareto_cells(records)}
+    front_cells = analysis.pareto_cells(records)
+    front = {r.cell for r in front_cells}
     points, left_out = [], []
     for record in records:
         x = analysis.metric_value(record, "epoch_seconds")
@@ -102,7 +102,7 @@ def pareto_figure(slug: str, name: str, records: Sequence[CellRecord], optimizer
     front_text = tuple(
         f"{config_label(r)}: final loss {format_loss(analysis.metric_value(r, 'final_loss'))}, "
         f"{format_value(analysis.metric_value(r, 'epoch_seconds'), 'seconds')} per epoch"
-        for r in analysis.pareto_cells(records))
+        for r in front_cells)
     return FigureView(id=f"{slug}-pareto", caption=caption, svg=Markup(svg) if svg else None, note=note), front_text
 
 
@@ -119,9 +119,8 @@ def memory_figure(slug: str, name: str, records: Sequence[CellRecord]) -> Figure
     """
     bars, missing = [], []
     for record in records:
-        parts = [analysis.meter_value(record, "memory", k) for k in
-                 ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")]
-        if any(p is None for p in parts):
+        parts = analysis.memory_parts(record)
+        if parts is None:
             missing.append(short_label(record))
             continue
         bars.append(plots.Bar(label=short_label(record), parts=tuple(parts)))

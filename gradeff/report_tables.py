@@ -94,8 +94,7 @@ def grid_table(model_slug: str, name: str, metric: Metric, records: Sequence[Cel
     )
     note = "Best cell highlighted; lower is better." if metric.goal == "min" else \
         "Best cell highlighted; higher is better."
-    if metric.key == "gpu_util" and any(
-            isinstance(r.meters.get("gpu"), Mapping) and r.meters["gpu"].get("short_window") for r in records):
+    if metric.key == "gpu_util" and any(analysis.meter_section(r, "gpu").get("short_window") for r in records):
         note += " Some runs were shorter than NVML's sampling window: their utilization is approximate."
     if metric.key == "energy":
         note += f" {_metric_note(metric, records).capitalize()}."

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
+from gradeff.analysis import meter_section, meter_value
 from gradeff.formatting import NA
 from gradeff.optim import OPTIMIZERS
 from gradeff.registry import Registry
@@ -20,7 +21,7 @@ from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "SECTIONS", "Cell", "FigureView", "ModelView", "ReportView", "Row", "Section", "Table", "config_label",
-    "display_name", "distinct_text", "energy_sources", "first_word", "group_by_model", "short_label",
+    "display_name", "distinct_text", "energy_sources", "first_word", "short_label",
     "status_text", "text_or_na",
 ]
 
@@ -154,33 +155,16 @@ def short_label(record: CellRecord) -> str:
     return f"{record.optimizer}/{record.strategy}"
 
 
-def group_by_model(records: Iterable[CellRecord]) -> dict[str, list[CellRecord]]:
-    """Records by model key, each group and the model order as given."""
-    groups: dict[str, list[CellRecord]] = {}
-    for record in records:
-        groups.setdefault(record.model, []).append(record)
-    return groups
-
-
 def energy_sources(records: Iterable[CellRecord]) -> list[str]:
     """The energy meter sources (``nvml``, ``rapl``, ``estimate``, ``none``) the records name, sorted."""
-    sources = set()
-    for record in records:
-        energy = record.meters.get("energy") if isinstance(record.meters, Mapping) else None
-        if isinstance(energy, Mapping) and isinstance(energy.get("source"), str):
-            sources.add(energy["source"])
-    return sorted(sources)
+    sources = (meter_section(record, "energy").get("source") for record in records)
+    return sorted({source for source in sources if isinstance(source, str)})
 
 
 def metering_cost_fractions(records: Iterable[CellRecord]) -> list[float]:
     """Each record's metering cost as a fraction of its epochs' time, where the record carries one."""
-    fractions = []
-    for record in records:
-        cost = record.meters.get("cost") if isinstance(record.meters, Mapping) else None
-        fraction = cost.get("fraction") if isinstance(cost, Mapping) else None
-        if isinstance(fraction, (int, float)) and not isinstance(fraction, bool):
-            fractions.append(float(fraction))
-    return fractions
+    fractions = (meter_value(record, "cost", "fraction") for record in records)
+    return [fraction for fraction in fractions if fraction is not None]
 
 
 def first_word(name: str) -> str:

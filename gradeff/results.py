@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = [
-    "FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord", "Summary", "append_record", "cell_id",
-    "latest_by_cell", "read_records",
+    "FAILED_STATUSES", "FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord", "Summary",
+    "append_record", "cell_id", "latest_by_cell", "read_records",
 ]
 
 SCHEMA_VERSION = 1
@@ -25,6 +25,8 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "diverged", "oom", "error", "skipped", "interrupted")
 # Statuses that settle a cell: ``--gradeff-resume`` keeps them and re-runs the others.
 FINAL_STATUSES = ("ok", "diverged", "oom", "skipped")
+# The cell ran and failed: what a regression gate flags and a loss curve marks with a cross.
+FAILED_STATUSES = ("diverged", "oom", "error")
 
 
 def cell_id(model: str, optimizer: str, strategy: str) -> str:

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from gradeff import analysis
 from gradeff.analysis import (
-    best_by_model,
     best_cell,
     latest_records,
     meter_value,
@@ -60,13 +59,6 @@ def test_best_cell_maximises_utilization(make_record):
     high = make_record("vit-adam-standard", meters={"gpu": {"util_mean_percent": 90.0}})
     unmeasured = make_record("vit-cgd-standard", meters={})
     assert best_cell([low, unmeasured, high], "gpu_util") is high
-
-
-def test_best_by_model_groups_per_model(make_record):
-    """Table 2: one winner per model, None for a model without an ok cell."""
-    vit = make_record("vit-sgd-standard", losses=(1.0, 0.5))
-    llm_failed = make_record("llm-adam-standard", "oom", losses=(), seconds=())
-    assert best_by_model([vit, llm_failed], "final_loss") == {"vit": vit, "llm": None}
 
 
 def test_strategy_ratios_checkpoint_over_standard(make_record):

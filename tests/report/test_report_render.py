@@ -125,7 +125,7 @@ def test_partial_results_render_with_gaps_explained(make_record):
     assert "no memory breakdown recorded" in html
     assert "nan" not in re.sub(r"<svg.*?</svg>", "", html, flags=re.S).replace("became nan", "")
     # Nothing was measured by a GPU or energy meter: no fake zeros anywhere in the tables.
-    assert not re.search(r">0(\.0)? ?(%|J|B|MiB)<", html)
+    assert not re.search(r">0(\.0+)? ?(%|J|B|ms|s|MiB|GiB)<", html)
 
 
 def test_report_is_self_contained_with_every_section(grid_records, tmp_path):
@@ -171,6 +171,17 @@ def test_log_axes_print_plain_tick_labels():
                     failed=False)
     svg = loss_curves_svg([series], loss_floor=0.05, title="decades", uid="t")
     assert "$10" not in svg and "^{" not in svg
+    ticks = re.findall(r">([^<>]+)</text>", svg)
+    assert {"0.1", "1", "10", "100"} <= set(ticks)  # one label per decade: the axis is logarithmic
+
+
+def test_malformed_meters_render_as_not_measured(make_record, make_meters):
+    """A record whose meters are a list, or whose GPU section is a string, renders as n/a, not a crash."""
+    good = make_record("llm-sgd-standard", meters=make_meters(util=50.0))
+    as_list = make_record("llm-adam-standard", meters=[])
+    broken_gpu = make_record("llm-adamw-standard", meters={"gpu": "broken"})
+    html = render_html(build_view([good, as_list, broken_gpu]))
+    assert "Adam" in html and "AdamW" in html and NA in html
 
 
 def test_methods_state_the_recorded_metering_cost(make_record, make_meters):
@@ -180,3 +191,14 @@ def test_methods_state_the_recorded_metering_cost(make_record, make_meters):
     text = dict(methods(records))["Metering cost"]
     assert "0.40% of epoch time at the median cell and 0.90% at most" in text
     assert "do not carry it" in dict(methods([make_record()]))["Metering cost"]
+
+
+def test_csv_meter_columns_follow_the_meters_records():
+    """The CSV's documented meter columns are exactly the fields of the meters' records, in order."""
+    from gradeff.meters import EnergyRecord, GpuRecord, MemoryBreakdown, RamRecord
+    from gradeff.report_csv import _METER_COLUMNS
+
+    for meter, record in (("ram", RamRecord), ("gpu", GpuRecord), ("energy", EnergyRecord),
+                          ("memory", MemoryBreakdown)):
+        columns = [c.split(".", 2)[2] for c in _METER_COLUMNS if c.startswith(f"meters.{meter}.")]
+        assert columns == [f.name for f in dataclasses.fields(record)], meter
