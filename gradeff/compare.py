@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gradeff.compare_rules import (
-    DEFAULT_RULES, IMPROVEMENT, LOOSE_LOSS_RTOL, REGRESSION, Row, Rule, override_rules,
+    DEFAULT_RULES, IMPROVEMENT, LOOSE_LOSS_RTOL, REGRESSION, Row, Rule, TimeRule, override_rules,
 )
 from gradeff.results import CellRecord, latest_by_cell, read_records
 
@@ -71,7 +71,7 @@ def _grouped(differences: dict[str, list[str]]) -> list[str]:
     lines = []
     for message, cells in differences.items():
         shown = ", ".join(cells[:3]) + (", …" if len(cells) > 3 else "")
-        lines.append(f"{message} ({len(cells)} cell{'s' * (len(cells) != 1)}: {shown})")
+        lines.append(f"{message} ({_plural(len(cells), 'cell')}: {shown})")
     return lines
 
 
@@ -232,7 +232,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-mismatch", action="store_true", help="compare cells run with another profile/seed")
     parser.add_argument("--missing-is-regression", action="store_true",
                         help="a baseline cell absent from current is a regression")
-    parser.add_argument("--time-ratio", metavar="R", help="slowdown ratio of time_per_epoch (default 1.25)")
+    parser.add_argument("--time-ratio", metavar="R",
+                        help=f"slowdown ratio of time_per_epoch (default {TimeRule().ratio})")
     parser.add_argument("--loose", action="store_true",
                         help=f"loss tolerance for GPU runs, which are not bit-reproducible (rtol {LOOSE_LOSS_RTOL})")
     parser.add_argument("--rule", action="append", default=[], metavar="METRIC:KEY=VALUE",

@@ -37,7 +37,8 @@ from dataclasses import dataclass, fields, replace
 from fnmatch import fnmatchcase
 from typing import Protocol
 
-from gradeff.results import CellRecord
+from gradeff.formatting import as_number
+from gradeff.results import FAILED_STATUSES, CellRecord
 
 __all__ = [
     "DEFAULT_RULES", "FAILED_STATUSES", "IMPROVEMENT", "LOOSE_LOSS_RTOL", "MIB", "NOT_COMPARED", "OK", "REGRESSION",
@@ -46,7 +47,6 @@ __all__ = [
 
 VERDICTS = ("ok", "regression", "improvement", "not compared")
 OK, REGRESSION, IMPROVEMENT, NOT_COMPARED = VERDICTS
-FAILED_STATUSES = ("diverged", "oom", "error")
 MIB = 1024 * 1024
 LOOSE_LOSS_RTOL = 0.05
 
@@ -106,9 +106,7 @@ def _lookup(record: CellRecord, path: str) -> float | None:
         if value is None:
             return None
     # bool is an int, but no metric is a flag; NaN/inf cannot be ordered against a tolerance.
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
+    return as_number(value)
 
 
 def _not_ok(metric: str, baseline: CellRecord, current: CellRecord) -> Row | None:
@@ -196,7 +194,8 @@ class ToleranceRule:
 
 def _pooled_sd(a: list[float], b: list[float]) -> float:
     """Standard deviation of one epoch, pooled over both samples (each with its own mean)."""
-    squares = sum((x - statistics.fmean(a)) ** 2 for x in a) + sum((x - statistics.fmean(b)) ** 2 for x in b)
+    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
+    squares = sum((x - mean_a) ** 2 for x in a) + sum((x - mean_b) ** 2 for x in b)
     return math.sqrt(squares / (len(a) + len(b) - 2))
 
 

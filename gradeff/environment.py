@@ -67,12 +67,18 @@ def environment(device: str = "cpu") -> dict:
         from gradeff.meters._nvml import close_nvml, load_nvml
 
         nvml = load_nvml()
-        try:
-            nvml.nvmlInit()
-            info["gpu_driver"] = nvml.nvmlSystemGetDriverVersion()
-            close_nvml(nvml)
-        except Exception:  # NVML is optional (or absent: nvml is None): the version stays unknown, not invented
-            pass
+        if nvml is not None:
+            try:
+                nvml.nvmlInit()
+            except Exception:  # NVML is optional: the version stays unknown, not invented
+                nvml = None
+        if nvml is not None:
+            try:
+                info["gpu_driver"] = nvml.nvmlSystemGetDriverVersion()
+            except Exception:  # noqa: BLE001 - as above
+                pass
+            finally:
+                close_nvml(nvml)
     else:
         info["device_name"] = info["cpu"]
     return info

@@ -118,11 +118,9 @@ def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -
     version = code_version()
     settled = {}
     for record in read_records(path, errors=[]):
-        if record.model not in MODELS:
-            continue
-        wanted_epochs = epochs if epochs is not None else hparams_for(record.model, profile).epochs
-        if (record.status in FINAL_STATUSES and record.profile == profile and record.seed == seed
-                and record.code_version == version and record.hparams.get("epochs") == wanted_epochs):
+        if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
+                and record.seed == seed and record.code_version == version
+                and record.hparams.get("epochs") == hparams_for(record.model, profile, epochs=epochs).epochs):
             settled[record.cell] = record.status
     return settled
 

@@ -207,8 +207,9 @@ def test_real_injected_slowdown_is_flagged(tmp_path, monkeypatch, capsys):
     assert main([base, rerun, "--all", "--ignore", "time_per_epoch"]) == 0
     rows = capsys.readouterr().out
     assert re.search(r"final_loss\s+(\S+)\s+\1\s+\+0%\s+ok", rows) and re.search(r"mean_loss\s+(\S+)\s+\1\s+", rows)
-    # Time under the default rule: not asserted, as other processes share this machine's CPUs.
-    main([base, rerun])
+    # Time under the default rule: the verdict is not asserted, as other processes share this
+    # machine's CPUs, but the gate must come to one (0 or 1), not fail on its input.
+    assert main([base, rerun]) in (0, 1)
     unchanged = capsys.readouterr().out
 
     original = runner.build_model

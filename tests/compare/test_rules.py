@@ -133,6 +133,7 @@ def test_loose_loss_tolerance_accepts_gpu_drift():
     final = next(r for r in loose if r.metric == "final_loss")
     row = final.compare(record(losses=[2.0, 1.5]), record(losses=[2.0, 1.515]))
     assert row.verdict == "ok" and final.rtol == 0.05
+    assert rule("final_loss").compare(record(losses=[2.0, 1.5]), record(losses=[2.0, 1.515])).verdict == "regression"
 
 
 # --- memory -----------------------------------------------------------------------------------------------------
