@@ -63,8 +63,8 @@ _TINY_TEXT = dict(seq_len=32, num_states=124)  # model vocab 128 = 4 special ids
 _TINY_IMAGE = dict(image_size=32, num_classes=10)
 
 HPARAMS: dict[tuple[str, str], HParams] = {
-    # tiny: 3 epochs × 64 samples; 0.2–0.5 s per cell on two quiet CPU cores (median per model in one run:
-    # vit 0.21, modernbert 0.31, llm 0.33, vlm 0.41 s); a loaded machine takes longer.
+    # tiny: 3 epochs × 64 samples; 0.2–0.4 s per cell on two quiet CPU cores (median per model over two
+    # runs: vit 0.17–0.21, modernbert 0.19–0.31, llm 0.21–0.33, vlm 0.36–0.41 s); a loaded machine takes longer.
     ("vit", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, **_TINY_IMAGE),
     ("modernbert", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, **_TINY_TEXT),
     ("llm", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, warmup_ratio=0.03, **_TINY_TEXT),
