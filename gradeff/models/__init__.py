@@ -28,9 +28,18 @@ class ModelSpec:
         key: registry key, also a pytest marker (``-m llm``).
         name: human-readable name used in reports.
         family: architecture family, also a pytest marker (``-m decoder``).
-        task: key of the synthetic task it trains on (see ``gradeff.data.TASKS``).
+        task: key of its own task (see ``gradeff.data.TASKS``); it can train on any task of that kind.
         module: module that defines ``build(profile, *, vocab_size, num_labels, weights_dir)``.
         supports_checkpointing: whether activation checkpointing can be enabled.
+        fine_tunes: whether its cells start from pretrained weights (the PEFT study fine-tunes;
+            the main study trains from random initialisation).
+        has_biases: whether it has bias parameters at all (BitFit trains only biases; a bias-free
+            model such as Llama has nothing for it to train).
+        head: names of the task-head modules: trained by every fine-tuning method, and freshly
+            initialised when a pretrained backbone starts on a new dataset.
+        batch_norm: it normalises with batch statistics in training (BatchNorm), so samples of a
+            batch interact: accumulating k micro-batches is not the large batch (each micro-batch is
+            normalised by its own statistics), and the law holds only with the statistics frozen.
         requires: importable modules beyond the default install, with the pip extra that brings
             them, e.g. ``(("peft", "peft"),)``; a cell whose modules are missing is skipped with
             the install hint.
@@ -42,6 +51,10 @@ class ModelSpec:
     task: str
     module: str
     supports_checkpointing: bool = True
+    fine_tunes: bool = False
+    has_biases: bool = True
+    head: tuple[str, ...] = ()
+    batch_norm: bool = False
     requires: tuple[tuple[str, str], ...] = ()
 
 
@@ -49,13 +62,23 @@ MODELS: Registry[ModelSpec] = Registry(
     "model",
     (
         ModelSpec(key="vit", name="ViT (ViT-B/16 style)", family="vision", task="image_classification",
-                  module="gradeff.models.vit"),
+                  module="gradeff.models.vit", head=("classifier",)),
         ModelSpec(key="modernbert", name="ModernBERT (masked LM)", family="encoder", task="masked_lm",
                   module="gradeff.models.modernbert"),
         ModelSpec(key="llm", name="Llama-3.2-1B-style decoder", family="decoder", task="causal_lm",
-                  module="gradeff.models.llm"),
+                  module="gradeff.models.llm", has_biases=False),
         ModelSpec(key="vlm", name="nanoVLM-style vision-language model", family="multimodal",
                   task="image_captioning", module="gradeff.models.vlm"),
+        # The PEFT study's backbones: two Transformers and two Mamba-based models, fine-tuned.
+        ModelSpec(key="vit_s", name="ViT-S/16", family="transformer", task="cifar100",
+                  module="gradeff.models.vit_s", fine_tunes=True, head=("classifier",)),
+        ModelSpec(key="tinyvit", name="TinyViT", family="transformer", task="cifar100",
+                  module="gradeff.models.tinyvit", fine_tunes=True, head=("classifier",), batch_norm=True),
+        ModelSpec(key="vim_s", name="Vision Mamba (Vim-S)", family="mamba", task="cifar100",
+                  module="gradeff.models.vim", fine_tunes=True, head=("classifier",)),
+        ModelSpec(key="mambavision_t", name="MambaVision-T", family="mamba", task="cifar100",
+                  module="gradeff.models.mambavision", fine_tunes=True, head=("classifier",),
+                  batch_norm=True),
     ),
 )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import ViTConfig, ViTForImageClassification
 
-from gradeff.models._weights import instantiate
+from gradeff.models._weights import classifier_builders
 
 __all__ = ["CONFIGS", "build", "config"]
 
@@ -20,15 +20,4 @@ CONFIGS: dict[str, dict] = {
 }
 
 
-def config(profile: str, *, num_labels: int | None = None) -> ViTConfig:
-    """The ``ViTConfig`` of a profile, optionally with another number of classes."""
-    kwargs = dict(CONFIGS[profile])
-    if num_labels is not None:
-        kwargs["num_labels"] = num_labels
-    return ViTConfig(**kwargs)
-
-
-def build(profile: str, *, vocab_size=None, num_labels=None, weights_dir=None, device="cpu"):
-    """Build the classifier; ``vocab_size`` is ignored (images have no vocabulary)."""
-    return instantiate(ViTForImageClassification, config(profile, num_labels=num_labels), weights_dir=weights_dir,
-                       device=device)
+config, build = classifier_builders(ViTForImageClassification, ViTConfig, CONFIGS)

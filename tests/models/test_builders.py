@@ -6,16 +6,22 @@ import torch
 from gradeff.models import MODELS, build_model
 from gradeff.models.vlm import pixel_shuffle
 
-# Published sizes (transformers' own configs of the released checkpoints).
-PAPER_PARAMETERS = {"llm": 1.236e9, "modernbert": 149.7e6, "vit": 86.6e6, "vlm": 222.1e6}
+# Published sizes at 224 px / 1000 classes where they classify, and the tolerance of the match:
+# the main study's models are transformers' own configs of the released checkpoints (±0.1 %); the
+# PEFT study's backbones are built here from their papers' architectures (±3 %; their own tests
+# pin the exact figures).
+PAPER_PARAMETERS = {"llm": (1.236e9, 1e-3), "modernbert": (149.7e6, 1e-3), "vit": (86.6e6, 1e-3),
+                    "vlm": (222.1e6, 1e-3), "vit_s": (22.05e6, 1e-3), "tinyvit": (21.2e6, 0.03),
+                    "vim_s": (26e6, 0.03), "mambavision_t": (31.8e6, 0.03)}
 
 
 @pytest.mark.parametrize("key", list(MODELS))
 def test_paper_profile_has_the_published_size(key):
-    """Paper configs built on the meta device match the released models' parameter counts (±0.1 %)."""
+    """Paper configs built on the meta device match the released models' parameter counts."""
     model = build_model(key, "paper", device="meta")
     count = sum(p.numel() for p in model.parameters())
-    assert count == pytest.approx(PAPER_PARAMETERS[key], rel=1e-3)
+    published, tolerance = PAPER_PARAMETERS[key]
+    assert count == pytest.approx(published, rel=tolerance)
 
 
 def test_paper_vlm_has_49_image_tokens():
