@@ -1,46 +1,112 @@
-"""The data axis: one deterministic synthetic task per model family, with a known loss floor."""
+"""The data axis: deterministic synthetic tasks with known loss floors, one registry entry each.
+
+The main study trains each model on its own task; the PEFT study varies the dataset
+(``cifar100``, ``dtd``: synthetic stand-ins with the real datasets' class counts, until real
+copies are given). A task's ``kind`` says which models can train on it.
+
+This module stays light (no torch, no numpy): the registry is read when the grid is collected,
+and a task's builder is imported only when a cell builds its data.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-from gradeff.data.dataset import IGNORE_INDEX, SPECIAL_TOKENS, Dataset, epoch_order
-from gradeff.data.images import image_captioning, image_classification
-from gradeff.data.text import causal_lm, masked_lm
-from gradeff.hparams import HParams
 from gradeff.registry import Registry
 
+if TYPE_CHECKING:
+    from gradeff.data.dataset import Dataset
+    from gradeff.hparams import HParams
+
 __all__ = ["IGNORE_INDEX", "SPECIAL_TOKENS", "TASKS", "Dataset", "TaskSpec", "epoch_order", "make_dataset"]
+
+# Re-exported from gradeff.data.dataset on first use (PEP 562), so importing the registry stays light.
+_LAZY = {"IGNORE_INDEX", "SPECIAL_TOKENS", "Dataset", "epoch_order"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module("gradeff.data.dataset"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskSpec:
-    """A synthetic task: which hyper-parameters it reads and how to build it."""
+    """A synthetic task: which hyper-parameters it reads and how to build it.
+
+    Attributes:
+        key: registry key; the ``dataset`` axis of a cell.
+        name: human-readable name used in reports.
+        description: what a sample is and what the loss floor means.
+        builder: ``"module:function"`` called as ``function(num_samples=, seed=, **fields, **options)``.
+        fields: the task sizes it reads from the cell's hyper-parameters.
+        options: fixed keyword arguments of the builder (what makes this dataset this dataset).
+        kind: what it asks of a model (``image_classification``, ``causal_lm``, ``masked_lm``,
+            ``image_captioning``); a model trains on every task of its own task's kind.
+
+    A dataset's own sizes (CIFAR-100's 100 classes) live in :mod:`gradeff.hparams` beside the rest.
+    """
 
     key: str
+    name: str
     description: str
-    build: Callable[..., Dataset]
+    builder: str
     fields: tuple[str, ...]
+    kind: str
+    options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
+    def __post_init__(self):
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    def build(self, **kwargs) -> Dataset:
+        """Import the builder and build the dataset."""
+        module, _, function = self.builder.partition(":")
+        return getattr(importlib.import_module(module), function)(**kwargs, **self.options)
+
+
+_CLASSIFICATION_FIELDS = ("num_classes", "image_size", "heldout_samples")
+_IMAGES = "gradeff.data.images"
+_TEXT = "gradeff.data.text"
 
 TASKS: Registry[TaskSpec] = Registry(
-    "task",
+    "dataset",
     (
-        TaskSpec(key="causal_lm", description="next token of Markov-chain text", build=causal_lm,
-                 fields=("num_states", "seq_len")),
-        TaskSpec(key="masked_lm", description="15 % masked tokens of Markov-chain text", build=masked_lm,
-                 fields=("num_states", "seq_len")),
-        TaskSpec(key="image_classification", description="class of a noisy template image",
-                 build=image_classification, fields=("num_classes", "image_size")),
-        TaskSpec(key="image_captioning", description="caption (class token + Markov text) of a noisy template",
-                 build=image_captioning, fields=("num_classes", "image_size", "caption_len", "num_states")),
+        TaskSpec(key="causal_lm", name="Markov text (next token)", description="next token of Markov-chain text",
+                 builder=f"{_TEXT}:causal_lm", fields=("num_states", "seq_len"), kind="causal_lm"),
+        TaskSpec(key="masked_lm", name="Markov text (masked)", description="15 % masked tokens of Markov-chain text",
+                 builder=f"{_TEXT}:masked_lm", fields=("num_states", "seq_len"), kind="masked_lm"),
+        TaskSpec(key="image_classification", name="Noisy templates",
+                 description="class of a noisy template image", builder=f"{_IMAGES}:image_classification",
+                 fields=_CLASSIFICATION_FIELDS, kind="image_classification"),
+        TaskSpec(key="image_captioning", name="Template captions",
+                 description="caption (class token + Markov text) of a noisy template",
+                 builder=f"{_IMAGES}:image_captioning",
+                 fields=("num_classes", "image_size", "caption_len", "num_states"), kind="image_captioning"),
+        # The PEFT study's datasets. Until real copies are given they are synthetic stand-ins with the
+        # real class counts: CIFAR-100's 100 object classes as coarse block shapes, DTD's 47 texture
+        # classes as a finer block pattern. Each has its own classes (the salt) for the same seed. At
+        # snr 32 the Bayes classifier is all but perfect, so what a cell misses is what fine-tuning on a
+        # few samples per class did not learn, not noise no model could see through.
+        TaskSpec(key="cifar100", name="CIFAR-100 (synthetic, 100 classes)",
+                 description="100 classes of coarse noisy templates, with a held-out split",
+                 builder=f"{_IMAGES}:image_classification", fields=_CLASSIFICATION_FIELDS,
+                 kind="image_classification", options={"template_grid": 4, "snr": 32.0, "salt": "cifar100", "task": "cifar100"}),
+        TaskSpec(key="dtd", name="DTD (synthetic, 47 textures)",
+                 description="47 classes of fine, texture-like noisy templates, with a held-out split",
+                 builder=f"{_IMAGES}:image_classification", fields=_CLASSIFICATION_FIELDS,
+                 kind="image_classification", options={"template_grid": 8, "snr": 32.0, "salt": "dtd", "task": "dtd"}),
     ),
 )
 
 
 def make_dataset(task: str, hp: HParams, seed: int) -> Dataset:
-    """Build a task's training set from the hyper-parameters; same (task, hp, seed) → same tensors."""
+    """Build a task's training set (and held-out split) from the hyper-parameters.
+
+    Same (task, hp, seed) → same tensors.
+    """
     spec = TASKS[task]
     missing = [name for name in spec.fields if getattr(hp, name) is None]
     if missing:

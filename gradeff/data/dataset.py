@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -27,6 +27,8 @@ class Dataset:
             (nats per target), or ``None`` when unknown. A model can only go below it by memorising.
         floor_note: how the floor was computed.
         info: task parameters worth recording (vocabulary, classes, lengths).
+        heldout: a split of the same task that is never trained on (evaluated after each epoch),
+            with its own exact floor; ``None`` when the task has none.
     """
 
     task: str
@@ -35,6 +37,7 @@ class Dataset:
     loss_floor: float | None
     floor_note: str
     info: dict = field(default_factory=dict)
+    heldout: Dataset | None = None
 
     def __post_init__(self):
         sizes = {name: t.shape[0] for name, t in self.tensors.items()} | {"targets": self.targets.shape[0]}
@@ -43,6 +46,12 @@ class Dataset:
 
     def __len__(self) -> int:
         return int(self.targets.shape[0])
+
+    def with_heldout(self, heldout: Dataset) -> Dataset:
+        """This split with ``heldout`` attached as its held-out split."""
+        if heldout.task != self.task or set(heldout.tensors) != set(self.tensors):
+            raise ValueError("a held-out split must be of the same task, with the same tensors")
+        return replace(self, heldout=heldout)
 
     def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         """The model inputs of the samples at ``indices``."""

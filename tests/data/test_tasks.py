@@ -26,11 +26,51 @@ def test_same_seed_same_data_other_seed_other_data(model):
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_floor_is_below_chance(model):
-    """The Bayes floor is positive and far below the loss of guessing uniformly."""
+    """The Bayes floor is non-negative and far below the loss of guessing uniformly (positive where noise hides classes)."""
     hp = hparams_for(model, "tiny")
     data = make_dataset(MODELS[model].task, hp, 0)
-    chance = math.log(hp.num_classes if MODELS[model].task == "image_classification" else hp.num_states)
-    assert 0 < data.loss_floor < 0.8 * chance
+    classifies = TASKS[MODELS[model].task].kind == "image_classification"
+    chance = math.log(hp.num_classes if classifies else hp.num_states)
+    assert 0 <= data.loss_floor < 0.8 * chance
+    if not MODELS[model].fine_tunes:
+        assert data.loss_floor > 0
+
+
+@pytest.mark.parametrize("dataset", ["cifar100", "dtd"])
+def test_fine_tuning_datasets_have_a_heldout_split_with_its_own_samples(dataset):
+    """cifar100/dtd: the real class counts, a held-out split of other samples of the same classes, Bayes accuracy."""
+    hp = hparams_for("vit_s", "tiny", dataset=dataset)
+    data = make_dataset(dataset, hp, 0)
+    heldout = data.heldout
+    assert hp.num_classes == {"cifar100": 100, "dtd": 47}[dataset]
+    assert len(data) == hp.train_samples and len(heldout) == hp.heldout_samples
+    assert not any(torch.equal(a, b) for a in heldout.tensors["pixel_values"][:8] for b in data.tensors["pixel_values"])
+    assert 0.9 <= heldout.info["bayes_accuracy"] <= 1.0
+    # The same seed gives the two datasets different classes.
+    other = make_dataset("dtd" if dataset == "cifar100" else "cifar100", hp, 0)
+    assert not torch.equal(other.tensors["pixel_values"][:1], data.tensors["pixel_values"][:1])
+
+
+def test_heldout_split_leaves_the_training_samples_unchanged():
+    """Asking for a held-out split appends samples after the training ones: the training set is the same."""
+    from gradeff.data.images import image_classification
+
+    without = image_classification(num_classes=10, image_size=32, num_samples=16, seed=3)
+    with_heldout = image_classification(num_classes=10, image_size=32, num_samples=16, seed=3, heldout_samples=8)
+    assert torch.equal(without.tensors["pixel_values"], with_heldout.tensors["pixel_values"])
+    assert without.heldout is None and len(with_heldout.heldout) == 8
+
+
+def test_mixed_grids_split_the_classes():
+    """Several template grids: class c uses grid[c % n], each constant on its own blocks."""
+    import numpy as np
+
+    from gradeff.data.images import make_templates
+
+    templates = make_templates(num_classes=4, image_size=16, rng=np.random.default_rng(0), grid=(4, 8))
+    coarse, fine = templates[0], templates[1]
+    assert np.all(coarse[:, :4, :4] == coarse[:, 0:1, 0:1])  # 4×4-pixel blocks of the 4-block grid
+    assert np.all(fine[:, :2, :2] == fine[:, 0:1, 0:1]) and not np.all(fine[:, :4, :4] == fine[:, 0:1, 0:1])
 
 
 def test_epoch_order_is_a_fixed_permutation():
@@ -105,4 +145,4 @@ def test_task_needs_its_hyperparameters():
     hp = hparams_for("vit", "tiny")
     with pytest.raises(ValueError, match="seq_len"):
         make_dataset("causal_lm", hp, 0)
-    assert set(TASKS) == {"causal_lm", "masked_lm", "image_classification", "image_captioning"}
+    assert set(TASKS) == {"causal_lm", "masked_lm", "image_classification", "image_captioning", "cifar100", "dtd"}
