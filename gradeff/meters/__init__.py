@@ -24,6 +24,7 @@ from .memory import (
     measure_step_memory,
     optimizer_state_bytes,
     parameter_bytes,
+    parameter_counts,
     trainable_parameter_bytes,
 )
 from .ram import RamMeter, RamRecord
@@ -53,5 +54,6 @@ __all__ = [
     "measure_step_memory",
     "optimizer_state_bytes",
     "parameter_bytes",
+    "parameter_counts",
     "trainable_parameter_bytes",
 ]

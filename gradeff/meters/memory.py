@@ -32,6 +32,7 @@ __all__ = [
     "measure_step_memory",
     "optimizer_state_bytes",
     "parameter_bytes",
+    "parameter_counts",
     "trainable_parameter_bytes",
 ]
 
@@ -62,19 +63,54 @@ def _storage_ptrs(tensors: Iterable[torch.Tensor]) -> set[tuple[str, int]]:
     return keys
 
 
+def _quant_state_tensors(state: Any) -> list[torch.Tensor]:
+    """The tensors of a bitsandbytes ``QuantState`` (absmax, code, offset; nested for double quantisation)."""
+    if state is None:
+        return []
+    tensors = [t for t in (getattr(state, name, None) for name in ("absmax", "code", "offset"))
+               if isinstance(t, torch.Tensor)]
+    return tensors + _quant_state_tensors(getattr(state, "state2", None))
+
+
+def _logical_numel(p: torch.Tensor) -> int:
+    # A 4-bit parameter packs two values per byte; its quant state knows the shape it stands for.
+    shape = getattr(getattr(p, "quant_state", None), "shape", None)
+    return int(torch.Size(shape).numel()) if shape is not None else p.numel()
+
+
 def parameter_bytes(model: nn.Module) -> int:
-    """Bytes of all parameters of a model.
+    """Bytes of all parameters of a model, quantisation constants included.
 
     Tied parameters (e.g. input embedding and output projection) are counted once,
-    because ``model.parameters()`` yields each ``Parameter`` object once.
+    because ``model.parameters()`` yields each ``Parameter`` object once. A 4-bit weight
+    (bitsandbytes ``Params4bit``) counts its packed bytes plus its per-block scaling
+    constants, which live beside it and not as parameters.
 
     Args:
         model: The model.
 
     Returns:
-        ``sum(numel * element_size)`` over the parameters.
+        ``sum(numel * element_size)`` over the parameters and their quantisation states.
     """
-    return sum(_tensor_bytes(p) for p in model.parameters())
+    return sum(_tensor_bytes(p) + sum(_tensor_bytes(t) for t in _quant_state_tensors(getattr(p, "quant_state", None)))
+               for p in model.parameters())
+
+
+def parameter_counts(model: nn.Module) -> dict[str, int]:
+    """How many values the model's parameters hold, in all and trainable.
+
+    A 4-bit weight counts the values it stands for (its unpacked shape), not its packed bytes,
+    so QLoRA and LoRA report the same total for the same backbone.
+
+    Returns:
+        ``{"total": ..., "trainable": ...}``.
+    """
+    counts = {"total": 0, "trainable": 0}
+    for p in model.parameters():
+        n = _logical_numel(p)
+        counts["total"] += n
+        counts["trainable"] += n if p.requires_grad else 0
+    return counts
 
 
 def trainable_parameter_bytes(model: nn.Module) -> int:

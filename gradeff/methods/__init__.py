@@ -1,0 +1,104 @@
+"""The fine-tuning-method axis: METHODS registry and ``apply_method``.
+
+A method decides which parameters train and how: ``full`` trains everything; ``lora``,
+``adalora`` and ``qlora`` add peft adapters to the backbone's linears (QLoRA after storing them
+in 4-bit NF4 with bitsandbytes); ``bitfit`` trains only the biases. The task head (a fresh
+classifier when fine-tuning on a new dataset) always trains. A method acts on the model before
+the loop and may ask for a call after every optimizer step (AdaLoRA re-allocates its rank
+budget there); the loop itself never branches on the method.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gradeff.registry import Registry
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from gradeff.hparams import MethodHParams
+
+__all__ = ["METHODS", "Adapted", "MethodSpec", "apply_method", "within"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MethodSpec:
+    """One fine-tuning method.
+
+    Attributes:
+        key: registry key (``lora``); also what ``-m "cell(method='lora')"`` selects.
+        name: human-readable name.
+        module: module defining ``apply(model, hp, *, total_steps, head) -> Adapted``; imported
+            only when a cell is built.
+        needs_biases: the method trains biases only, so a model without any has nothing to train.
+        requires: importable modules beyond the default install, with the pip extra that brings them.
+    """
+
+    key: str
+    name: str
+    module: str
+    needs_biases: bool = False
+    requires: tuple[tuple[str, str], ...] = ()
+
+
+METHODS: Registry[MethodSpec] = Registry(
+    "method",
+    (
+        MethodSpec(key="full", name="Full fine-tuning", module="gradeff.methods.full"),
+        MethodSpec(key="lora", name="LoRA", module="gradeff.methods.lora", requires=(("peft", "peft"),)),
+        MethodSpec(key="adalora", name="AdaLoRA", module="gradeff.methods.adalora", requires=(("peft", "peft"),)),
+        MethodSpec(key="qlora", name="QLoRA (4-bit NF4 + LoRA)", module="gradeff.methods.qlora",
+                   requires=(("peft", "peft"), ("bitsandbytes", "peft"))),
+        MethodSpec(key="bitfit", name="BitFit (biases only)", module="gradeff.methods.bitfit", needs_biases=True),
+    ),
+)
+
+
+@dataclass(kw_only=True)
+class Adapted:
+    """A model prepared by a method.
+
+    Attributes:
+        model: the model to train (the same module, or a peft wrapper around it).
+        after_step: called with the global step number after every optimizer step, while the
+            step's gradients are still there; ``None`` when the method needs nothing.
+        info: what the method did, for the record (e.g. how many linears were quantised).
+    """
+
+    model: nn.Module
+    after_step: Callable[[int], None] | None = None
+    info: dict = field(default_factory=dict)
+
+
+def within(name: str, modules: tuple[str, ...]) -> bool:
+    """Whether the module or parameter ``name`` is one of ``modules`` or inside one.
+
+    Names are compared by dotted components, so ``classifier`` matches ``classifier.weight`` and
+    ``model.classifier.bias`` but not ``classifier_norm.weight``.
+    """
+    return any(f".{module}." in f".{name}." for module in modules)
+
+
+def apply_method(key: str, model: nn.Module, hp: MethodHParams, *, total_steps: int,
+                 head: tuple[str, ...] = ()) -> Adapted:
+    """Prepare ``model`` for fine-tuning with method ``key``.
+
+    Args:
+        key: method key (see ``METHODS``).
+        model: the model, weights loaded and strategy applied.
+        hp: the method's settings (see :func:`gradeff.hparams.method_hparams_for`).
+        total_steps: optimizer steps the cell will take (AdaLoRA schedules its budget over them).
+        head: names of the task-head modules, trained by every method.
+
+    Returns:
+        The adapted model and its per-step hook.
+
+    Raises:
+        KeyError: unknown method; the message lists the valid ones.
+    """
+    spec = METHODS[key]
+    return importlib.import_module(spec.module).apply(model, hp, total_steps=total_steps, head=head)
