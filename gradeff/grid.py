@@ -1,4 +1,11 @@
-"""The grid: every (model, optimizer, strategy) cell, and which cells cannot run and why."""
+"""The grids: each study's product of axes, its cells, their ids, and which cells cannot run and why.
+
+A cell is one value on each axis: model, optimizer, strategy, fine-tuning method and dataset. A
+grid (one study) varies some axes and holds the others at one value. A cell's id names the axes
+its grid varies, in the grid's order (``llm-adam-accum`` in the main study,
+``vit_s-lora-checkpoint-cifar100`` in the PEFT study); an axis the grid holds fixed is named
+only where a cell departs from the grid's value, so the main study's 72 ids never change.
+"""
 
 from __future__ import annotations
 
@@ -7,50 +14,173 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gradeff.models import MODELS, ModelSpec
-from gradeff.optim import OPTIMIZERS, OptimizerSpec
-from gradeff.results import cell_id
-from gradeff.strategies import STRATEGIES, StrategySpec
+from gradeff.data import TASKS
+from gradeff.methods import METHODS
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.registry import Registry
+from gradeff.strategies import STRATEGIES
 
-__all__ = ["Cell", "cells", "incompatibility"]
+__all__ = ["AXES", "GRIDS", "PLURALS", "Cell", "GridSpec", "axis_registry", "cell_id", "cells", "incompatibility"]
+
+# Every axis of a cell, in the order a suffix of fixed axes is written.
+AXES = ("model", "optimizer", "strategy", "method", "dataset")
+# The plural of each axis: GridSpec fields, ``cells()`` selections and ``--gradeff-<plural>`` options.
+PLURALS = {"model": "models", "optimizer": "optimizers", "strategy": "strategies", "method": "methods",
+           "dataset": "datasets"}
+
+
+def axis_registry(axis: str) -> Registry:
+    """The registry of an axis's keys (``dataset`` → the task registry)."""
+    return {"model": MODELS, "optimizer": OPTIMIZERS, "strategy": STRATEGIES, "method": METHODS,
+            "dataset": TASKS}[axis]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GridSpec:
+    """One study's grid.
+
+    Attributes:
+        key: registry key; also a pytest marker (``-m peft``).
+        name: human-readable name.
+        models / optimizers / strategies / methods: the axis values, in order.
+        datasets: the dataset axis; empty means each model's own task.
+        id_axes: the axes a cell id names, in order.
+        focus: what its cells are read by: ``loss`` (training loss against the task's floor) or
+            ``accuracy`` (held-out accuracy of a fine-tuned model).
+    """
+
+    key: str
+    name: str
+    models: tuple[str, ...]
+    optimizers: tuple[str, ...]
+    strategies: tuple[str, ...]
+    methods: tuple[str, ...] = ("full",)
+    datasets: tuple[str, ...] = ()
+    id_axes: tuple[str, ...]
+    focus: str = "loss"
+
+    def values(self, axis: str, model: str) -> tuple[str, ...]:
+        """The values of ``axis`` for a cell of ``model`` (the dataset axis may depend on the model)."""
+        if axis == "model":
+            return self.models
+        if axis == "dataset":
+            return self.datasets or (MODELS[model].task,)
+        return getattr(self, PLURALS[axis])
+
+    def fixed_value(self, axis: str, model: str) -> str | None:
+        """The one value of an axis the grid holds fixed, or ``None`` if it varies."""
+        values = self.values(axis, model)
+        return values[0] if len(values) == 1 else None
+
+
+GRIDS: Registry[GridSpec] = Registry(
+    "grid",
+    (
+        GridSpec(key="main", name="Optimizers × memory strategies (main study)",
+                 models=("vit", "modernbert", "llm", "vlm"),
+                 optimizers=("sgd", "adam", "adamw", "adagrad", "adadelta", "cgd"),
+                 strategies=("standard", "checkpoint", "accum"), id_axes=("model", "optimizer", "strategy")),
+        GridSpec(key="peft", name="Fine-tuning methods × checkpointing (PEFT study)",
+                 models=("vit_s", "tinyvit", "vim_s", "mambavision_t"), optimizers=("adamw",),
+                 strategies=("standard", "checkpoint"), methods=("full", "lora", "adalora", "qlora", "bitfit"),
+                 datasets=("cifar100", "dtd"), id_axes=("model", "method", "strategy", "dataset"),
+                 focus="accuracy"),
+    ),
+)
+
+
+def cell_id(grid: str, *, model: str, optimizer: str, strategy: str, method: str = "full",
+            dataset: str | None = None) -> str:
+    """The public id of a cell of ``grid``, e.g. ``llm-adam-accum`` or ``vit_s-lora-checkpoint-cifar100``.
+
+    Args:
+        dataset: ``None`` means the model's own task.
+
+    Raises:
+        KeyError: an unknown grid, or a model whose default values the id needs is unknown.
+    """
+    spec = GRIDS[grid]
+    values = {"model": model, "optimizer": optimizer, "strategy": strategy, "method": method, "dataset": dataset}
+    if "dataset" in spec.id_axes and dataset is None:
+        values["dataset"] = MODELS[model].task
+    parts = [values[axis] for axis in spec.id_axes]
+    parts += [values[axis] for axis in AXES
+              if axis not in spec.id_axes and values[axis] is not None and values[axis] != spec.fixed_value(axis, model)]
+    return "-".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """One combination of the three axes."""
+    """One combination of the axes, in one grid."""
 
     model: str
     optimizer: str
     strategy: str
+    method: str = "full"
+    dataset: str = ""
+    grid: str = "main"
+
+    def __post_init__(self):
+        if not self.dataset:
+            # The model's own task: stored resolved, so every record names its dataset.
+            object.__setattr__(self, "dataset", MODELS[self.model].task)
 
     @property
     def id(self) -> str:
-        return cell_id(self.model, self.optimizer, self.strategy)
+        return cell_id(self.grid, model=self.model, optimizer=self.optimizer, strategy=self.strategy,
+                       method=self.method, dataset=self.dataset)
+
+    def axes(self) -> dict[str, str]:
+        """Axis name → key (the exact ``cell(...)`` marker's keyword arguments)."""
+        return {axis: getattr(self, axis) for axis in AXES}
 
 
-def incompatibility(model: ModelSpec, optimizer: OptimizerSpec, strategy: StrategySpec) -> str | None:
+def incompatibility(cell: Cell) -> str | None:
     """Why a cell cannot run, as a sentence for ``pytest.skip``; ``None`` if it can.
 
-    Capabilities are data on the specs, so a new model, optimizer or strategy states what it
-    supports and this one function decides; no cell is ever dropped without a reason.
+    Capabilities are data on the specs, so a new model, optimizer, strategy, method or dataset
+    states what it supports and this one function decides; no cell is ever dropped without a reason.
     """
+    model, strategy, method = MODELS[cell.model], STRATEGIES[cell.strategy], METHODS[cell.method]
+    task, own = TASKS[cell.dataset], TASKS[model.task]
     if strategy.checkpointing and not model.supports_checkpointing:
         return f"{model.name} does not support activation checkpointing"
-    for module, extra in model.requires:
-        # find_spec looks the module up without importing it: collection stays light.
-        if importlib.util.find_spec(module) is None:
-            return f"{model.name} needs the {module!r} package: pip install 'gradeff[{extra}]'"
+    if task.kind != own.kind:
+        return f"{model.name} takes {own.kind} data; {task.name} is {task.kind} data"
+    if method.needs_biases and not model.has_biases:
+        return f"{method.name} trains only bias terms and {model.name} has none"
+    for name, requires in ((model.name, model.requires), (method.name, method.requires)):
+        for module, extra in requires:
+            # find_spec looks the module up without importing it: collection stays light.
+            if importlib.util.find_spec(module) is None:
+                return f"{name} needs the {module!r} package: pip install 'gradeff[{extra}]'"
     return None
 
 
-def cells(models=None, optimizers=None, strategies=None) -> Iterator[Cell]:
-    """All cells of the grid (or of the given keys), model-major, in registry order.
+def cells(grid: str = "main", **selection) -> Iterator[Cell]:
+    """The cells of a grid, model-major in the grid's order, optionally restricted per axis.
+
+    Args:
+        grid: grid key.
+        **selection: ``<plural>=[keys]`` (``models=``, ``optimizers=``, ``strategies=``,
+            ``methods=``, ``datasets=``): keep only these keys on that axis.
 
     Raises:
-        KeyError: an unknown key; the message lists the valid ones.
+        KeyError: an unknown grid or key; the message lists the valid ones.
+        TypeError: an unknown axis.
     """
+    spec = GRIDS[grid]
+    unknown = set(selection) - set(PLURALS.values())
+    if unknown:
+        raise TypeError(f"unknown axes {sorted(unknown)}; axes: {', '.join(PLURALS.values())}")
     # Looking every key up before the first cell makes a typo fail at once, not half-way.
-    axes = [[registry[key].key for key in (keys or registry)]
-            for registry, keys in ((MODELS, models), (OPTIMIZERS, optimizers), (STRATEGIES, strategies))]
-    for model, optimizer, strategy in itertools.product(*axes):
-        yield Cell(model, optimizer, strategy)
+    wanted = {axis: {axis_registry(axis)[key].key for key in keys}
+              for axis, keys in ((a, selection.get(PLURALS[a])) for a in AXES) if keys is not None}
+    # The id's axes vary slowest first, so cells come in the order their ids read.
+    order = (*spec.id_axes, *(axis for axis in AXES if axis not in spec.id_axes))
+    for model in spec.models:
+        for values in itertools.product(*(spec.values(axis, model) for axis in order[1:])):
+            cell = dict(zip(order, (model, *values)))
+            if all(cell[axis] in keys for axis, keys in wanted.items()):
+                yield Cell(**cell, grid=grid)

@@ -1,20 +1,30 @@
-"""Hyper-parameters of every (model, profile): the one place where sizes and rates are set.
+"""Hyper-parameters of every (model, profile), dataset and fine-tuning method: where sizes and rates are set.
 
 ``paper`` rows are the main paper's section 3: learning rates and batch sizes per model, the
 same values for every optimizer and strategy ("no hyperparameters were altered between
 optimizer-technique combinations"), accumulation over 4 micro-batches (effective batch 4×),
 warm-up ratio 0.03 for the LLM, sequences of 512 tokens, 224 px images, 128-token captions and
 25 epochs. ``tiny`` and ``small`` keep the same structure at CPU sizes.
+
+The PEFT study's backbones (``vit_s``, ``tinyvit``, ``vim_s``, ``mambavision_t``) are fine-tuned
+with AdamW on a dataset of the study (``cifar100``, ``dtd``), whose own sizes (classes, split
+sizes at the paper profile) are in ``DATASET_HPARAMS``; the fine-tuning methods' settings (LoRA
+rank, alpha, dropout, target modules, AdaLoRA's rank schedule, the 4-bit type) are in
+``METHOD_HPARAMS`` and ``LORA_TARGET_MODULES``. The PEFT paper's abstract gives none of these
+numbers; the values are the methods' published defaults and are recorded with every cell.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gradeff.models import MODELS
 from gradeff.profiles import validate_profile
 
-__all__ = ["HPARAMS", "HParams", "hparams_for"]
+__all__ = [
+    "DATASET_HPARAMS", "HPARAMS", "LORA_TARGET_MODULES", "METHOD_HPARAMS", "PRETRAIN_HPARAMS", "HParams",
+    "MethodHParams", "PretrainHParams", "hparams_for", "method_hparams_for",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +38,7 @@ class HParams:
         epochs: epochs per cell.
         train_samples: samples per epoch; a multiple of ``batch_size * accum_steps`` so every
             strategy sees exactly the same samples.
+        heldout_samples: size of the held-out split evaluated after every epoch (0: none).
         warmup_ratio: fraction of optimizer steps with a linear learning-rate warm-up.
         seq_len / num_states / num_classes / image_size / caption_len: task sizes
             (``None`` where the task has no such thing).
@@ -38,6 +49,7 @@ class HParams:
     accum_steps: int = 4
     epochs: int
     train_samples: int
+    heldout_samples: int = 0
     warmup_ratio: float = 0.0
     seq_len: int | None = None
     num_states: int | None = None
@@ -50,6 +62,8 @@ class HParams:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if min(self.batch_size, self.accum_steps, self.epochs, self.train_samples) < 1:
             raise ValueError("batch_size, accum_steps, epochs and train_samples must be >= 1")
+        if self.heldout_samples < 0:
+            raise ValueError(f"heldout_samples must be >= 0, got {self.heldout_samples}")
         if self.train_samples % (self.batch_size * self.accum_steps):
             raise ValueError(
                 f"train_samples ({self.train_samples}) must be a multiple of batch_size × accum_steps "
@@ -61,17 +75,25 @@ class HParams:
 
 _TINY_TEXT = dict(seq_len=32, num_states=124)  # model vocab 128 = 4 special ids + 124 states
 _TINY_IMAGE = dict(image_size=32, num_classes=10)
+# ~0.8 s per cell on two cores (8 steps of 32 per epoch, a held-out pass after each).
+_TINY_FINE_TUNE = dict(lr=1e-3, batch_size=32, epochs=3, train_samples=256, heldout_samples=256, image_size=32)
+_SMALL_FINE_TUNE = dict(lr=3e-4, batch_size=32, epochs=5, train_samples=2048, heldout_samples=1024, image_size=64)
+# Fine-tuning at 224 px with AdamW, as in the PEFT study; 10 epochs (the abstract gives no count).
+_PAPER_FINE_TUNE = dict(lr=1e-4, batch_size=64, epochs=10, train_samples=49_920, heldout_samples=10_000,
+                        image_size=224)
+_PEFT_BACKBONES = ("vit_s", "tinyvit", "vim_s", "mambavision_t")
 
 HPARAMS: dict[tuple[str, str], HParams] = {
     # tiny: 3 epochs × 64 samples; 0.2–0.4 s per cell on two quiet CPU cores (median per model over two
     # runs: vit 0.17–0.21, modernbert 0.19–0.31, llm 0.21–0.33, vlm 0.36–0.41 s); a loaded machine takes longer.
-    ("vit", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, **_TINY_IMAGE),
+    ("vit", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, heldout_samples=64, **_TINY_IMAGE),
     ("modernbert", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, **_TINY_TEXT),
     ("llm", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, warmup_ratio=0.03, **_TINY_TEXT),
     ("vlm", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, caption_len=16, num_states=124,
                              **_TINY_IMAGE),
     # small: minutes per cell on a CPU.
-    ("vit", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, image_size=64, num_classes=10),
+    ("vit", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, heldout_samples=256,
+                              image_size=64, num_classes=10),
     ("modernbert", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, seq_len=128,
                                      num_states=1020),
     ("llm", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, warmup_ratio=0.03, seq_len=128,
@@ -79,22 +101,162 @@ HPARAMS: dict[tuple[str, str], HParams] = {
     ("vlm", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, image_size=64, num_classes=10,
                               caption_len=32, num_states=1020),
     # paper: section 3 of the main paper.
-    ("vit", "paper"): HParams(lr=3e-4, batch_size=64, epochs=25, train_samples=4096, image_size=224,
-                              num_classes=100),
+    ("vit", "paper"): HParams(lr=3e-4, batch_size=64, epochs=25, train_samples=4096, heldout_samples=1024,
+                              image_size=224, num_classes=100),
     ("modernbert", "paper"): HParams(lr=1e-4, batch_size=32, epochs=25, train_samples=4096, seq_len=512,
                                      num_states=2048),
     ("llm", "paper"): HParams(lr=2e-5, batch_size=16, epochs=25, train_samples=2048, warmup_ratio=0.03,
                               seq_len=512, num_states=2048),
     ("vlm", "paper"): HParams(lr=5e-5, batch_size=32, epochs=25, train_samples=4096, image_size=224,
                               num_classes=100, caption_len=128, num_states=2048),
+} | {
+    (model, profile): HParams(**sizes)
+    for model in _PEFT_BACKBONES
+    for profile, sizes in (("tiny", _TINY_FINE_TUNE), ("small", _SMALL_FINE_TUNE), ("paper", _PAPER_FINE_TUNE))
+}
+
+# A dataset's own sizes, which replace the model's where the cell trains on that dataset.
+DATASET_HPARAMS: dict[tuple[str, str], dict] = {
+    ("cifar100", "tiny"): dict(num_classes=100),
+    ("cifar100", "small"): dict(num_classes=100),
+    # CIFAR-100: 50,000 training images (49,920: whole steps of 64 × 4 under every strategy) and 10,000 test images.
+    ("cifar100", "paper"): dict(num_classes=100, train_samples=49_920, heldout_samples=10_000),
+    ("dtd", "tiny"): dict(num_classes=47),
+    ("dtd", "small"): dict(num_classes=47),
+    # DTD: 47 textures, 1,880 images per split (training: 1,792 = 7 steps of 64 × 4).
+    ("dtd", "paper"): dict(num_classes=47, train_samples=1_792, heldout_samples=1_880),
 }
 
 
-def hparams_for(model: str, profile: str, *, epochs: int | None = None) -> HParams:
-    """The hyper-parameters of a cell's model and profile, optionally with another epoch count."""
+def hparams_for(model: str, profile: str, *, epochs: int | None = None, dataset: str | None = None) -> HParams:
+    """The hyper-parameters of a cell's model and profile, optionally with another epoch count.
+
+    Args:
+        dataset: the dataset the cell trains on; its own sizes (``DATASET_HPARAMS``) replace the
+            model's. ``None``: the model's own task.
+    """
     MODELS[model]
     validate_profile(profile)
     hp = HPARAMS[(model, profile)]
+    sizes = DATASET_HPARAMS.get((dataset or MODELS[model].task, profile), {})
     if epochs is not None:
-        hp = replace(hp, epochs=epochs)
-    return hp
+        sizes = sizes | {"epochs": epochs}
+    return replace(hp, **sizes) if sizes else hp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MethodHParams:
+    """Settings of a fine-tuning method in one cell; recorded with the cell.
+
+    Attributes:
+        lr_scale: the method's learning rate as a multiple of the model's (adapters and biases
+            are few, freshly initialised parameters and are usually trained at a larger rate).
+        lora_r / lora_alpha / lora_dropout: LoRA rank, scaling numerator (scale = alpha / r) and
+            dropout on the adapter input.
+        target_modules: module-name suffixes of the linears LoRA adapts (per backbone).
+        adalora_init_r / adalora_target_r: AdaLoRA's initial and final average rank per module.
+        adalora_tinit / adalora_tfinal: fractions of the optimizer steps before the rank budget
+            starts shrinking and after it has reached its target (AdaLoRA's warm-up and final
+            fine-tuning phases).
+        adalora_delta_t: optimizer steps between two rank re-allocations.
+        quant_type / double_quant: the 4-bit storage of QLoRA (NF4, quantised scaling constants).
+    """
+
+    lr_scale: float = 1.0
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.1
+    target_modules: tuple[str, ...] = field(default=())
+    adalora_init_r: int = 12
+    adalora_target_r: int = 8
+    adalora_tinit: float = 0.1
+    adalora_tfinal: float = 0.2
+    adalora_delta_t: int = 1
+    quant_type: str = "nf4"
+    double_quant: bool = True
+
+    def __post_init__(self):
+        if self.lr_scale <= 0 or min(self.lora_r, self.lora_alpha, self.adalora_target_r, self.adalora_delta_t) < 1:
+            raise ValueError("lr_scale must be > 0 and ranks, alpha and delta_t >= 1")
+        if self.adalora_target_r > self.adalora_init_r:
+            raise ValueError("AdaLoRA's target rank cannot exceed its initial rank")
+        if min(self.adalora_tinit, self.adalora_tfinal) < 0 or self.adalora_tinit + self.adalora_tfinal >= 1:
+            raise ValueError("adalora_tinit and adalora_tfinal are fractions of the steps with a sum below 1")
+
+
+# Linears LoRA (and AdaLoRA, QLoRA) adapts, by module-name suffix, per model: every attention projection
+# and MLP layer, the usual choice for ViTs in the LoRA and QLoRA papers (adapting all linears comes closest
+# to full fine-tuning). Convolutions (patch embeddings, TinyViT's MBConvs, MambaVision's conv stages) are
+# not linears and stay frozen; the head trains in full.
+LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
+    "vit": ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"),
+    "vit_s": ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"),
+    # Fused q/k/v, attention output and MLP: 92 % of TinyViT-21M's weights.
+    "tinyvit": ("qkv", "proj", "fc1", "fc2"),
+    # The mixer's in/out projections, shared by both scan directions (~85 % of a layer's weights). x_proj
+    # and dt_proj are already low-rank bottlenecks (dt rank = width / 16): an adapter adds little there.
+    "vim_s": ("in_proj", "out_proj"),
+    # Attention qkv/proj, the Mamba mixer's in/out projections and the MLPs of the hybrid stages: 99.6 % of
+    # the blocks' linear weights; x_proj and dt_proj left out as in Vim.
+    "mambavision_t": ("qkv", "proj", "in_proj", "out_proj", "fc1", "fc2"),
+    "modernbert": ("Wqkv", "Wo", "Wi"),
+    "llm": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    "vlm": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj"),
+}
+
+# (method, profile) → settings; the learning-rate scale is the one thing that differs by profile.
+METHOD_HPARAMS: dict[tuple[str, str], MethodHParams] = {
+    (method, profile): MethodHParams(lr_scale=scale)
+    for profile in ("tiny", "small", "paper")
+    for method, scale in (("full", 1.0), ("lora", 10.0), ("adalora", 10.0), ("qlora", 10.0), ("bitfit", 10.0))
+}
+
+
+def method_hparams_for(method: str, model: str, profile: str) -> MethodHParams:
+    """The settings of ``method`` on ``model`` at ``profile``, with the model's LoRA targets."""
+    MODELS[model]
+    validate_profile(profile)
+    hp = METHOD_HPARAMS[(method, profile)]
+    return replace(hp, target_modules=LORA_TARGET_MODULES[model])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PretrainHParams:
+    """How the suite pretrains a fine-tuning backbone when no pretrained weights are given.
+
+    The source task is the same family as the fine-tuning datasets (noisy block templates) with
+    classes of its own: a backbone that learns it reads block patterns, which is what the
+    datasets' classes differ in, so fine-tuning adapts features that transfer, as ImageNet
+    features transfer to CIFAR-100 and DTD. Its classes are split between the coarse and the
+    fine grid: features learned on one grid alone transfer poorly to the other (measured on the
+    tiny ViT-S: a fine-grid source gave 5 % held-out accuracy on the coarse CIFAR-100 stand-in,
+    a coarse-grid source 25 % on the fine DTD one), as objects and textures both need their own
+    features.
+
+    Attributes:
+        num_classes / template_grid / snr: the source task.
+        train_samples / heldout_samples / epochs / batch_size / lr / weight_decay / warmup_ratio:
+            AdamW with a linear warm-up and cosine decay.
+    """
+
+    num_classes: int
+    template_grid: tuple[int, ...] = (4, 8)
+    snr: float = 4.0
+    train_samples: int
+    heldout_samples: int
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float = 0.05
+    warmup_ratio: float = 0.1
+
+
+PRETRAIN_HPARAMS: dict[str, PretrainHParams] = {
+    # ~6 s for the tiny ViT-S on two cores; 84 % held-out accuracy on its 128 source classes.
+    "tiny": PretrainHParams(num_classes=128, snr=32.0, train_samples=8192, heldout_samples=512, epochs=2,
+                            batch_size=64, lr=2e-3),
+    "small": PretrainHParams(num_classes=256, snr=32.0, train_samples=32_768, heldout_samples=2048, epochs=4,
+                             batch_size=128, lr=1e-3),
+    "paper": PretrainHParams(num_classes=1000, snr=32.0, train_samples=256_000, heldout_samples=10_000, epochs=10,
+                             batch_size=256, lr=1e-3),
+}

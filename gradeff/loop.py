@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from gradeff.data import Dataset, epoch_order
 
-__all__ = ["Diverged", "EpochStats", "TrainState", "optimizer_step", "sync", "train", "train_epoch", "warm_up"]
+__all__ = [
+    "Diverged", "EpochStats", "TrainState", "move_batch", "optimizer_step", "sync", "train", "train_epoch", "warm_up",
+]
 
 
 class Diverged(RuntimeError):
@@ -48,6 +51,8 @@ class TrainState:
     Attributes:
         micro_batches_per_step: 1, or k for gradient accumulation.
         scheduler: optional learning-rate scheduler, stepped once per optimizer step.
+        after_step: called with the index of each optimizer step just taken, while its gradients
+            are still there (a fine-tuning method's hook, e.g. AdaLoRA's rank re-allocation).
     """
 
     model: torch.nn.Module
@@ -58,6 +63,7 @@ class TrainState:
     seed: int
     device: torch.device
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+    after_step: Callable[[int], object] | None = None
     epoch: int = 0
     global_step: int = 0
     history: list[EpochStats] = field(default_factory=list)
@@ -75,7 +81,8 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+def move_batch(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """A batch's tensors on ``device`` (asynchronously where the device allows)."""
     return {name: t.to(device, non_blocking=True) for name, t in batch.items()}
 
 
@@ -100,7 +107,7 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float,
         for idx, count in zip(group, counts):
             # Micro-batches are gathered and moved one at a time: under accumulation only one
             # micro-batch's inputs and activations are alive at once, as with the standard batch.
-            batch = _to_device(data.batch(idx), state.device)
+            batch = move_batch(data.batch(idx), state.device)
             # transformers losses are means over a micro-batch's targets; weighting each by its
             # share of the step's targets makes the accumulated gradient the gradient of the
             # mean over all k·b samples' targets, exactly as one large batch would give.
@@ -110,6 +117,8 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float,
         return step_loss
 
     loss = optimizer.step(closure)
+    if state.after_step is not None:
+        state.after_step(state.global_step)
     state.global_step += 1
     # The loop's one host sync per step: the loss is needed to detect divergence at the step it happens.
     return float(loss), calls, total
@@ -162,7 +171,7 @@ def warm_up(state: TrainState) -> None:
     The first pass pays for lazy allocations and kernel selection; doing it here keeps that
     one-off cost out of epoch 0's time. Parameters are unchanged; the gradients are dropped.
     """
-    batch = _to_device(state.dataset.batch(torch.arange(min(state.batch_size, len(state.dataset)))), state.device)
+    batch = move_batch(state.dataset.batch(torch.arange(min(state.batch_size, len(state.dataset)))), state.device)
     state.model(**batch).loss.backward()
     state.optimizer.zero_grad(set_to_none=True)
     sync(state.device)

@@ -14,14 +14,12 @@ from pathlib import Path
 import pytest
 
 from gradeff.devices import DEVICES, resolve_device, validate_device
-from gradeff.grid import cells
+from gradeff.grid import AXES, GRIDS, PLURALS, axis_registry, cells
 from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.results import FINAL_STATUSES, append_record, read_records
-from gradeff.strategies import STRATEGIES
 
-__all__ = ["DEFAULT_RESULTS", "grid_params"]
+__all__ = ["DEFAULT_RESULTS", "grid_argnames", "grid_params"]
 
 DEFAULT_RESULTS = "results/results.jsonl"
 _SESSION_KEY = "gradeff_session"
@@ -59,10 +57,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gradeff", "gradeff benchmark grid")
     group.addoption("--gradeff-profile", choices=PROFILES, default=DEFAULT_PROFILE,
                     help=f"size of models, data and training (default {DEFAULT_PROFILE})")
-    for axis, registry in (("models", MODELS), ("optimizers", OPTIMIZERS), ("strategies", STRATEGIES)):
-        group.addoption(f"--gradeff-{axis}", default=None, metavar="KEYS",
-                        help=f"comma-separated {axis} to run (default all: {','.join(registry)}); unlike -k, "
-                             "an unknown key is an error")
+    for axis in AXES:
+        plural = PLURALS[axis]
+        group.addoption(f"--gradeff-{plural}", default=None, metavar="KEYS",
+                        help=f"comma-separated {plural} to run (default: every grid's own; valid: "
+                             f"{','.join(axis_registry(axis))}); unlike -k, an unknown key is an error")
     group.addoption("--gradeff-epochs", type=_positive_int, default=None,
                     help="epochs per cell (default: the profile's)")
     group.addoption("--gradeff-seed", type=_int, default=0, help="seed of weights, data and order (default 0)")
@@ -78,6 +77,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gradeff-memory-budget", type=_positive_int, default=None, metavar="BYTES",
                     help="end a cell as oom when its activation + optimizer-state bytes exceed BYTES "
                          "(an out-of-memory test on any device)")
+    group.addoption("--gradeff-weights", action="append", default=[], metavar="MODEL=PATH",
+                    help="start MODEL's cells from a local save_pretrained folder (repeatable); without it the "
+                         "fine-tuning study's backbones start from the suite's own cached pretraining")
+    group.addoption("--gradeff-cache", default=None, metavar="DIR",
+                    help="folder of the pretrained-backbone cache (default $GRADEFF_CACHE, else ~/.cache/gradeff)")
     group.addoption("--gradeff-allow-hub", action="store_true",
                     help="allow Hugging Face hub access (off by default: runs never download anything)")
     group.addoption("--gradeff-baseline", default=None, metavar="PATH",
@@ -118,9 +122,11 @@ def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -
     version = code_version()
     settled = {}
     for record in read_records(path, errors=[]):
+        # Cheap tests first: hparams_for is only asked about records that could settle a cell.
         if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
                 and record.seed == seed and record.code_version == version
-                and record.hparams.get("epochs") == hparams_for(record.model, profile, epochs=epochs).epochs):
+                and record.hparams.get("epochs")
+                == hparams_for(record.model, profile, epochs=epochs, dataset=record.dataset or None).epochs):
             settled[record.cell] = record.status
     return settled
 
@@ -128,8 +134,8 @@ def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -
 def _axis_selection(config: pytest.Config) -> dict[str, set[str]]:
     """The keys each ``--gradeff-<axis>`` option selects; a usage error names unknown keys and the valid ones."""
     selection = {}
-    for axis, field, registry in (("models", "model", MODELS), ("optimizers", "optimizer", OPTIMIZERS),
-                                  ("strategies", "strategy", STRATEGIES)):
+    for field in AXES:
+        axis, registry = PLURALS[field], axis_registry(field)
         value = config.getoption(f"gradeff_{axis}")
         if value is None:
             continue
@@ -140,6 +146,21 @@ def _axis_selection(config: pytest.Config) -> dict[str, set[str]]:
                                     f"valid {axis}: {', '.join(registry)}")
         selection[field] = keys
     return selection
+
+
+def _local_weights(config: pytest.Config) -> tuple[tuple[str, str], ...]:
+    """``--gradeff-weights MODEL=PATH`` pairs, checked: a known model and an existing folder."""
+    pairs = []
+    for item in config.getoption("gradeff_weights"):
+        model, sep, path = item.partition("=")
+        if not sep or not path:
+            raise pytest.UsageError(f"--gradeff-weights {item!r}: expected MODEL=PATH")
+        if model not in MODELS:
+            raise pytest.UsageError(f"--gradeff-weights: unknown model {model!r}; valid models: {', '.join(MODELS)}")
+        if not Path(path).is_dir():
+            raise pytest.UsageError(f"--gradeff-weights {model}={path}: no such folder")
+        pairs.append((model, path))
+    return tuple(pairs)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -166,7 +187,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{key}: cells of the {spec.name} model")
     for family in sorted({spec.family for spec in MODELS.values()}):
         config.addinivalue_line("markers", f"{family}: cells of {family} models")
-    config.addinivalue_line("markers", "cell(model, optimizer, strategy): exact cell selection, "
+    for key, spec in GRIDS.items():
+        config.addinivalue_line("markers", f"{key}: cells of the {spec.name} grid")
+    config.addinivalue_line("markers", "cell(model, optimizer, strategy, method, dataset): exact cell selection, "
                             "e.g. -m \"cell(optimizer='adam')\" (unlike -k adam, does not match adamw)")
     device = config.getoption("gradeff_device")
     _validate_device(device)
@@ -184,7 +207,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "sample_hz": config.getoption("gradeff_sample_hz"),
         "grid_intensity": config.getoption("gradeff_grid_intensity"),
         "memory_budget": config.getoption("gradeff_memory_budget"),
-        "selection": _axis_selection(config),
+        "selection": _axis_selection(config), "weights": _local_weights(config),
+        "cache_dir": config.getoption("gradeff_cache"),
         "settled": _settled_cells(results, profile=config.getoption("gradeff_profile"),
                                   seed=config.getoption("gradeff_seed"), epochs=config.getoption("gradeff_epochs"))
         if config.getoption("gradeff_resume") else {},
@@ -205,20 +229,30 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     machine_info["gradeff"] = environment(str(resolve_device(config.stash[_CONFIG]["device"])))
 
 
-def grid_params(models=None, optimizers=None, strategies=None) -> list:
-    """``pytest.param`` for every cell, with its id and markers.
+def grid_argnames(grid: str = "main") -> tuple[str, ...]:
+    """The test arguments of a grid's cells: the axes its ids name, in order (``model, optimizer, strategy``)."""
+    return GRIDS[grid].id_axes
 
-    Each cell carries its model key and family as markers (``-m llm``, ``-m decoder``) and an
-    exact ``cell(model=..., optimizer=..., strategy=...)`` marker.
+
+def grid_params(grid: str = "main", **selection) -> list:
+    """``pytest.param`` for every cell of a grid, with its id and markers, for ``grid_argnames(grid)``.
+
+    Each cell carries its model key, model family and grid as markers (``-m llm``, ``-m decoder``,
+    ``-m peft``) and an exact ``cell(model=..., optimizer=..., strategy=..., method=..., dataset=...)``
+    marker.
+
+    Args:
+        selection: ``<plural>=[keys]`` per axis, as :func:`gradeff.grid.cells` takes.
     """
     params = []
-    for cell in cells(models, optimizers, strategies):
+    for cell in cells(grid, **selection):
         marks = [
             getattr(pytest.mark, cell.model),
             getattr(pytest.mark, MODELS[cell.model].family),
-            pytest.mark.cell(model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy),
+            getattr(pytest.mark, grid),
+            pytest.mark.cell(**cell.axes()),
         ]
-        params.append(pytest.param(cell.model, cell.optimizer, cell.strategy, id=cell.id, marks=marks))
+        params.append(pytest.param(*(getattr(cell, axis) for axis in GRIDS[grid].id_axes), id=cell.id, marks=marks))
     return params
 
 
@@ -235,7 +269,8 @@ def _share_cores_between_workers() -> None:
 
 @pytest.fixture
 def gradeff_cell(request: pytest.FixtureRequest, benchmark):
-    """Run a cell by its keys: time each epoch with ``benchmark``, append the record, return it.
+    """Run a cell by its keys (``gradeff_cell(model, optimizer, strategy, method=, dataset=, grid=)``): time
+    each epoch with ``benchmark``, append the record, return it.
 
     The record goes to the results file the moment the cell ends (also under pytest-xdist, where
     pytest-benchmark switches itself off and the epochs are then timed by the loop alone).
@@ -248,19 +283,27 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
     config = RunConfig(profile=settings["profile"], seed=settings["seed"], epochs=settings["epochs"],
                        device=settings["device"], session=settings["session"],
                        meters=MeterSettings(hz=settings["sample_hz"], grid_gco2_per_kwh=settings["grid_intensity"]),
-                       memory_budget=settings["memory_budget"])
+                       memory_budget=settings["memory_budget"], weights=settings["weights"],
+                       cache_dir=settings["cache_dir"])
 
-    def timer(epoch_fn, rounds):
+    def timer(epoch_fn, rounds, after_epoch):
         if benchmark.disabled:
             # Disabled (--benchmark-disable, or under xdist) pedantic runs its target once:
             # hand it all epochs, timed by the loop.
-            benchmark.pedantic(lambda: [epoch_fn() for _ in range(rounds)])
+            benchmark.pedantic(lambda: [(epoch_fn(), after_epoch()) for _ in range(rounds)])
         else:
-            # One round per epoch: --benchmark-json then holds every epoch's time.
-            benchmark.pedantic(epoch_fn, rounds=rounds, iterations=1, warmup_rounds=0)
+            # One round per epoch: --benchmark-json then holds every epoch's time; the held-out
+            # evaluation runs in the round's teardown, outside its timing.
+            benchmark.pedantic(epoch_fn, rounds=rounds, iterations=1, warmup_rounds=0,
+                               teardown=lambda: after_epoch())
 
-    def run(model: str, optimizer: str, strategy: str):
-        cell = Cell(model, optimizer, strategy)
+    def run(model: str, optimizer: str | None = None, strategy: str | None = None, method: str | None = None,
+            dataset: str | None = None, grid: str = "main"):
+        given = {"optimizer": optimizer, "strategy": strategy, "method": method, "dataset": dataset}
+        # An axis the test does not pass is the one value its grid holds it at.
+        axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, model)
+                for axis, value in given.items()}
+        cell = Cell(model, **axes, grid=grid)
         if cell.id in settings["settled"]:
             pytest.skip(f"--gradeff-resume: already recorded as {settings['settled'][cell.id]} "
                         f"in {settings['results']}")
@@ -274,14 +317,6 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
         return record
 
     return run
-
-
-def _mib(value):
-    return None if value is None else value / 2**20
-
-
-def _fmt(value, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
 
 
 _SESSION_RECORDS = pytest.StashKey[tuple[list, list[str]]]()
@@ -329,7 +364,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
-    """One row per cell this session ran: status, loss first → last (floor), seconds per epoch."""
+    """One table per grid of the cells this session ran (see :mod:`gradeff.summary`), then report and gate."""
     if getattr(config, "workerinput", None) is not None:
         return
     settings = config.stash.get(_CONFIG, None)
@@ -338,29 +373,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     records, errors = _session_records(config)
     if not records:
         return
+    from gradeff.summary import summary_lines
+
     write = terminalreporter.write_line
     terminalreporter.section(f"gradeff: {len(records)} cells, profile {settings['profile']}, "
                              f"results in {settings['results']}")
-    header = (f"{'cell':<30} {'status':<9} {'loss first → last':>20} {'floor':>7} {'s/epoch':>8} {'steps':>6} "
-              f"{'f+b':>5} {'act MiB':>8} {'state MiB':>9} {'RSS MiB':>8} {'J':>7}")
-    write(header)
-    for r in sorted(records, key=lambda r: r.cell):
-        s = r.summary
-        memory, ram, energy = (r.meters.get(k, {}) for k in ("memory", "ram", "energy"))
-        loss = f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}"
-        write(f"{r.cell:<30} {r.status:<9} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
-              f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} {s.closure_calls:>5} "
-              f"{_fmt(_mib(memory.get('activation_bytes')), '.2f'):>8} "
-              f"{_fmt(_mib(memory.get('optimizer_state_bytes')), '.2f'):>9} "
-              f"{_fmt(_mib(ram.get('peak_rss_bytes')), '.0f'):>8} {_fmt(energy.get('joules'), '.1f'):>7}")
-        if r.status not in ("ok", "skipped"):
-            write(f"    {r.detail[:150]}")
-    counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
-    span = max(r.finished_at for r in records) - min(r.started_at for r in records)
-    write(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")
-    sources = sorted({r.meters.get("energy", {}).get("source", "none") for r in records if r.meters})
-    if sources:
-        write(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")
+    for line in summary_lines(records):
+        write(line)
     for message in errors:
         write(f"unreadable line skipped: {message}")
     report = config.getoption("gradeff_report", None)

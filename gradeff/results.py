@@ -15,10 +15,13 @@ from pathlib import Path
 
 __all__ = [
     "FAILED_STATUSES", "FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord", "Summary",
-    "append_record", "cell_id", "latest_by_cell", "read_records",
+    "append_record", "latest_by_cell", "read_records",
 ]
 
-SCHEMA_VERSION = 1
+# 2: grid, method, dataset, parameters, weights and held-out evaluation; version 1 records are read
+# as main-study cells (full training on the model's own task, no held-out split).
+SCHEMA_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 # ok: trained all epochs · diverged: NaN/Inf loss · oom: out of memory (or over the memory budget) ·
 # error: any other failure · skipped: the cell is incompatible (the reason is in ``detail``) ·
 # interrupted: stopped by Ctrl-C.
@@ -29,14 +32,13 @@ FINAL_STATUSES = ("ok", "diverged", "oom", "skipped")
 FAILED_STATUSES = ("diverged", "oom", "error")
 
 
-def cell_id(model: str, optimizer: str, strategy: str) -> str:
-    """The public id of a cell, e.g. ``llm-adam-accum``."""
-    return f"{model}-{optimizer}-{strategy}"
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpochRecord:
-    """One epoch: mean loss per target, wall seconds, the work done, and the meters' figures."""
+    """One epoch: mean loss per target, wall seconds, the work done, and the meters' figures.
+
+    ``heldout_loss`` / ``heldout_accuracy`` are measured on the task's held-out split after the
+    epoch, outside its timing (``None`` without a held-out split; accuracy only for classification).
+    """
 
     epoch: int
     loss: float
@@ -46,6 +48,9 @@ class EpochRecord:
     samples: int
     targets: int
     meters: dict = field(default_factory=dict)
+    heldout_loss: float | None = None
+    heldout_accuracy: float | None = None
+    eval_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +67,9 @@ class Summary:
     closure_calls: int
     samples_per_second: float | None
     targets_per_second: float | None
+    final_heldout_loss: float | None = None
+    final_heldout_accuracy: float | None = None
+    best_heldout_accuracy: float | None = None
 
     @classmethod
     def of(cls, epochs: list[EpochRecord], total_seconds: float) -> Summary:
@@ -72,6 +80,7 @@ class Summary:
                        targets_per_second=None)
         losses = [e.loss for e in epochs]
         seconds = sum(e.seconds for e in epochs)
+        accuracies = [e.heldout_accuracy for e in epochs if e.heldout_accuracy is not None]
         return cls(
             first_loss=losses[0], final_loss=losses[-1], mean_loss=sum(losses) / len(losses), best_loss=min(losses),
             mean_epoch_seconds=seconds / len(epochs), total_seconds=total_seconds,
@@ -80,6 +89,8 @@ class Summary:
             samples_per_second=sum(e.samples for e in epochs) / seconds if seconds > 0 else None,
             # Targets are tokens for the language tasks and images for classification.
             targets_per_second=sum(e.targets for e in epochs) / seconds if seconds > 0 else None,
+            final_heldout_loss=epochs[-1].heldout_loss, final_heldout_accuracy=epochs[-1].heldout_accuracy,
+            best_heldout_accuracy=max(accuracies) if accuracies else None,
         )
 
 
@@ -88,13 +99,20 @@ class CellRecord:
     """The result of one cell of the grid.
 
     Attributes:
-        cell: ``model-optimizer-strategy``.
+        cell: the cell's id in its grid (``llm-adam-accum``, ``vit_s-lora-checkpoint-cifar100``).
+        grid: the grid (study) the cell belongs to.
+        model / optimizer / strategy / method / dataset: the cell's axis keys.
         status: one of ``STATUSES``.
         detail: why a cell did not end ``ok`` (exception message, skip reason), else ``""``.
         failed_step: optimizer step at which a ``diverged``/``oom`` cell stopped.
         epochs: the epochs that completed.
         loss_floor: best achievable mean loss on the task's data (``None`` if unknown).
-        hparams: the hyper-parameters used.
+        task: the data trained on: sizes, the held-out split's floor and Bayes accuracy.
+        parameters: ``total`` and ``trainable`` parameter counts (4-bit weights counted as the
+            values they hold, not their packed bytes).
+        weights: where the starting weights came from (``random``, ``pretrained``: the suite's
+            cached pretraining, with its one-off cost; ``local``: a folder given by the user).
+        hparams: the hyper-parameters used (the method's under ``method``).
         environment: versions, device and CPU of the machine.
         meters: measurements of the meters (RAM, GPU, energy, memory breakdown), by meter.
         session: id of the pytest session (or run) that produced the record.
@@ -104,9 +122,12 @@ class CellRecord:
 
     schema_version: int = SCHEMA_VERSION
     cell: str
+    grid: str = "main"
     model: str
     optimizer: str
     strategy: str
+    method: str = "full"
+    dataset: str = ""
     profile: str
     seed: int
     device: str
@@ -116,6 +137,9 @@ class CellRecord:
     epochs: tuple[EpochRecord, ...] = ()
     summary: Summary
     loss_floor: float | None = None
+    task: dict = field(default_factory=dict)
+    parameters: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)
     hparams: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     meters: dict = field(default_factory=dict)
@@ -127,8 +151,15 @@ class CellRecord:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}; valid statuses: {', '.join(STATUSES)}")
-        if self.cell != cell_id(self.model, self.optimizer, self.strategy):
-            raise ValueError(f"cell {self.cell!r} does not match its model, optimizer and strategy")
+        from gradeff.grid import cell_id
+
+        try:
+            expected = cell_id(self.grid, model=self.model, optimizer=self.optimizer, strategy=self.strategy,
+                               method=self.method, dataset=self.dataset or None)
+        except KeyError:
+            expected = None  # a grid, model or dataset this gradeff does not know: kept as it is
+        if expected is not None and self.cell != expected:
+            raise ValueError(f"cell {self.cell!r} does not match its axes (expected {expected!r})")
 
     def to_json(self) -> str:
         """One line of JSON (no newline)."""
@@ -144,13 +175,15 @@ class CellRecord:
         if not isinstance(data, dict):
             raise ValueError(f"a record is a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"record schema version {version!r}; this gradeff reads version {SCHEMA_VERSION}")
+        if version not in _READABLE_VERSIONS:
+            raise ValueError(f"record schema version {version!r}; this gradeff reads versions "
+                             f"{', '.join(map(str, _READABLE_VERSIONS))}")
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown record fields: {sorted(unknown)}")
-        values = dict(data)
+        # Version 1 had no grid, method or dataset fields: their defaults are what it meant.
+        values = dict(data) | {"schema_version": SCHEMA_VERSION}
         values["epochs"] = tuple(EpochRecord(**e) for e in data.get("epochs", ()))
         values["summary"] = Summary(**data["summary"])
         return cls(**values)

@@ -4,12 +4,13 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-GRID_FILE = "benchmarks/test_grid.py"
+GRID_FILES = ("benchmarks/test_grid.py", "benchmarks/test_peft_grid.py")
 
 
 @pytest.fixture
 def grid_pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytest.Pytester:
-    """A pytester directory holding a copy of the benchmark grid module."""
-    source = request.config.rootpath / GRID_FILE
-    pytester.makepyfile(test_grid=source.read_text())
+    """A pytester directory holding copies of the benchmark grid modules (both studies)."""
+    for path in GRID_FILES:
+        source = request.config.rootpath / path
+        pytester.makepyfile(**{source.stem: source.read_text()})
     return pytester

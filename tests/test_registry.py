@@ -3,22 +3,38 @@
 import pytest
 
 from gradeff.data import TASKS
-from gradeff.grid import cells
+from gradeff.grid import GRIDS, cells
+from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.registry import KEY_PATTERN, Registry, UnknownKeyError
 from gradeff.strategies import STRATEGIES
 
 
-def test_axes_hold_the_papers_grid():
-    """4 models × 6 optimizers × 3 strategies, keys as the design names them."""
-    assert list(MODELS) == ["vit", "modernbert", "llm", "vlm"]
+def test_axes_hold_the_papers_grids():
+    """Main: 4 models × 6 optimizers × 3 strategies; PEFT: 4 backbones × 5 methods × 2 strategies × 2 datasets."""
+    assert list(MODELS) == ["vit", "modernbert", "llm", "vlm", "vit_s", "tinyvit", "vim_s", "mambavision_t"]
     assert list(OPTIMIZERS) == ["sgd", "adam", "adamw", "adagrad", "adadelta", "cgd"]
     assert list(STRATEGIES) == ["standard", "checkpoint", "accum"]
-    assert len(list(cells())) == 72
+    assert list(METHODS) == ["full", "lora", "adalora", "qlora", "bitfit"]
+    main, peft = list(cells("main")), list(cells("peft"))
+    assert len(main) == 72 and main[0].id == "vit-sgd-standard"
+    assert len(peft) == 80 and {c.optimizer for c in peft} == {"adamw"}
+    assert {c.id for c in main}.isdisjoint(c.id for c in peft)
 
 
-@pytest.mark.parametrize("registry", [MODELS, OPTIMIZERS, STRATEGIES, TASKS], ids=lambda r: r.axis)
+def test_main_ids_keep_their_form_and_fixed_axes_appear_only_when_changed():
+    """A main cell's id is model-optimizer-strategy; a method or dataset other than the grid's is appended."""
+    from gradeff.grid import Cell
+
+    assert Cell("llm", "adam", "accum").id == "llm-adam-accum"
+    assert Cell("llm", "adam", "accum", method="lora").id == "llm-adam-accum-lora"
+    assert Cell("vit", "adam", "standard", dataset="cifar100").id == "vit-adam-standard-cifar100"
+    assert Cell("vit_s", "adamw", "checkpoint", "qlora", "dtd", grid="peft").id == "vit_s-qlora-checkpoint-dtd"
+    assert Cell("vit_s", "sgd", "checkpoint", "qlora", "dtd", grid="peft").id == "vit_s-qlora-checkpoint-dtd-sgd"
+
+
+@pytest.mark.parametrize("registry", [MODELS, OPTIMIZERS, STRATEGIES, TASKS, METHODS, GRIDS], ids=lambda r: r.axis)
 def test_unknown_key_lists_valid_choices(registry):
     """A typo raises a KeyError whose message names every valid key."""
     with pytest.raises(KeyError) as info:
@@ -28,7 +44,7 @@ def test_unknown_key_lists_valid_choices(registry):
     assert all(key in message for key in registry)
 
 
-@pytest.mark.parametrize("registry", [MODELS, OPTIMIZERS, STRATEGIES, TASKS], ids=lambda r: r.axis)
+@pytest.mark.parametrize("registry", [MODELS, OPTIMIZERS, STRATEGIES, TASKS, METHODS, GRIDS], ids=lambda r: r.axis)
 def test_spec_keys_match_registry_keys(registry):
     """Each spec is filed under its own key, and keys are safe inside cell ids."""
     for key, spec in registry.items():
@@ -40,6 +56,22 @@ def test_every_model_task_exists():
     """A model's task key resolves in the task registry."""
     for spec in MODELS.values():
         assert TASKS[spec.task].key == spec.task
+
+
+def test_keys_are_unique_across_axes():
+    """No key names two axes' values, so a cell id's parts and -k terms are unambiguous."""
+    keys = [key for registry in (MODELS, OPTIMIZERS, STRATEGIES, METHODS, TASKS) for key in registry]
+    assert len(keys) == len(set(keys))
+
+
+def test_grids_name_known_keys():
+    """Every grid's axis values resolve in their registries."""
+    from gradeff.grid import AXES, axis_registry
+
+    for grid in GRIDS.values():
+        for model in grid.models:
+            for axis in AXES:
+                assert all(axis_registry(axis)[key].key == key for key in grid.values(axis, model))
 
 
 def test_registry_rejects_duplicates_and_bad_keys():

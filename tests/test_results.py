@@ -47,6 +47,41 @@ def test_invalid_records_are_refused():
         CellRecord.from_dict(data)
 
 
+def test_version_1_records_read_as_main_study_cells():
+    """A schema-1 line (before grids, methods and held-out splits) reads as a full-training main-grid cell."""
+    data = json.loads(make_record().to_json())
+    for field in ("grid", "method", "dataset", "task", "parameters", "weights"):
+        del data[field]
+    for epoch in data["epochs"]:
+        for field in ("heldout_loss", "heldout_accuracy", "eval_seconds"):
+            del epoch[field]
+    for field in ("final_heldout_loss", "final_heldout_accuracy", "best_heldout_accuracy"):
+        del data["summary"][field]
+    record = CellRecord.from_dict(data | {"schema_version": 1})
+    assert (record.schema_version, record.grid, record.method, record.dataset) == (SCHEMA_VERSION, "main", "full", "")
+    assert record.summary.final_heldout_accuracy is None and record.epochs[0].heldout_loss is None
+
+
+def test_peft_record_checks_its_id_against_its_grid():
+    """A PEFT cell's id is model-method-strategy-dataset; one naming another method is refused."""
+    values = dict(grid="peft", model="vit_s", optimizer="adamw", strategy="standard", dataset="dtd", profile="tiny",
+                  seed=0, device="cpu", status="ok", summary=Summary.of([], 1.0))
+    record = CellRecord(cell="vit_s-lora-standard-dtd", method="lora", **values)
+    assert CellRecord.from_dict(json.loads(record.to_json())) == record
+    with pytest.raises(ValueError, match="expected 'vit_s-qlora-standard-dtd'"):
+        CellRecord(cell="vit_s-lora-standard-dtd", method="qlora", **values)
+
+
+def test_summary_reads_the_last_heldout_epoch():
+    """Held-out summary: the last epoch's loss and accuracy, and the best accuracy of any epoch."""
+    epochs = [EpochRecord(epoch=i, loss=1.0, seconds=1.0, optimizer_steps=1, closure_calls=1, samples=4, targets=4,
+                          heldout_loss=loss, heldout_accuracy=acc)
+              for i, (loss, acc) in enumerate([(2.0, 0.5), (1.8, 0.75), (1.9, 0.625)])]
+    summary = Summary.of(epochs, 3.0)
+    assert (summary.final_heldout_loss, summary.final_heldout_accuracy, summary.best_heldout_accuracy) == \
+        (1.9, 0.625, 0.75)
+
+
 def test_store_appends_and_reports_bad_lines(tmp_path):
     """Records append one per line; a corrupt line is reported with its number, or raises."""
     path = tmp_path / "r.jsonl"

@@ -103,17 +103,45 @@ def test_missing_optional_dependency_skips_with_the_install_hint(monkeypatch):
     import dataclasses
 
     import gradeff.grid as grid
+    from gradeff.methods import METHODS
     from gradeff.models import MODELS
-    from gradeff.optim import OPTIMIZERS
-    from gradeff.strategies import STRATEGIES
 
+    cell = Cell("llm", "adam", "standard")
     needy = dataclasses.replace(MODELS["llm"], requires=(("gradeff_absent_package", "peft"),))
-    reason = grid.incompatibility(needy, OPTIMIZERS["adam"], STRATEGIES["standard"])
-    assert reason == ("Llama-3.2-1B-style decoder needs the 'gradeff_absent_package' package: "
-                      "pip install 'gradeff[peft]'")
-    present = dataclasses.replace(MODELS["llm"], requires=(("torch", "torch"),))
-    assert grid.incompatibility(present, OPTIMIZERS["adam"], STRATEGIES["standard"]) is None
-    # The runner's own registry lookup sees the needy spec: the real capability check decides.
-    monkeypatch.setattr(runner, "MODELS", {**MODELS, "llm": needy})
-    record = run_cell(Cell("llm", "adam", "standard"), CONFIG)
+    monkeypatch.setattr(grid, "MODELS", {**MODELS, "llm": needy})
+    assert grid.incompatibility(cell) == ("Llama-3.2-1B-style decoder needs the 'gradeff_absent_package' package: "
+                                          "pip install 'gradeff[peft]'")
+    # The runner asks the same capability check: the cell is recorded as skipped with the hint.
+    record = run_cell(cell, CONFIG)
     assert record.status == "skipped" and "pip install 'gradeff[peft]'" in record.detail
+    present = dataclasses.replace(MODELS["llm"], requires=(("torch", "torch"),))
+    monkeypatch.setattr(grid, "MODELS", {**MODELS, "llm": present})
+    assert grid.incompatibility(cell) is None
+    # A method's own requirement is named with the method.
+    needy_method = dataclasses.replace(METHODS["lora"], requires=(("gradeff_absent_package", "peft"),))
+    monkeypatch.setattr(grid, "METHODS", {**METHODS, "lora": needy_method})
+    assert grid.incompatibility(Cell("llm", "adam", "standard", "lora")).startswith("LoRA needs")
+
+
+def test_fine_tuning_cell_records_method_dataset_and_heldout_accuracy(tmp_path, monkeypatch):
+    """A PEFT cell starts from the cached pretraining and records held-out accuracy after every epoch."""
+    from gradeff import hparams
+
+    monkeypatch.setitem(hparams.PRETRAIN_HPARAMS, "tiny", hparams.PretrainHParams(
+        num_classes=8, train_samples=64, heldout_samples=32, epochs=1, batch_size=32, lr=1e-3))
+    config = RunConfig(profile="tiny", seed=0, epochs=2, device="cpu", session="test", cache_dir=str(tmp_path))
+    record = run_cell(Cell("vit_s", "adamw", "standard", "lora", "dtd", grid="peft"), config)
+    assert record.status == "ok", record.detail
+    assert (record.cell, record.method, record.dataset) == ("vit_s-lora-standard-dtd", "lora", "dtd")
+    assert all(e.heldout_accuracy is not None and 0 <= e.heldout_accuracy <= 1 for e in record.epochs)
+    assert len(record.epochs) == 2 and record.summary.final_heldout_accuracy == record.epochs[-1].heldout_accuracy
+    assert record.task["heldout_samples"] == 256 and 0 < record.task["bayes_accuracy"] <= 1
+    assert 0 < record.parameters["trainable"] < record.parameters["total"]
+    assert record.weights["source"] == "pretrained" and record.weights["pretraining"]["optimizer_steps"] == 2
+    assert record.hparams["method"]["lora_r"] == 8 and record.hparams["num_classes"] == 47
+
+
+def test_bitfit_on_a_bias_free_model_is_skipped_with_the_reason():
+    """BitFit on Llama (no biases) is skipped before anything is built, never silently changed."""
+    record = run_cell(Cell("llm", "adam", "standard", "bitfit"), CONFIG)
+    assert record.status == "skipped" and "has none" in record.detail and record.cell == "llm-adam-standard-bitfit"

@@ -46,15 +46,48 @@ def test_family_marker_selects_a_model(grid_pytester):
 
 
 def test_collection_does_not_import_transformers(request):
-    """Collecting the whole grid leaves transformers (and torch) unimported."""
-    grid = request.config.rootpath / "benchmarks" / "test_grid.py"
+    """Collecting both grids leaves transformers, torch, peft and bitsandbytes unimported."""
+    benchmarks = request.config.rootpath / "benchmarks"
+    grids = [str(benchmarks / "test_grid.py"), str(benchmarks / "test_peft_grid.py")]
     code = (
         "import sys, pytest\n"
-        f"code = pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', {str(grid)!r}])\n"
+        f"code = pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', *{grids!r}])\n"
         "assert code == 0, code\n"
-        "print('IMPORTED', sorted(m for m in ('transformers', 'torch') if m in sys.modules))\n"
+        "print('IMPORTED', sorted(m for m in ('transformers', 'torch', 'peft', 'bitsandbytes', 'numpy')"
+        " if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=request.config.rootpath).stdout
-    assert "72 tests collected" in out
+    assert "152 tests collected" in out
     assert "IMPORTED []" in out
+
+
+PEFT_BACKBONES = ["vit_s", "tinyvit", "vim_s", "mambavision_t"]
+
+
+def test_k_backbone_and_method_selects_the_peft_cells(grid_pytester):
+    """`-k "vit_s and lora"` selects ViT-S cells whose method contains "lora" (lora, adalora, qlora), nothing else."""
+    ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
+                                             "-k", "vit_s and lora"))
+    assert sorted(ids) == sorted(f"vit_s-{m}-{s}-{d}" for m in ("lora", "adalora", "qlora")
+                                 for s in ("standard", "checkpoint") for d in ("cifar100", "dtd"))
+
+
+def test_exact_method_marker_selects_qlora_only(grid_pytester):
+    """`-m "cell(method='qlora')"` selects the 16 QLoRA cells: every backbone, strategy and dataset."""
+    ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
+                                             "-m", "cell(method='qlora')"))
+    assert sorted(ids) == sorted(f"{b}-qlora-{s}-{d}" for b in PEFT_BACKBONES
+                                 for s in ("standard", "checkpoint") for d in ("cifar100", "dtd"))
+
+
+def test_grid_marker_and_dataset_option_select_the_peft_grid(grid_pytester):
+    """`-m peft` selects the 80 PEFT cells; --gradeff-datasets=dtd keeps the 40 DTD ones; a typo names the valid keys."""
+    assert len(_collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
+                                                  "-m", "peft"))) == 80
+    ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
+                                             "--gradeff-datasets=dtd"))
+    assert len(ids) == 40 and all(cell.endswith("-dtd") for cell in ids)
+    bad = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q", "--gradeff-methods=lorra")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--gradeff-methods: unknown method 'lorra'; valid methods: full, lora, adalora*"])

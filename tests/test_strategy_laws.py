@@ -1,7 +1,8 @@
 """The laws of the memory strategies, on every real model family.
 
 - Accumulation: k micro-batches of b samples, each loss weighted by its share of the targets,
-  give the gradient of one batch of k·b samples.
+  give the gradient of one batch of k·b samples. Models with BatchNorm normalise each micro-batch
+  by its own statistics, so for them the law holds with the statistics frozen, and not otherwise.
 - Checkpointing: recomputing activations in backward does not change the gradients at all,
   dropout included (non-reentrant checkpointing replays the RNG state).
 """
@@ -64,12 +65,39 @@ ACCUMULATION_RTOL = 1e-5
 def test_accumulation_equals_the_large_batch(key, k, seed):
     """Target-weighted accumulation over k micro-batches gives the gradient of one batch of k·b."""
     model, data = _setup(key)
+    _freeze_batch_statistics(model)
     indices = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[: 4 * k]
     model.zero_grad(set_to_none=True)
     model(**data.batch(indices)).loss.backward()
     large = _grads(model)
     accumulated = _accumulated_grads(model, data, indices, k, "targets")
     assert _relative_error(accumulated, large) < ACCUMULATION_RTOL
+
+
+def _freeze_batch_statistics(model):
+    # BatchNorm in eval mode normalises with its running statistics: samples no longer interact.
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.eval()
+
+
+@pytest.mark.parametrize("key", [key for key in FAMILIES if MODELS[key].batch_norm])
+def test_batch_norm_models_are_flagged_because_accumulation_changes_their_gradients(key):
+    """With batch statistics (training mode), accumulating micro-batches is measurably not the large batch."""
+    model, data = _setup(key)
+    indices = torch.arange(16)
+    model.zero_grad(set_to_none=True)
+    model(**data.batch(indices)).loss.backward()
+    large = _grads(model)
+    assert _relative_error(_accumulated_grads(model, data, indices, 4, "targets"), large) > 100 * ACCUMULATION_RTOL
+
+
+def test_only_batch_norm_models_are_flagged():
+    """ModelSpec.batch_norm is true exactly for the models that contain a BatchNorm layer."""
+    for key in FAMILIES:
+        model, _ = _setup(key)
+        has_bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+        assert MODELS[key].batch_norm == has_bn, key
 
 
 def test_naive_loss_over_k_is_wrong_when_targets_differ():

@@ -1,0 +1,65 @@
+"""Held-out evaluation: mean loss per target and top-1 accuracy on a split the cell never trains on.
+
+It runs after each epoch, outside the epoch's timing and meters, in eval mode (dropout off,
+batch-norm running statistics) and without autograd; the model goes back to training mode after.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from gradeff.data.dataset import Dataset
+from gradeff.loop import move_batch, sync
+
+__all__ = ["Evaluation", "evaluate"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evaluation:
+    """One pass over a held-out split.
+
+    Attributes:
+        loss: mean cross-entropy per target (the training loss's unit).
+        accuracy: top-1 accuracy (classification tasks; ``None`` otherwise).
+        samples: samples evaluated.
+        seconds: wall time of the pass.
+    """
+
+    loss: float
+    accuracy: float | None
+    samples: int
+    seconds: float
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, data: Dataset, *, batch_size: int, device: torch.device,
+             accuracy: bool) -> Evaluation:
+    """Evaluate ``model`` on every sample of ``data``.
+
+    Args:
+        batch_size: samples per forward pass.
+        accuracy: also count top-1 hits (``logits.argmax(-1) == labels``; the task is classification).
+    """
+    was_training = model.training
+    model.eval()
+    sync(device)
+    start = time.perf_counter()
+    loss_sum, correct, targets = 0.0, 0, 0
+    try:
+        for indices in torch.arange(len(data)).split(batch_size):
+            batch = move_batch(data.batch(indices), device)
+            output = model(**batch)
+            count = int(data.targets[indices].sum())
+            # transformers losses are means over the batch's targets: weight them back to sums.
+            loss_sum += float(output.loss) * count
+            targets += count
+            if accuracy:
+                correct += int((output.logits.argmax(dim=-1) == batch["labels"]).sum())
+    finally:
+        model.train(was_training)
+    sync(device)
+    return Evaluation(loss=loss_sum / targets, accuracy=correct / len(data) if accuracy else None,
+                      samples=len(data), seconds=time.perf_counter() - start)

@@ -1,0 +1,176 @@
+"""Starting weights of a cell: a user's local folder, the suite's own cached pretraining, or random.
+
+The PEFT study fine-tunes pretrained backbones. Real pretrained weights cannot be downloaded here,
+so unless the user gives a local ``save_pretrained`` folder (``--gradeff-weights MODEL=PATH``), the
+suite pretrains each backbone once on a related synthetic source task (see
+:class:`gradeff.hparams.PretrainHParams`) and caches the result on disk by model, profile, seed and
+recipe. Every cell and session reuses it; what the pretraining cost is recorded once, in the cache,
+and never counted in a cell's timings. The head is not saved: fine-tuning starts with a fresh head
+for the new dataset's classes.
+
+Concurrent sessions (pytest-xdist workers) share the cache through a file lock: one pretrains,
+the others wait and load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["FORMAT", "StartingWeights", "cache_root", "pretrain", "pretrained_folder", "starting_weights"]
+
+# Bump when what a pretraining produces changes, so that old caches are not reused.
+FORMAT = 1
+_INFO = "pretraining.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartingWeights:
+    """Where a cell's weights come from.
+
+    Attributes:
+        source: ``random`` (seeded initialisation), ``pretrained`` (the suite's cached
+            pretraining) or ``local`` (a folder the user gave).
+        path: the weights folder (``None`` for random).
+        pretraining: the pretraining's record (task, steps, seconds, held-out accuracy) with
+            ``reused: True`` when this session loaded it from the cache.
+    """
+
+    source: str
+    path: str | None = None
+    pretraining: dict | None = None
+
+    def to_record(self) -> dict:
+        return asdict(self)
+
+
+def cache_root(explicit: str | Path | None = None) -> Path:
+    """The cache folder: ``explicit``, else ``$GRADEFF_CACHE``, else ``$XDG_CACHE_HOME/gradeff`` (``~/.cache``)."""
+    if explicit is not None:
+        return Path(explicit)
+    if os.environ.get("GRADEFF_CACHE"):
+        return Path(os.environ["GRADEFF_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gradeff"
+
+
+def _recipe(model: str, profile: str) -> dict:
+    import importlib
+
+    from gradeff.hparams import HPARAMS, PRETRAIN_HPARAMS
+    from gradeff.models import MODELS
+
+    return {"format": FORMAT, "model": model, "profile": profile,
+            "config": importlib.import_module(MODELS[model].module).CONFIGS[profile],
+            "image_size": HPARAMS[(model, profile)].image_size, "pretraining": asdict(PRETRAIN_HPARAMS[profile])}
+
+
+def pretrained_folder(model: str, profile: str, seed: int, cache_dir: str | Path | None = None) -> Path:
+    """The cache folder of a backbone's pretraining: named by model, profile, seed and a hash of the recipe."""
+    digest = hashlib.sha256(json.dumps(_recipe(model, profile), sort_keys=True, default=str).encode()).hexdigest()
+    return cache_root(cache_dir) / "pretrained" / f"{model}-{profile}-seed{seed}-{digest[:12]}"
+
+
+def starting_weights(model: str, profile: str, seed: int, *, local: Mapping[str, str] | None = None,
+                     cache_dir: str | Path | None = None, device: str = "cpu") -> StartingWeights:
+    """The weights a cell of ``model`` starts from, pretraining (once) when needed.
+
+    Args:
+        local: model key → a local ``save_pretrained`` folder given by the user.
+        cache_dir: where pretrained backbones are cached (see :func:`cache_root`).
+        device: where to pretrain if the cache has no copy.
+
+    Raises:
+        FileNotFoundError: a local folder that does not exist.
+    """
+    from gradeff.models import MODELS
+
+    if local and model in local:
+        path = Path(local[model])
+        if not path.is_dir():
+            raise FileNotFoundError(f"--gradeff-weights {model}={path}: no such folder")
+        return StartingWeights(source="local", path=str(path))
+    if not MODELS[model].fine_tunes:
+        return StartingWeights(source="random")
+    from filelock import FileLock
+
+    folder = pretrained_folder(model, profile, seed, cache_dir)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    reused = True
+    with FileLock(str(folder) + ".lock"):
+        if not (folder / _INFO).is_file():
+            pretrain(model, profile, seed, folder, device=device)
+            reused = False
+    info = json.loads((folder / _INFO).read_text(encoding="utf-8")) | {"reused": reused}
+    return StartingWeights(source="pretrained", path=str(folder), pretraining=info)
+
+
+def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str = "cpu") -> dict:
+    """Pretrain ``model`` on the source task and save it (without its head) to ``folder``.
+
+    The folder appears complete or not at all: it is written next to its final place and renamed.
+
+    Returns:
+        The pretraining's record, also written to ``folder/pretraining.json``.
+    """
+    import torch
+
+    from gradeff.data.images import image_classification
+    from gradeff.evaluation import evaluate
+    from gradeff.hparams import HPARAMS, PRETRAIN_HPARAMS
+    from gradeff.loop import TrainState, train_epoch
+    from gradeff.methods import within
+    from gradeff.models import MODELS, build_model
+
+    hp = PRETRAIN_HPARAMS[profile]
+    image_size = HPARAMS[(model, profile)].image_size
+    data = image_classification(num_classes=hp.num_classes, image_size=image_size, num_samples=hp.train_samples,
+                                seed=seed, heldout_samples=hp.heldout_samples, template_grid=hp.template_grid,
+                                snr=hp.snr, salt="pretrain", task="pretrain")
+    target = torch.device(device)
+    torch.manual_seed(seed)
+    network = build_model(model, profile, num_labels=hp.num_classes).to(target)
+    optimizer = torch.optim.AdamW(network.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+    steps = hp.epochs * (hp.train_samples // hp.batch_size)
+    warmup = max(1, math.ceil(hp.warmup_ratio * steps))
+
+    def schedule(step: int) -> float:
+        # Linear warm-up, then cosine decay to zero: the usual ViT pretraining schedule.
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    state = TrainState(model=network, optimizer=optimizer, dataset=data, batch_size=hp.batch_size,
+                       micro_batches_per_step=1, seed=seed, device=target,
+                       scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule))
+    start = time.perf_counter()
+    for _ in range(hp.epochs):
+        train_epoch(state)
+    seconds = time.perf_counter() - start
+    heldout = evaluate(network, data.heldout, batch_size=hp.batch_size, device=target, accuracy=True)
+    head = MODELS[model].head
+    record = {
+        "task": {"num_classes": hp.num_classes, "image_size": image_size, "template_grid": hp.template_grid,
+                 "snr": hp.snr, "train_samples": hp.train_samples},
+        "hparams": asdict(hp), "optimizer_steps": state.global_step, "seconds": seconds,
+        "final_loss": state.history[-1].loss, "heldout_loss": heldout.loss, "heldout_accuracy": heldout.accuracy,
+        "bayes_accuracy": data.heldout.info["bayes_accuracy"], "device": str(target),
+        "torch_threads": torch.get_num_threads(),
+    }
+    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        backbone = {name: tensor for name, tensor in network.state_dict().items() if not within(name, head)}
+        network.save_pretrained(staging, state_dict=backbone)
+        (staging / _INFO).write_text(json.dumps(record, indent=1), encoding="utf-8")
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return record

@@ -1,0 +1,111 @@
+"""The terminal summary: one table per grid of the cells a session ran, in raw units made readable.
+
+The main study's table reads losses against the task's floor; the PEFT study's reads held-out
+accuracy against the Bayes classifier's, with the parameters a method trains and the memory a
+training step holds. Unmeasured figures print ``n/a``; a failed cell's reason follows its row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gradeff.grid import GRIDS
+from gradeff.results import CellRecord
+
+__all__ = ["summary_lines"]
+
+_MIB = 2**20
+
+
+def _fmt(value, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _mib(value):
+    return None if value is None else value / _MIB
+
+
+def _count(value) -> str:
+    """A parameter count in k / M (``43.4k``, ``22.1M``)."""
+    if value is None:
+        return "n/a"
+    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.1f}k"
+
+
+def _section(record: CellRecord, meter: str) -> dict:
+    section = record.meters.get(meter) if isinstance(record.meters, dict) else None
+    return section if isinstance(section, dict) else {}
+
+
+def _train_memory(record: CellRecord):
+    memory = _section(record, "memory")
+    parts = [memory.get(k) for k in ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")]
+    return None if any(p is None for p in parts) else sum(parts)
+
+
+def _loss_row(r: CellRecord) -> str:
+    s = r.summary
+    memory, ram, energy = (_section(r, k) for k in ("memory", "ram", "energy"))
+    loss = f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}"
+    return (f"{r.cell:<30} {r.status:<9} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
+            f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} {s.closure_calls:>5} "
+            f"{_fmt(_mib(memory.get('activation_bytes')), '.2f'):>8} "
+            f"{_fmt(_mib(memory.get('optimizer_state_bytes')), '.2f'):>9} "
+            f"{_fmt(_mib(ram.get('peak_rss_bytes')), '.0f'):>8} {_fmt(energy.get('joules'), '.1f'):>7}")
+
+
+_LOSS_HEADER = (f"{'cell':<30} {'status':<9} {'loss first → last':>20} {'floor':>7} {'s/epoch':>8} {'steps':>6} "
+                f"{'f+b':>5} {'act MiB':>8} {'state MiB':>9} {'RSS MiB':>8} {'J':>7}")
+
+
+def _accuracy_row(r: CellRecord) -> str:
+    s, parameters = r.summary, r.parameters if isinstance(r.parameters, dict) else {}
+    accuracy = None if s.final_heldout_accuracy is None else 100 * s.final_heldout_accuracy
+    bayes = r.task.get("bayes_accuracy") if isinstance(r.task, dict) else None
+    trained = f"{_count(parameters.get('trainable'))}/{_count(parameters.get('total'))}"
+    return (f"{r.cell:<34} {r.status:<7} {_fmt(accuracy, '.1f'):>6} {_fmt(bayes and 100 * bayes, '.1f'):>6} "
+            f"{_fmt(s.final_heldout_loss, '.3f'):>7} {trained:>15} {_fmt(_mib(_train_memory(r)), '.2f'):>8} "
+            f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {_fmt(_section(r, 'energy').get('joules'), '.1f'):>7}")
+
+
+_ACCURACY_HEADER = (f"{'cell':<34} {'status':<7} {'acc %':>6} {'bayes':>6} {'ho loss':>7} {'trainable/total':>15} "
+                    f"{'mem MiB':>8} {'s/epoch':>8} {'J':>7}")
+
+# How each grid's cells read: the main study by loss, the PEFT study by held-out accuracy.
+_TABLES: dict[str, tuple[str, Callable[[CellRecord], str]]] = {
+    "loss": (_LOSS_HEADER, _loss_row), "accuracy": (_ACCURACY_HEADER, _accuracy_row)}
+
+
+def summary_lines(records: Iterable[CellRecord]) -> list[str]:
+    """The summary table(s) of ``records``: one per grid, rows sorted by cell id, then the statuses line.
+
+    Columns of the accuracy table: final held-out top-1 (%), the Bayes classifier's on the same
+    split, final held-out loss, trainable/total parameters, training memory (parameters +
+    gradients + optimizer state + activations of one step), seconds per epoch, joules.
+    """
+    records = list(records)
+    lines: list[str] = []
+    grids = dict.fromkeys(r.grid for r in records)
+    for grid in grids:
+        group = sorted((r for r in records if r.grid == grid), key=lambda r: r.cell)
+        header, row = _TABLES[GRIDS[grid].focus if grid in GRIDS else "loss"]
+        if len(grids) > 1:
+            lines.append(f"[{grid}] {GRIDS[grid].name if grid in GRIDS else grid}")
+        lines.append(header)
+        for record in group:
+            lines.append(row(record))
+            if record.status not in ("ok", "skipped"):
+                lines.append(f"    {record.detail[:150]}")
+    counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
+    span = max(r.finished_at for r in records) - min(r.started_at for r in records)
+    lines.append(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")
+    pretrained = {r.model: r.weights["pretraining"] for r in records
+                  if isinstance(r.weights, dict) and r.weights.get("pretraining")}
+    for model, info in pretrained.items():
+        lines.append(f"pretrained {model}: {info.get('optimizer_steps')} steps in {_fmt(info.get('seconds'), '.1f')} s"
+                     f"{' (cached, not re-run)' if info.get('reused') else ''}, source-task held-out accuracy "
+                     f"{_fmt(info.get('heldout_accuracy') and 100 * info['heldout_accuracy'], '.1f')} %")
+    sources = sorted({_section(r, "energy").get("source", "none") for r in records if r.meters})
+    if sources:
+        lines.append(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")
+    return lines

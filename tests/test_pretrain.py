@@ -1,0 +1,94 @@
+"""Starting weights: random for the main study, a user's folder, or the suite's cached pretraining."""
+
+import json
+import threading
+
+import pytest
+import torch
+
+from gradeff import hparams
+from gradeff.hparams import PretrainHParams
+from gradeff.models import build_model
+from gradeff.pretrain import pretrained_folder, starting_weights
+
+# A few steps are enough to test the cache; the real recipe is measured by the grid.
+QUICK = PretrainHParams(num_classes=8, train_samples=64, heldout_samples=32, epochs=1, batch_size=32, lr=1e-3)
+
+
+@pytest.fixture
+def quick_recipe(monkeypatch):
+    monkeypatch.setitem(hparams.PRETRAIN_HPARAMS, "tiny", QUICK)
+
+
+def test_main_study_models_start_from_random_weights(tmp_path):
+    """A model the suite trains from scratch has no weights folder."""
+    weights = starting_weights("llm", "tiny", 0, cache_dir=tmp_path)
+    assert weights.source == "random" and weights.path is None and not list(tmp_path.iterdir())
+
+
+def test_a_local_folder_wins_and_a_missing_one_is_an_error(tmp_path):
+    """--gradeff-weights MODEL=PATH is used as given; a path that is not a folder fails clearly."""
+    weights = starting_weights("vit_s", "tiny", 0, local={"vit_s": str(tmp_path)}, cache_dir=tmp_path / "c")
+    assert (weights.source, weights.path) == ("local", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="vit_s="):
+        starting_weights("vit_s", "tiny", 0, local={"vit_s": str(tmp_path / "absent")})
+
+
+def test_pretraining_runs_once_and_is_reused(tmp_path, quick_recipe):
+    """The first call pretrains and records its cost; later calls load the same folder and say so."""
+    first = starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path)
+    second = starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path)
+    assert first.source == "pretrained" and first.path == second.path
+    assert first.pretraining["reused"] is False and second.pretraining["reused"] is True
+    assert first.pretraining["optimizer_steps"] == 2 and first.pretraining["seconds"] > 0
+    assert 0 <= first.pretraining["heldout_accuracy"] <= 1
+    info = json.loads((tmp_path / "pretrained" / first.path.rsplit("/", 1)[-1] / "pretraining.json").read_text())
+    assert info["task"]["num_classes"] == 8
+
+
+def test_fine_tuning_loads_the_backbone_and_starts_a_fresh_head(tmp_path, quick_recipe):
+    """The cached folder has no head: every backbone weight loads as saved, the head is new and seeded."""
+    from safetensors.torch import load_file
+
+    weights = starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path)
+    saved = load_file(f"{weights.path}/model.safetensors")
+    assert saved and not any(name.startswith("classifier") for name in saved)
+    models = []
+    for seed in (3, 3, 4):
+        torch.manual_seed(seed)
+        models.append(build_model("vit_s", "tiny", num_labels=47, weights_dir=weights.path).state_dict())
+    torch.manual_seed(3)
+    random = build_model("vit_s", "tiny", num_labels=47).state_dict()
+    backbone = [name for name in random if not name.startswith("classifier")]
+    # Every seed loads the same backbone, which is not a random initialisation ...
+    assert all(torch.equal(models[0][n], models[2][n]) for n in backbone)
+    assert not all(torch.equal(models[0][n], random[n]) for n in backbone)
+    # ... and the same number of saved tensors; the head is fresh: seeded, sized for the new classes.
+    assert len(saved) == len(backbone)
+    assert models[0]["classifier.weight"].shape[0] == 47
+    assert torch.equal(models[0]["classifier.weight"], models[1]["classifier.weight"])
+    assert not torch.equal(models[0]["classifier.weight"], models[2]["classifier.weight"])
+
+
+def test_the_cache_is_keyed_by_seed_and_recipe(tmp_path, monkeypatch, quick_recipe):
+    """Another seed or another recipe is another folder; the same ones are the same folder."""
+    base = pretrained_folder("vit_s", "tiny", 0, tmp_path)
+    assert base == pretrained_folder("vit_s", "tiny", 0, tmp_path)
+    assert base != pretrained_folder("vit_s", "tiny", 1, tmp_path)
+    monkeypatch.setitem(hparams.PRETRAIN_HPARAMS, "tiny", PretrainHParams(
+        num_classes=9, train_samples=64, heldout_samples=32, epochs=1, batch_size=32, lr=1e-3))
+    assert base != pretrained_folder("vit_s", "tiny", 0, tmp_path)
+
+
+def test_concurrent_callers_pretrain_once(tmp_path, quick_recipe):
+    """Two callers at once (xdist workers) share one pretraining through the lock."""
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(starting_weights("vit_s", "tiny", 0,
+                                                                               cache_dir=tmp_path)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(r.pretraining["reused"] for r in results) == [False, True]
+    assert len(list((tmp_path / "pretrained").glob("vit_s-*seed0-*[!k]"))) == 1
