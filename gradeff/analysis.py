@@ -99,6 +99,14 @@ def _meter(meter: str, name: str) -> Callable[[CellRecord], float | None]:
     return lambda record: meter_value(record, meter, name)
 
 
+def _percent(fraction: Callable[[CellRecord], float | None]) -> Callable[[CellRecord], float | None]:
+    # Records hold accuracies as fractions; the "percent" unit prints numbers already in percent.
+    def extract(record: CellRecord) -> float | None:
+        value = fraction(record)
+        return None if value is None else 100 * value
+    return extract
+
+
 METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric(key="mean_loss", label="Mean loss over the run", unit="loss", goal="min", paper="Tables 4–7",
            extract=_summary("mean_loss")),
@@ -121,6 +129,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric(key="train_memory", label="Training memory (params + grads + state + activations)", unit="bytes",
            goal="min", paper="", extract=training_memory_bytes),
     Metric(key="energy", label="Energy", unit="joules", goal="min", paper="", extract=_meter("energy", "joules")),
+    Metric(key="heldout_accuracy", label="Final held-out accuracy (top-1)", unit="percent", goal="max", paper="",
+           extract=_percent(_summary("final_heldout_accuracy"))),
 )}
 
 # The memory a recommendation minimises, best source first: what the GPU allocator actually held,

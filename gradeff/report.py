@@ -3,9 +3,10 @@
 Everything the page shows is decided in Python: which cells, in which order, which one is best,
 how each number reads (units, ``n/a``, "diverged at step 37"). This module assembles the view
 (:mod:`gradeff.report_view`) from the tables (:mod:`gradeff.report_tables`), figures
-(:mod:`gradeff.report_figures`) and context (:mod:`gradeff.report_context`), and renders it with the
-Jinja templates in ``gradeff/report_templates/``, which only loop and print; they run with
-autoescape on and ``StrictUndefined``, so a field name typo fails a test instead of printing nothing.
+(:mod:`gradeff.report_figures`), context (:mod:`gradeff.report_context`) and the PEFT study's
+section (:mod:`gradeff.report_peft`), and renders it with the Jinja templates in
+``gradeff/report_templates/``, which only loop and print; they run with autoescape on and
+``StrictUndefined``, so a field name typo fails a test instead of printing nothing.
 
 :func:`write_report` is the entry point for the pytest plugin and the CLI.
 """
@@ -13,34 +14,35 @@ autoescape on and ``StrictUndefined``, so a field name typo fails a test instead
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
 
-from gradeff import analysis
+from gradeff import analysis, peft_analysis
 from gradeff import report_context as context
 from gradeff import report_figures as figures
 from gradeff import report_tables as tables
 from gradeff.analysis import METRICS, group_by_model
 from gradeff.formatting import NA
+from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
+from gradeff.report_peft import build_peft_view
 from gradeff.report_view import (
-    SECTIONS, ModelView, ReportView, display_name, distinct_text, status_text,
+    SECTIONS, ModelView, ReportView, Table, display_name, distinct_text, html_id, status_text,
 )
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
-__all__ = ["SECTIONS", "TEMPLATE", "build_view", "jinja_environment", "render_html", "status_text", "write_report"]
+__all__ = [
+    "MAIN_MISSING_NOTE", "SECTIONS", "TEMPLATE", "build_view", "jinja_environment", "render_html", "status_text",
+    "write_report",
+]
 
 TEMPLATE = "report.html.j2"
-
-
-def _slug(key: str, index: int) -> str:
-    # An HTML id from any model key (records may hold anything): index for uniqueness, [a-z0-9_-] only.
-    return f"m{index}-" + (re.sub(r"[^a-z0-9_]+", "-", key.lower()).strip("-") or "x")
+MAIN_MISSING_NOTE = ("No records of the main study (optimizers × memory strategies, read by training loss) in "
+                     "these results.")
 
 
 def build_view(
@@ -65,24 +67,26 @@ def build_view(
     """
     kept, superseded = analysis.latest_records(records)
     kept = analysis.sort_records(kept)
-    groups = group_by_model(kept)
+    # The main study's sections read its grids only; the PEFT study has a section of its own.
+    main, peft_records = peft_analysis.split_studies(kept)
+    groups = group_by_model(main)
     models = list(groups)
-    optimizers = analysis.order_keys((r.optimizer for r in kept), OPTIMIZERS)
-    strategies = analysis.order_keys((r.strategy for r in kept), STRATEGIES)
+    optimizers = analysis.order_keys((r.optimizer for r in main), OPTIMIZERS)
+    strategies = analysis.order_keys((r.strategy for r in main), STRATEGIES)
     optimizers_of = {m: analysis.order_keys((r.optimizer for r in groups[m]), OPTIMIZERS) for m in models}
     model_views = []
     for index, model in enumerate(models):
-        slug, name, group = _slug(model, index), display_name(MODELS, model), groups[model]
+        slug, name, group = html_id(model, index), display_name(MODELS, model), groups[model]
         pareto, front = figures.pareto_figure(slug, name, group, optimizers, strategies)
         counts = Counter(r.status for r in group)
         model_views.append(ModelView(
             key=model, name=name, slug=slug,
             summary=f"{len(group)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
             tables=tuple(tables.grid_table(slug, name, METRICS[k], group, optimizers_of[model], strategies)
-                         for k in tables.GRID_METRICS),
+                         for k in tables.grid_metrics_for(group)),
             curves=figures.loss_curves_figure(slug, name, group, optimizers, strategies),
             pareto=pareto, pareto_cells=front, memory=figures.memory_figure(slug, name, group)))
-    recommended, wins = tables.recommendation_table(models, kept)
+    recommended, wins = tables.recommendation_table(models, main)
     return ReportView(
         title=title,
         generated_at=generated_at or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -91,13 +95,15 @@ def build_view(
         notices=_notices(kept, superseded, skipped_lines),
         recommendations=recommended, wins=wins,
         best_loss=tables.best_loss_table(models, groups), best=tables.best_table(models, groups),
-        ratios=tables.ratio_tables(models, optimizers, kept),
+        ratios=tables.ratio_tables(models, optimizers, main),
         models=tuple(model_views),
         heatmap=figures.heatmap_figure(models, groups, optimizers_of, strategies),
+        main_note="" if main else MAIN_MISSING_NOTE,
+        peft=build_peft_view(peft_records),
         failures=context.failures_table(kept),
         skipped_lines=tuple(skipped_lines), superseded=superseded,
         runs=context.runs_table(kept), environments=context.environment_tables(kept),
-        hparams=context.hparams_table(models, groups),
+        hparams=_hparams_tables(kept),
         methods=context.methods(kept),
     )
 
@@ -109,6 +115,7 @@ def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded:
         ("results files", ", ".join(sources) or NA),
         ("cells", str(len(records))),
         ("statuses", ", ".join(f"{n} {s}" for s, n in counts.items()) or NA),
+        ("grids", _grids_text(records)),
         ("models", ", ".join(dict.fromkeys(display_name(MODELS, r.model) for r in records)) or NA),
         ("profile", distinct_text(r.profile for r in records) if records else NA),
         ("seed", distinct_text(r.seed for r in records) if records else NA),
@@ -116,6 +123,27 @@ def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded:
         ("superseded records", str(superseded)),
         ("unreadable lines", str(len(skipped_lines))),
     )
+
+
+def _hparams_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
+    # One table per grid: the studies set different hyper-parameters (the PEFT study's method settings).
+    by_grid: dict[str, list[CellRecord]] = {}
+    for record in records:
+        by_grid.setdefault(record.grid, []).append(record)
+    if not by_grid:
+        return (context.hparams_table([], {}, table_id="hparams"),)
+    tables = []
+    for index, (grid, group) in enumerate(by_grid.items()):
+        groups = group_by_model(group)
+        tables.append(context.hparams_table(list(groups), groups, grid=grid,
+                                            table_id=html_id(grid, index, prefix="hparams-")))
+    return tuple(tables)
+
+
+def _grids_text(records: Sequence[CellRecord]) -> str:
+    counts = Counter(r.grid for r in records)
+    return "; ".join(f"{grid}: {n} cell{'' if n == 1 else 's'}, {display_name(GRIDS, grid)}"
+                     for grid, n in counts.items()) or NA
 
 
 def _notices(records: Sequence[CellRecord], superseded: int, skipped_lines: Sequence[str]) -> tuple[str, ...]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from gradeff.formatting import NA, as_number
+from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.report_view import (
     Cell, Row, Table, display_name, distinct_text, energy_sources, metering_cost_fractions, status_text, text_or_na,
@@ -87,31 +89,99 @@ def environment_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
     return tuple(tables)
 
 
-def hparams_table(models: Sequence[str], groups: Mapping[str, Sequence[CellRecord]]) -> Table:
-    """Hyper-parameters per model; a value that differs between a model's cells lists each one.
+def _flat(prefix: str, value: object, out: dict[str, object]) -> None:
+    # The method's settings nest under "method": one column each (method.lora_r), not one dict.
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _flat(f"{prefix}.{key}" if prefix else str(key), item, out)
+    else:
+        out[prefix] = value
+
+
+def _hparams(record: CellRecord) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if isinstance(record.hparams, Mapping):
+        _flat("", record.hparams, out)
+    return out
+
+
+def _value_text(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(str, value)) + "]"  # LoRA's target modules
+    return text_or_na(value)
+
+
+def _weights_source(record: CellRecord) -> str:
+    weights = record.weights if isinstance(record.weights, Mapping) else {}
+    return text_or_na(weights.get("source"))
+
+
+def _weights_text(record: CellRecord) -> str:
+    # random, pretrained, or local with its folder: the same model may start from different places.
+    weights = record.weights if isinstance(record.weights, Mapping) else {}
+    source = _weights_source(record)
+    return f"local ({weights['path']})" if source == "local" and weights.get("path") else source
+
+
+def _cells_text(pairs: Sequence[tuple[str, str]]) -> str:
+    """The values of one setting over a model's cells: one value, or each value with the methods that use it."""
+    values = dict.fromkeys(value for _, value in pairs)
+    if len(values) <= 1:
+        return next(iter(values), NA)
+    by_method: dict[str, dict[str, None]] = {}
+    for method, value in pairs:
+        by_method.setdefault(method, {})[value] = None
+    if all(len(v) == 1 for v in by_method.values()):
+        # A setting that follows the method (the learning-rate scale): say which method uses which value.
+        methods_of: dict[str, list[str]] = {}
+        for method, value in by_method.items():
+            methods_of.setdefault(next(iter(value)), []).append(method)
+        return "; ".join(f"{value} ({', '.join(methods)})" for value, methods in methods_of.items())
+    return ", ".join(values)
+
+
+def hparams_table(models: Sequence[str], groups: Mapping[str, Sequence[CellRecord]], *, grid: str | None = None,
+                  table_id: str = "hparams") -> Table:
+    """Hyper-parameters and starting weights per model; a value that differs between a model's cells lists each one.
+
+    Nested settings (the fine-tuning method's, under ``method``) get a column each; a value that
+    follows the method names the methods using it.
 
     Args:
         models: model keys, in order.
         groups: model key → its records.
+        grid: the grid the records belong to, named in the caption (``None``: not named).
+        table_id: the table's HTML id.
 
     Returns:
-        Models as rows, hyper-parameter names as columns.
+        Models as rows, hyper-parameter names and the starting weights as columns.
     """
+    flat = {model: [(r, _hparams(r)) for r in groups[model]] for model in models}
     keys: list[str] = []
     for model in models:
-        for record in groups[model]:
-            if isinstance(record.hparams, Mapping):
-                keys.extend(k for k in map(str, record.hparams) if k not in keys)
+        for _, hparams in flat[model]:
+            keys.extend(k for k in hparams if k not in keys)
     rows = []
     for model in models:
-        cells = []
-        for key in keys:
-            values = [r.hparams.get(key) for r in groups[model] if isinstance(r.hparams, Mapping)]
-            cells.append(Cell(text=distinct_text(values) if values else NA))
+        cells = [Cell(text=_cells_text([(r.method, _value_text(hparams.get(key))) for r, hparams in flat[model]]))
+                 for key in keys]
+        cells.append(Cell(text=_cells_text([(r.method, _weights_text(r)) for r in groups[model]])))
         rows.append(Row(label=display_name(MODELS, model), cells=tuple(cells)))
-    return Table(id="hparams", caption="Hyper-parameters per model (all cells of a model share them)",
-                 header=("model", *keys) if keys else (), rows=tuple(rows) if keys else (),
-                 note="" if keys else "n/a: these records carry no hyper-parameters.")
+    study = f": {display_name(GRIDS, grid)}" if grid is not None else ""
+    return Table(id=table_id, caption=f"Hyper-parameters and starting weights per model{study}",
+                 header=("model", *keys, "starting weights") if rows else (), rows=tuple(rows),
+                 note=_hparams_note(keys) if rows else "n/a: these records carry no hyper-parameters.")
+
+
+def _hparams_note(keys: Sequence[str]) -> str:
+    notes = []
+    if "heldout_samples" in keys:
+        notes.append("heldout_samples: the held-out split evaluated after every epoch, outside its timing (0: none)")
+    if any(key.startswith("method.") for key in keys):
+        notes.append("method.*: the fine-tuning method's settings (lr_scale multiplies lr)")
+    notes.append("starting weights: random initialisation, the suite's cached pretraining, or a local folder "
+                 "(see 'How each number was measured')")
+    return "; ".join(notes) + "."
 
 
 def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
@@ -124,6 +194,9 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
         ``(quantity, explanation)`` pairs.
     """
     sources = energy_sources(records)
+    weights = Counter(_weights_source(r) for r in records)
+    weights_used = ", ".join(f"{source} ({n} cell{'' if n == 1 else 's'})" for source, n in weights.items()) or NA
+    heldout = sum(any(as_number(e.heldout_accuracy) is not None for e in r.epochs) for r in records)
     source_text = {
         "nvml": "nvml: the GPU's own energy counter (GPU board only, not CPU or DRAM)",
         "rapl": "rapl: the CPU packages' RAPL counters (whole packages, every process)",
@@ -152,10 +225,25 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
         ("Metering cost", "The meters' window is opened once per cell and each epoch is a segment of it. Recorded "
                           "per epoch: seconds of the segments' synchronous reads on the training thread plus CPU "
                           f"seconds of the sampling threads, over the epoch's seconds. {cost}"),
-        ("Memory breakdown", "Parameter, gradient and optimizer-state bytes counted from the tensors; activation "
+        ("Memory breakdown", "Parameter, gradient and optimizer-state bytes counted from the tensors (a 4-bit "
+                             "weight counts its packed bytes plus its quantisation constants); activation "
                              "bytes = distinct storages saved for backward (saved-tensor hooks, parameters excluded, "
                              "deduplicated by storage) on one representative step: the warm-up micro-batch, with "
-                             "the strategy applied. Identical on CPU and GPU."),
+                             "the strategy applied. Identical on CPU and GPU. The PEFT study's training memory is "
+                             "the GPU allocator peak where measured, else the sum of these four parts."),
+        ("Held-out evaluation", "After each epoch, outside the epoch's timing and meters, the model is evaluated on "
+                                "the task's held-out split (never trained on) in eval mode (dropout off) without "
+                                "autograd: mean cross-entropy per target and top-1 accuracy. Final held-out "
+                                "accuracy is the last epoch's. The ceiling is the Bayes classifier's accuracy on "
+                                f"the same split. {heldout} of the {len(records)} cells here carry it."),
+        ("Parameters", "Total and trainable parameter counts are the values the model's parameters hold, tied ones "
+                       "once and adapters included; a 4-bit (QLoRA NF4) weight counts the values it stands for, "
+                       "unpacked, not its packed bytes. The share trained is trainable / total."),
+        ("Starting weights", "random: the model's seeded initialisation; pretrained: the suite pretrains each "
+                             "backbone once on a related synthetic source task and caches it, and every cell "
+                             "starts from that copy with a fresh head (the one-off cost is listed in the PEFT "
+                             "study's pretraining table, not in any cell's time); local: a save_pretrained folder "
+                             f"given with --gradeff-weights. In these records: {weights_used}."),
         ("Status", "ok: trained every epoch; diverged: NaN/Inf loss (with the optimizer step); oom: out of "
                    "memory; error: another exception; skipped: the cell is incompatible. Only ok cells compete."),
     )

@@ -1,9 +1,9 @@
 """Records as a flat CSV table: one row per cell, summary and meters flattened into columns.
 
 Numbers stay in raw units (bytes, seconds, joules) at full precision, for spreadsheets and
-pandas; missing values are ``n/a`` (pandas reads it as NaN by default). Column names are dotted
-paths (``summary.final_loss``, ``meters.gpu.util_mean_percent``) so newer meters add columns
-instead of breaking older readers.
+pandas; missing values are ``n/a`` (pandas reads it as NaN by default); accuracies are fractions.
+Column names are dotted paths (``summary.final_loss``, ``meters.gpu.util_mean_percent``) so newer
+meters add columns instead of breaking older readers.
 """
 
 from __future__ import annotations
@@ -17,14 +17,21 @@ from typing import TextIO
 
 from gradeff import analysis
 from gradeff.formatting import NA
+from gradeff.peft_analysis import sort_peft, split_studies
 from gradeff.results import CellRecord, Summary
 
 __all__ = ["csv_table", "write_csv"]
 
 _RECORD_COLUMNS = ("cell", "model", "optimizer", "strategy", "status", "failed_step", "detail", "profile", "seed",
                    "device", "session", "started_at", "finished_at", "loss_floor", "epochs")
+# The two studies' columns, after every earlier column so that readers indexing those still work:
+# which grid, method and dataset; held-out results against the Bayes accuracy; what was trained, from where.
+_STUDY_COLUMNS = ("grid", "method", "dataset", "summary.final_heldout_accuracy", "summary.final_heldout_loss",
+                  "summary.best_heldout_accuracy", "task.bayes_accuracy", "parameters.trainable", "parameters.total",
+                  "weights.source")
 _SUMMARY_FIELDS = tuple(f.name for f in fields(Summary))
-_SUMMARY_COLUMNS = tuple(f"summary.{name}" for name in _SUMMARY_FIELDS)
+_SUMMARY_COLUMNS = tuple(column for column in (f"summary.{name}" for name in _SUMMARY_FIELDS)
+                         if column not in _STUDY_COLUMNS)
 # The meters' documented fields, in a stable order; fields a record has beyond these follow, sorted.
 _METER_COLUMNS = tuple(f"meters.{meter}.{name}" for meter, names in (
     ("ram", ("peak_rss_bytes", "peak_source", "mean_rss_bytes", "peak_system_percent", "samples", "duration_s")),
@@ -52,6 +59,13 @@ def _row(record: CellRecord) -> dict[str, object]:
         row[f"summary.{name}"] = getattr(record.summary, name, None)
     if isinstance(record.meters, Mapping):
         _flatten("meters", record.meters, row)
+    row |= {"grid": record.grid, "method": record.method, "dataset": record.dataset}
+    for column in _STUDY_COLUMNS:
+        name, _, key = column.partition(".")
+        section = getattr(record, name, None)
+        if name in ("task", "parameters", "weights"):
+            # Only the named fields: the rest of these mappings (task info, pretraining) is not tabular.
+            row[column] = section.get(key) if isinstance(section, Mapping) else None
     return row
 
 
@@ -64,7 +78,8 @@ def _cell_text(value: object) -> str:
 
 
 def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of the CSV: one row per cell (a cell's last record wins), in grid order.
+    """The header and rows of the CSV: one row per cell (a cell's last record wins), main study then PEFT study,
+    each in its grid order.
 
     Args:
         records: records in reading order.
@@ -73,8 +88,9 @@ def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]
         ``(header, rows)``, every value already text.
     """
     kept, _ = analysis.latest_records(records)
-    rows = [_row(r) for r in analysis.sort_records(kept)]
-    known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS)
+    main, peft = split_studies(kept)
+    rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft))]
+    known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS, *_STUDY_COLUMNS)
     extra = sorted({key for row in rows for key in row} - set(known))
     header = [*known, *extra]
     return header, [[_cell_text(row.get(column)) for column in header] for row in rows]

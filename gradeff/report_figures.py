@@ -1,8 +1,8 @@
 """The report's figures: records → plot data → inline SVG (:mod:`gradeff.report_plots`) → :class:`FigureView`.
 
 Loss curves (paper Figure 2), the utilization/memory heat-map grid (Figure 3), loss vs time with
-the Pareto frontier (Figure 4) and the memory breakdown. Each figure's note says which cells it
-could not draw and why.
+the Pareto frontier (Figure 4), the memory breakdown, and the PEFT study's held-out accuracy
+curves. Each figure's note says which cells it could not draw and why.
 """
 
 from __future__ import annotations
@@ -11,15 +11,17 @@ from collections.abc import Mapping, Sequence
 
 from markupsafe import Markup
 
-from gradeff import analysis
+from gradeff import analysis, peft_analysis
 from gradeff import report_plots as plots
 from gradeff.analysis import METRICS, Metric
-from gradeff.formatting import as_number, format_loss, format_value
+from gradeff.data import TASKS
+from gradeff.formatting import as_number, format_loss, format_percent, format_value
+from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.report_view import FigureView, config_label, display_name, first_word, short_label, status_text
 from gradeff.results import FAILED_STATUSES, CellRecord
 
-__all__ = ["heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure"]
+__all__ = ["accuracy_curves_figure", "heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure"]
 
 _HEAT_METRICS = {"gpu_util": "GPU util.", "gpu_mem": "GPU memory", "ram_peak": "RAM peak",
                  "activation": "activations"}  # metric → short panel title (panels are 2.7 in wide)
@@ -175,6 +177,56 @@ def heatmap_figure(models: Sequence[str], groups: Mapping[str, Sequence[CellReco
     return FigureView(id="heatmap-grid", caption=caption, svg=Markup(svg), note=note)
 
 
+def accuracy_curves_figure(groups: Mapping[tuple[str, str], Sequence[CellRecord]],
+                           strategy: str = "standard") -> FigureView:
+    """Held-out accuracy per epoch: a panel per backbone (rows) and dataset (columns), a line per method.
+
+    Args:
+        groups: ``(backbone, dataset)`` → its records, in the study's order.
+        strategy: the strategy whose cells are drawn (one line per method stays readable).
+
+    Returns:
+        The figure, the Bayes accuracy of each panel's split dashed; its note names the cells it
+        could not draw.
+    """
+    models = analysis.order_keys((m for m, _ in groups), MODELS)
+    datasets = analysis.order_keys((d for _, d in groups), TASKS)
+    methods = analysis.order_keys((r.method for group in groups.values() for r in group), METHODS)
+    panels, undrawn, ceilings = [], [], {}
+    for model in models:
+        row = []
+        for dataset in datasets:
+            group = groups.get((model, dataset), ())
+            curves = []
+            for record in group:
+                if record.strategy != strategy:
+                    continue
+                points = [(e.epoch + 1, 100 * e.heldout_accuracy) for e in record.epochs
+                          if as_number(e.heldout_accuracy) is not None and as_number(e.epoch) is not None]
+                if not points:
+                    undrawn.append(f"{record.cell} ({status_text(record)})")
+                    continue
+                curves.append(plots.Curve(
+                    label=display_name(METHODS, record.method), color_index=methods.index(record.method),
+                    epochs=tuple(float(x) for x, _ in points), values=tuple(float(y) for _, y in points),
+                    failed=record.status in FAILED_STATUSES))
+            bayes = sorted({b for b in (peft_analysis.bayes_accuracy(r) for r in group) if b is not None})
+            ceiling = bayes[0] if len(bayes) == 1 else None
+            ceilings[(model, dataset)] = ceiling
+            title = f"{_shorten(display_name(MODELS, model), 26)} · {first_word(display_name(TASKS, dataset))}"
+            row.append(plots.CurvePanel(title=title if group else f"{title} (not run)", curves=tuple(curves),
+                                        ceiling=ceiling))
+        panels.append(row)
+    caption = f"Held-out top-1 accuracy per epoch, strategy {strategy}, one line per method"
+    drawn = any(panel.curves for row in panels for panel in row)
+    notes = ["Dashed: the Bayes classifier's accuracy on the same held-out split, the ceiling"
+             + (": " + ", ".join(f"{model} / {dataset} {format_percent(c)}" for (model, dataset), c in
+                                 ceilings.items() if c is not None) if any(ceilings.values()) else " (unknown here)")
+             + ". A cross marks a cell that stopped early."]
+    if undrawn:
+        notes.append("No held-out accuracy: " + ", ".join(undrawn) + ".")
+    svg = plots.accuracy_panels_svg(panels, title=caption, uid="peft-curves") if drawn else None
+    return FigureView(id="peft-curves", caption=caption, svg=Markup(svg) if svg else None, note=" ".join(notes))
 
 
 def _heat_text(record: CellRecord | None, value: float | None, metric: Metric) -> str:

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 __all__ = [
-    "Bar", "HeatPanel", "Point", "Series", "heatmap_grid_svg", "loss_curves_svg", "memory_bars_svg", "pareto_svg",
+    "Bar", "Curve", "CurvePanel", "HeatPanel", "Point", "Series", "accuracy_panels_svg", "heatmap_grid_svg",
+    "loss_curves_svg", "memory_bars_svg", "pareto_svg",
 ]
 
 # Text stays text (no embedded glyph outlines: the tiny grid's page is 1.8x smaller, and searchable); no mathtext,
@@ -126,6 +127,100 @@ class Bar:
 
     label: str
     parts: tuple[float, float, float, float] = field(default=(0.0, 0.0, 0.0, 0.0))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Curve:
+    """One cell's per-epoch held-out accuracy.
+
+    Attributes:
+        label: legend text (the same label in several panels is one legend entry).
+        color_index: index of the cell's method (same colour for one method everywhere).
+        epochs: x values (1-based epoch numbers).
+        values: y values in percent.
+        failed: the cell stopped early: its last point gets a cross.
+    """
+
+    label: str
+    color_index: int
+    epochs: tuple[float, ...]
+    values: tuple[float, ...]
+    failed: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CurvePanel:
+    """One panel of :func:`accuracy_panels_svg`: a title, its curves and the ceiling (``None`` if unknown)."""
+
+    title: str
+    curves: tuple[Curve, ...]
+    ceiling: float | None = None
+
+
+def accuracy_panels_svg(panels: Sequence[Sequence[CurvePanel]], *, title: str, uid: str) -> str:
+    """A grid of held-out accuracy curves, the ceiling dashed in each panel; one shared legend on top.
+
+    Args:
+        panels: ``panels[row][column]``; a short row leaves its last axes empty.
+        title: what the figure shows: the SVG's accessible label (the page's figcaption prints it).
+        uid: unique id prefix for this figure's SVG ids.
+
+    Returns:
+        An ``<svg>`` element.
+    """
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    n_rows = max(len(panels), 1)
+    n_cols = max((len(row) for row in panels), default=1) or 1
+    width, height = 7.6, 0.75 + 2.1 * n_rows
+    # Inches for the legend above, the axis labels left and below.
+    margins = dict(left=0.65 / width, right=0.98, bottom=0.45 / height, top=1 - 0.6 / height, wspace=0.25,
+                   hspace=0.55)
+    with _figure(uid, (width, height), margins) as fig:
+        axes = fig.subplots(n_rows, n_cols, squeeze=False)
+        colors = _colors()
+        entries: dict[str, object] = {}
+        for r in range(n_rows):
+            for c in range(n_cols):
+                ax = axes[r][c]
+                if r >= len(panels) or c >= len(panels[r]):
+                    ax.set_axis_off()
+                    continue
+                panel = panels[r][c]
+                for curve in panel.curves:
+                    color = colors[curve.color_index % len(colors)]
+                    (line,) = ax.plot(curve.epochs, curve.values, marker="o", markersize=3, linewidth=1.2,
+                                      color=color)
+                    entries.setdefault(curve.label, line)
+                    if curve.failed and curve.epochs:
+                        ax.plot([curve.epochs[-1]], [curve.values[-1]], marker="x", markersize=8, color=color,
+                                linestyle="")
+                if panel.ceiling is not None:
+                    ax.axhline(panel.ceiling, color="black", linestyle="--", linewidth=1)
+                if not panel.curves:
+                    ax.text(0.5, 0.5, "n/a", transform=ax.transAxes, ha="center", va="center", color="#656d76")
+                    ax.set_xticks([])  # no data: ticks would suggest a scale that was measured
+                values = [v for curve in panel.curves for v in curve.values]
+                top = max([*values, panel.ceiling if panel.ceiling is not None else 0.0, 1.0])
+                # From 0: the distance to the ceiling is the finding, and a zoomed axis would hide it.
+                ax.set_ylim(0, min(100.0, top * 1.08) if top < 100 else 100.5)
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+                ax.set_title(panel.title, fontsize=8)
+                ax.grid(True, alpha=0.3)
+                if c == 0:
+                    ax.set_ylabel("held-out top-1 (%)")
+                if r == n_rows - 1:
+                    ax.set_xlabel("epoch")
+        handles = list(entries.values())
+        labels = list(entries)
+        if any(p.ceiling is not None for row in panels for p in row):
+            handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1))
+            labels.append("Bayes accuracy (ceiling)")
+        if handles:
+            fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(handles), 4),
+                       frameon=False)
+        return _to_svg(fig, uid, title)
 
 
 def loss_curves_svg(series: Sequence[Series], *, loss_floor: float | None, title: str, uid: str) -> str:

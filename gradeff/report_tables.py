@@ -23,14 +23,17 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "BEST_METRICS", "GRID_METRICS", "best_loss_table", "best_table", "grid_table", "ratio_tables",
-    "recommendation_table",
+    "BEST_METRICS", "GRID_METRICS", "best_loss_table", "best_table", "grid_metrics_for", "grid_table",
+    "ratio_tables", "recommendation_table",
 ]
 
 # The paper's per-model tables: loss (4–7), GPU utilization (8–11), RAM (12–15), time (16–19),
-# plus the memory and energy columns gradeff measures beyond the paper.
-GRID_METRICS = ("mean_loss", "final_loss", "epoch_seconds", "gpu_util", "ram_peak", "ram_percent", "gpu_mem",
-                "gpu_alloc", "activation", "train_memory", "energy")
+# plus the held-out accuracy, memory and energy columns gradeff measures beyond the paper.
+GRID_METRICS = ("mean_loss", "final_loss", "heldout_accuracy", "epoch_seconds", "gpu_util", "ram_peak",
+                "ram_percent", "gpu_mem", "gpu_alloc", "activation", "train_memory", "energy")
+# Shown only for a model that measured it: a language model has no held-out accuracy to be missing,
+# whereas a GPU meter that read nothing is worth a note.
+_WHERE_MEASURED = ("heldout_accuracy",)
 BEST_METRICS = ("final_loss", "mean_loss", "epoch_seconds", "gpu_util", "ram_peak", "gpu_alloc",
                 "train_memory", "energy")
 _RATIO_PAIRS = (("checkpoint", "standard"), ("accum", "standard"))
@@ -62,6 +65,19 @@ def _metric_note(metric: Metric, records: Sequence[CellRecord]) -> str:
     if metric.key in ("activation", "train_memory"):
         notes.append("needs the memory-breakdown meter (older records do not have it)")
     return "; ".join(notes)
+
+
+def grid_metrics_for(records: Sequence[CellRecord]) -> tuple[str, ...]:
+    """The :data:`GRID_METRICS` a model's tables show: all of them, less held-out accuracy where no cell measured it.
+
+    Args:
+        records: one model's records.
+
+    Returns:
+        Metric keys, in table order.
+    """
+    return tuple(key for key in GRID_METRICS if key not in _WHERE_MEASURED
+                 or any(analysis.metric_value(r, key) is not None for r in records))
 
 
 def grid_table(model_slug: str, name: str, metric: Metric, records: Sequence[CellRecord],

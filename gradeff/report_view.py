@@ -7,6 +7,7 @@ the template asks for and the view lacks is an error, not an empty string.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -20,9 +21,9 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "SECTIONS", "Cell", "FigureView", "ModelView", "ReportView", "Row", "Section", "Table", "config_label",
-    "display_name", "distinct_text", "energy_sources", "first_word", "short_label",
-    "status_text", "text_or_na",
+    "SECTIONS", "Cell", "FigureView", "ModelView", "PeftGroupView", "PeftView", "ReportView", "Row", "Section",
+    "Table", "config_label", "display_name", "distinct_text", "energy_sources", "first_word", "html_id",
+    "short_label", "status_text", "text_or_na",
 ]
 
 
@@ -45,6 +46,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("heatmaps", "Utilization and memory heat maps", "Figure 3"),
     Section("pareto", "Loss vs time per epoch: Pareto frontier", "Figure 4"),
     Section("memory", "Memory breakdown", ""),
+    Section("peft", "Fine-tuning methods (PEFT study)", ""),
     Section("failures", "Failed and skipped cells", ""),
     Section("skipped-lines", "Unreadable lines", ""),
     Section("environment", "Environment", ""),
@@ -107,8 +109,45 @@ class ModelView:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PeftGroupView:
+    """One backbone on one dataset of the PEFT study: its method × strategy tables."""
+
+    slug: str
+    title: str
+    summary: str
+    tables: tuple[Table, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeftView:
+    """The PEFT study's section; ``missing_note`` alone is printed when there are no records of it.
+
+    Attributes:
+        missing_note: the one line shown instead of the section's content, ``""`` when there are records.
+        pick: winners per backbone × dataset for accuracy, memory, time and energy.
+        versus_full: per backbone × dataset, each method against full fine-tuning.
+        groups: the method × strategy tables per backbone × dataset.
+        ratios: checkpoint / standard ratios per backbone × method.
+        curves: held-out accuracy per epoch.
+        pretraining: the one-off pretraining of each backbone.
+    """
+
+    missing_note: str
+    pick: Table
+    versus_full: tuple[Table, ...]
+    groups: tuple[PeftGroupView, ...]
+    ratios: tuple[Table, ...]
+    curves: FigureView
+    pretraining: Table
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReportView:
-    """The whole page."""
+    """The whole page.
+
+    ``main_note`` is the one line the main study's sections show instead of their content when
+    no record belongs to it (``""`` otherwise); ``peft`` is the PEFT study's section.
+    """
 
     title: str
     generated_at: str
@@ -123,13 +162,20 @@ class ReportView:
     ratios: tuple[Table, ...]
     models: tuple[ModelView, ...]
     heatmap: FigureView
+    main_note: str
+    peft: PeftView
     failures: Table
     skipped_lines: tuple[str, ...]
     superseded: int
     runs: Table
     environments: tuple[Table, ...]
-    hparams: Table
+    hparams: tuple[Table, ...]
     methods: tuple[tuple[str, str], ...]
+
+
+def html_id(key: str, index: int, prefix: str = "m") -> str:
+    """An HTML id from any key (records may hold anything): ``prefix`` and ``index`` for uniqueness, ``[a-z0-9_-]``."""
+    return f"{prefix}{index}-" + (re.sub(r"[^a-z0-9_]+", "-", key.lower()).strip("-") or "x")
 
 
 def status_text(record: CellRecord) -> str:
