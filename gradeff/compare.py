@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gradeff.compare_rules import (
-    DEFAULT_RULES, IMPROVEMENT, LOOSE_LOSS_RTOL, REGRESSION, Row, Rule, TimeRule, override_rules,
+    DEFAULT_RULES, IMPROVEMENT, LOOSE_ACCURACY_ATOL, LOOSE_LOSS_RTOL, REGRESSION, Row, Rule, TimeRule, override_rules,
 )
 from gradeff.results import CellRecord, latest_by_cell, read_records
 
@@ -235,7 +235,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-ratio", metavar="R",
                         help=f"slowdown ratio of time_per_epoch (default {TimeRule().ratio})")
     parser.add_argument("--loose", action="store_true",
-                        help=f"loss tolerance for GPU runs, which are not bit-reproducible (rtol {LOOSE_LOSS_RTOL})")
+                        help=f"tolerances for GPU runs, which are not bit-reproducible: losses rtol {LOOSE_LOSS_RTOL}, "
+                             f"held-out accuracy atol {LOOSE_ACCURACY_ATOL}")
     parser.add_argument("--rule", action="append", default=[], metavar="METRIC:KEY=VALUE",
                         help="override a rule setting, e.g. final_loss:rtol=0.01 or '*_bytes:rtol=0.05' (repeatable)")
     parser.add_argument("--ignore", action="append", default=[], metavar="METRIC",
@@ -245,7 +246,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _rules(args: argparse.Namespace) -> tuple[Rule, ...]:
     """``DEFAULT_RULES`` with ``--loose``, ``--time-ratio``, then ``--rule`` (so explicit wins), then ``--ignore``."""
-    overrides = [("*_loss", "rtol", str(LOOSE_LOSS_RTOL))] if args.loose else []
+    overrides = [("*_loss", "rtol", str(LOOSE_LOSS_RTOL)),
+                 ("heldout_accuracy", "atol", str(LOOSE_ACCURACY_ATOL))] if args.loose else []
     overrides += [("time_per_epoch", "ratio", args.time_ratio)] if args.time_ratio is not None else []
     for spec in args.rule:
         metric, _, setting = spec.partition(":")

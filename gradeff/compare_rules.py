@@ -3,7 +3,7 @@
 Each rule is a small frozen value with defaults; ``override_rules`` makes changed copies. A rule
 turns the baseline and current record of one cell into one ``Row``: the two values in human
 units, the change, and a verdict — ``ok``, ``regression``, ``improvement`` or ``not compared``.
-Lower is better for every numeric metric (loss, seconds, bytes).
+Lower is better for every numeric metric (loss, seconds, bytes) except held-out accuracy.
 
 Defaults, and why:
 
@@ -15,6 +15,10 @@ Defaults, and why:
   nondeterministic kernels), so its losses repeat to the last bits; the tolerance only absorbs
   float summation-order differences between library builds. GPU kernels (atomics, autotuned
   algorithms) are not bit-reproducible: use ``--loose`` (``rtol=0.05``) there.
+* ``heldout_loss``, ``heldout_accuracy`` (cells with a held-out split): the final epoch's
+  held-out figures, as tight as the training losses for the same reason; accuracy is higher-better
+  and moves in steps of one sample (1/256 at the tiny profile), so ``atol=1e-4`` flags any change
+  of a deterministic run and ``--loose`` allows two points (``atol=0.02``) on GPUs.
 * ``time_per_epoch``: see ``TimeRule``.
 * ``parameter_bytes`` … ``activation_bytes``: counted from tensors, not sampled, so they repeat
   exactly for the same code; ``rtol=0.01`` only allows for a different library version storing
@@ -41,7 +45,7 @@ from gradeff.formatting import as_number
 from gradeff.results import FAILED_STATUSES, CellRecord
 
 __all__ = [
-    "DEFAULT_RULES", "FAILED_STATUSES", "IMPROVEMENT", "LOOSE_LOSS_RTOL", "MIB", "NOT_COMPARED", "OK", "REGRESSION",
+    "DEFAULT_RULES", "FAILED_STATUSES", "IMPROVEMENT", "LOOSE_ACCURACY_ATOL", "LOOSE_LOSS_RTOL", "MIB", "NOT_COMPARED", "OK", "REGRESSION",
     "VERDICTS", "Row", "Rule", "StatusRule", "TimeRule", "ToleranceRule", "override_rules",
 ]
 
@@ -49,6 +53,7 @@ VERDICTS = ("ok", "regression", "improvement", "not compared")
 OK, REGRESSION, IMPROVEMENT, NOT_COMPARED = VERDICTS
 MIB = 1024 * 1024
 LOOSE_LOSS_RTOL = 0.05
+LOOSE_ACCURACY_ATOL = 0.02
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,12 +158,13 @@ class StatusRule:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToleranceRule:
-    """A value where lower is better, equal within ``atol + rtol·|baseline|`` (``numpy.isclose``).
+    """A value equal within ``atol + rtol·|baseline|`` (``numpy.isclose``); beyond it, worse or better.
 
     Attributes:
         metric: name in the table and in ``--rule`` overrides.
         source: dotted path into the record: ``summary.final_loss``, ``meters.ram.peak_rss_bytes``.
         unit: ``loss`` (plain numbers) or ``bytes`` (shown in MiB, KiB below 1 MiB).
+        higher_is_better: an increase is the improvement (accuracy); otherwise a decrease is.
     """
 
     metric: str
@@ -166,6 +172,7 @@ class ToleranceRule:
     rtol: float
     atol: float = 0.0
     unit: str = "loss"
+    higher_is_better: bool = False
 
     def __post_init__(self):
         if not (self.rtol >= 0 and self.atol >= 0):
@@ -184,7 +191,8 @@ class ToleranceRule:
                            None if after is None else fmt(after))
         diff = after - before
         tolerance = self.atol + self.rtol * abs(before)
-        verdict = OK if abs(diff) <= tolerance else REGRESSION if diff > 0 else IMPROVEMENT
+        worse = diff < 0 if self.higher_is_better else diff > 0
+        verdict = OK if abs(diff) <= tolerance else REGRESSION if worse else IMPROVEMENT
         shown = _bytes(tolerance) if self.unit == "bytes" else f"{tolerance:.3g}"
         return Row(cell=current.cell, metric=self.metric, before=fmt(before), after=fmt(after),
                    change=_pct(diff / before) if before else f"{diff:+.3g}", verdict=verdict,
@@ -289,6 +297,9 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     StatusRule(),
     ToleranceRule(metric="final_loss", source="summary.final_loss", rtol=1e-3, atol=1e-4),
     ToleranceRule(metric="mean_loss", source="summary.mean_loss", rtol=1e-3, atol=1e-4),
+    ToleranceRule(metric="heldout_loss", source="summary.final_heldout_loss", rtol=1e-3, atol=1e-4),
+    ToleranceRule(metric="heldout_accuracy", source="summary.final_heldout_accuracy", rtol=0.0, atol=1e-4,
+                  higher_is_better=True),
     TimeRule(),
     *(_memory(name, f"meters.memory.{name}", rtol=0.01) for name in (
         "parameter_bytes", "trainable_parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
