@@ -10,13 +10,11 @@ adamw) or exactly with ``-m "cell(method='lora')"``; ``-m peft`` selects the who
 
 import pytest
 
-from gradeff.pytest_plugin import grid_argnames, grid_params
 
-
-@pytest.mark.parametrize(grid_argnames("peft"), grid_params("peft"))
-def test_cell(model, method, strategy, dataset, gradeff_cell):
+@pytest.mark.gradeff_grid("peft")
+def test_cell(cell, gradeff_cell):
     """Fine-tune the cell; diverged and oom are findings, an error fails the test."""
-    record = gradeff_cell(model, method=method, strategy=strategy, dataset=dataset, grid="peft")
+    record = gradeff_cell(cell)
     if record.status == "skipped":
         pytest.skip(record.detail)
     assert record.status != "error", record.detail

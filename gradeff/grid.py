@@ -61,11 +61,16 @@ class GridSpec:
     focus: str = "loss"
 
     def values(self, axis: str, model: str) -> tuple[str, ...]:
-        """The values of ``axis`` for a cell of ``model`` (the dataset axis may depend on the model)."""
+        """The values of ``axis`` for a cell of ``model``.
+
+        The dataset axis depends on the model: the grid's datasets of the model's kind, or else the
+        model's own task (an LLM in the PEFT grid fine-tunes on text, not on CIFAR-100).
+        """
         if axis == "model":
             return self.models
         if axis == "dataset":
-            return self.datasets or (MODELS[model].task,)
+            kind = TASKS[MODELS[model].task].kind
+            return tuple(d for d in self.datasets if TASKS[d].kind == kind) or (MODELS[model].task,)
         return getattr(self, PLURALS[axis])
 
     def fixed_value(self, axis: str, model: str) -> str | None:
@@ -158,29 +163,31 @@ def incompatibility(cell: Cell) -> str | None:
     return None
 
 
-def cells(grid: str = "main", **selection) -> Iterator[Cell]:
-    """The cells of a grid, model-major in the grid's order, optionally restricted per axis.
+def cells(grid: str = "main", **axes) -> Iterator[Cell]:
+    """The cells of a grid, model-major in the grid's order, optionally with other keys on some axes.
 
     Args:
         grid: grid key.
-        **selection: ``<plural>=[keys]`` (``models=``, ``optimizers=``, ``strategies=``,
-            ``methods=``, ``datasets=``): keep only these keys on that axis.
+        **axes: ``<plural>=[keys]`` (``models=``, ``optimizers=``, ``strategies=``, ``methods=``,
+            ``datasets=``): run exactly these keys on that axis instead of the grid's own values
+            (in registry order). A key the grid has keeps its place; a key it has not extends it:
+            ``methods=["lora"]`` runs the main study with LoRA, ``optimizers=["sgd"]`` the PEFT study
+            with SGD. Cells a model cannot run are still produced, for the runner to skip with the reason.
 
     Raises:
         KeyError: an unknown grid or key; the message lists the valid ones.
         TypeError: an unknown axis.
     """
     spec = GRIDS[grid]
-    unknown = set(selection) - set(PLURALS.values())
+    unknown = set(axes) - set(PLURALS.values())
     if unknown:
         raise TypeError(f"unknown axes {sorted(unknown)}; axes: {', '.join(PLURALS.values())}")
     # Looking every key up before the first cell makes a typo fail at once, not half-way.
-    wanted = {axis: {axis_registry(axis)[key].key for key in keys}
-              for axis, keys in ((a, selection.get(PLURALS[a])) for a in AXES) if keys is not None}
+    chosen = {axis: [key for key in axis_registry(axis) if key in {axis_registry(axis)[k].key for k in keys}]
+              for axis, keys in ((a, axes.get(PLURALS[a])) for a in AXES) if keys is not None}
     # The id's axes vary slowest first, so cells come in the order their ids read.
     order = (*spec.id_axes, *(axis for axis in AXES if axis not in spec.id_axes))
-    for model in spec.models:
-        for values in itertools.product(*(spec.values(axis, model) for axis in order[1:])):
-            cell = dict(zip(order, (model, *values)))
-            if all(cell[axis] in keys for axis, keys in wanted.items()):
-                yield Cell(**cell, grid=grid)
+    for model in chosen.get("model", spec.models):
+        values = [chosen.get(axis, spec.values(axis, model)) for axis in order[1:]]
+        for combination in itertools.product(*values):
+            yield Cell(**dict(zip(order, (model, *combination))), grid=grid)

@@ -19,7 +19,7 @@ from gradeff.models import MODELS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.results import FINAL_STATUSES, append_record, read_records
 
-__all__ = ["DEFAULT_RESULTS", "grid_argnames", "grid_params"]
+__all__ = ["DEFAULT_RESULTS", "grid_params"]
 
 DEFAULT_RESULTS = "results/results.jsonl"
 _SESSION_KEY = "gradeff_session"
@@ -60,7 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for axis in AXES:
         plural = PLURALS[axis]
         group.addoption(f"--gradeff-{plural}", default=None, metavar="KEYS",
-                        help=f"comma-separated {plural} to run (default: every grid's own; valid: "
+                        help=f"comma-separated {plural} to run in every grid instead of the grid's own (valid: "
                              f"{','.join(axis_registry(axis))}); unlike -k, an unknown key is an error")
     group.addoption("--gradeff-epochs", type=_positive_int, default=None,
                     help="epochs per cell (default: the profile's)")
@@ -163,21 +163,6 @@ def _local_weights(config: pytest.Config) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the cells outside ``--gradeff-models/-optimizers/-strategies``."""
-    selection = config.stash[_CONFIG]["selection"]
-    if not selection:
-        return
-    kept, dropped = [], []
-    for item in items:
-        marker = item.get_closest_marker("cell")
-        wanted = marker is None or all(marker.kwargs.get(f) in keys for f, keys in selection.items())
-        (kept if wanted else dropped).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
-
-
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("gradeff_allow_hub"):
         # Models are built from configs or local folders; nothing may reach for a hub mid-run.
@@ -191,6 +176,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{key}: cells of the {spec.name} grid")
     config.addinivalue_line("markers", "cell(model, optimizer, strategy, method, dataset): exact cell selection, "
                             "e.g. -m \"cell(optimizer='adam')\" (unlike -k adam, does not match adamw)")
+    config.addinivalue_line("markers", "gradeff_grid(key): parametrize the test's `cell` argument with the grid's "
+                            "cells (after --gradeff-<axis> options)")
     device = config.getoption("gradeff_device")
     _validate_device(device)
     results = Path(config.getoption("gradeff_results"))
@@ -229,31 +216,39 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     machine_info["gradeff"] = environment(str(resolve_device(config.stash[_CONFIG]["device"])))
 
 
-def grid_argnames(grid: str = "main") -> tuple[str, ...]:
-    """The test arguments of a grid's cells: the axes its ids name, in order (``model, optimizer, strategy``)."""
-    return GRIDS[grid].id_axes
-
-
-def grid_params(grid: str = "main", **selection) -> list:
-    """``pytest.param`` for every cell of a grid, with its id and markers, for ``grid_argnames(grid)``.
+def grid_params(grid: str = "main", **axes) -> list:
+    """``pytest.param`` of every cell of a grid (a :class:`~gradeff.grid.Cell`), with its id and markers.
 
     Each cell carries its model key, model family and grid as markers (``-m llm``, ``-m decoder``,
     ``-m peft``) and an exact ``cell(model=..., optimizer=..., strategy=..., method=..., dataset=...)``
     marker.
 
     Args:
-        selection: ``<plural>=[keys]`` per axis, as :func:`gradeff.grid.cells` takes.
+        axes: ``<plural>=[keys]`` per axis, as :func:`gradeff.grid.cells` takes.
     """
     params = []
-    for cell in cells(grid, **selection):
+    for cell in cells(grid, **axes):
         marks = [
             getattr(pytest.mark, cell.model),
             getattr(pytest.mark, MODELS[cell.model].family),
             getattr(pytest.mark, grid),
             pytest.mark.cell(**cell.axes()),
         ]
-        params.append(pytest.param(*(getattr(cell, axis) for axis in GRIDS[grid].id_axes), id=cell.id, marks=marks))
+        params.append(pytest.param(cell, id=cell.id, marks=marks))
     return params
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``@pytest.mark.gradeff_grid("peft")`` with a ``cell`` argument gets one call per cell.
+
+    Parametrizing here rather than in the test module lets ``--gradeff-<axis>`` options decide the
+    cells: the keys they name replace the grid's own on that axis.
+    """
+    marker = metafunc.definition.get_closest_marker("gradeff_grid")
+    if marker is None or "cell" not in metafunc.fixturenames:
+        return
+    selection = metafunc.config.stash[_CONFIG]["selection"]
+    metafunc.parametrize("cell", grid_params(*marker.args, **{PLURALS[axis]: keys for axis, keys in selection.items()}))
 
 
 def _share_cores_between_workers() -> None:
@@ -269,8 +264,8 @@ def _share_cores_between_workers() -> None:
 
 @pytest.fixture
 def gradeff_cell(request: pytest.FixtureRequest, benchmark):
-    """Run a cell by its keys (``gradeff_cell(model, optimizer, strategy, method=, dataset=, grid=)``): time
-    each epoch with ``benchmark``, append the record, return it.
+    """Run a cell (a :class:`~gradeff.grid.Cell`, or its keys: ``gradeff_cell(model, optimizer, strategy,
+    method=, dataset=, grid=)``): time each epoch with ``benchmark``, append the record, return it.
 
     The record goes to the results file the moment the cell ends (also under pytest-xdist, where
     pytest-benchmark switches itself off and the epochs are then timed by the loop alone).
@@ -297,17 +292,18 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
             benchmark.pedantic(epoch_fn, rounds=rounds, iterations=1, warmup_rounds=0,
                                teardown=lambda: after_epoch())
 
-    def run(model: str, optimizer: str | None = None, strategy: str | None = None, method: str | None = None,
+    def run(cell: Cell | str, optimizer: str | None = None, strategy: str | None = None, method: str | None = None,
             dataset: str | None = None, grid: str = "main"):
-        given = {"optimizer": optimizer, "strategy": strategy, "method": method, "dataset": dataset}
-        # An axis the test does not pass is the one value its grid holds it at.
-        axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, model)
-                for axis, value in given.items()}
-        cell = Cell(model, **axes, grid=grid)
+        if not isinstance(cell, Cell):
+            given = {"optimizer": optimizer, "strategy": strategy, "method": method, "dataset": dataset}
+            # An axis the test does not pass is the one value its grid holds it at.
+            axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, cell)
+                    for axis, value in given.items()}
+            cell = Cell(cell, **axes, grid=grid)
         if cell.id in settings["settled"]:
             pytest.skip(f"--gradeff-resume: already recorded as {settings['settled'][cell.id]} "
                         f"in {settings['results']}")
-        benchmark.group = model
+        benchmark.group = cell.model
         record = run_cell(cell, config, timer=timer)
         append_record(settings["results"], record)
         if record.status == "interrupted":

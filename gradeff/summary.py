@@ -99,11 +99,17 @@ def summary_lines(records: Iterable[CellRecord]) -> list[str]:
     counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
     span = max(r.finished_at for r in records) - min(r.started_at for r in records)
     lines.append(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")
-    pretrained = {r.model: r.weights["pretraining"] for r in records
-                  if isinstance(r.weights, dict) and r.weights.get("pretraining")}
+    pretrained: dict[str, dict] = {}
+    for r in records:
+        info = r.weights.get("pretraining") if isinstance(r.weights, dict) else None
+        if info:
+            # The session pretrained a backbone if any of its cells did; the others reused that copy.
+            first_run = pretrained.get(r.model, {}).get("reused") is False
+            pretrained[r.model] = pretrained[r.model] if first_run else info
     for model, info in pretrained.items():
-        lines.append(f"pretrained {model}: {info.get('optimizer_steps')} steps in {_fmt(info.get('seconds'), '.1f')} s"
-                     f"{' (cached, not re-run)' if info.get('reused') else ''}, source-task held-out accuracy "
+        when = "from the cache" if info.get("reused") else "this session"
+        lines.append(f"pretrained {model} ({when}): {info.get('optimizer_steps')} steps in "
+                     f"{_fmt(info.get('seconds'), '.1f')} s, not counted in any cell; source-task held-out accuracy "
                      f"{_fmt(info.get('heldout_accuracy') and 100 * info['heldout_accuracy'], '.1f')} %")
     sources = sorted({_section(r, "energy").get("source", "none") for r in records if r.meters})
     if sources:

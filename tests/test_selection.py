@@ -30,13 +30,30 @@ def test_exact_cell_marker_separates_adam_from_adamw(grid_pytester):
 
 
 def test_axis_options_select_and_validate_keys(grid_pytester):
-    """--gradeff-models/--gradeff-optimizers select exact keys; an unknown key is a usage error naming the valid ones."""
+    """--gradeff-models/--gradeff-optimizers run exact keys; an unknown key is a usage error naming the valid ones."""
     result = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q", "--gradeff-models=vit,llm",
-                                     "--gradeff-optimizers=adam")
+                                     "--gradeff-optimizers=adam", "-m", "main")
     assert _collected(result) == [f"{m}-adam-{s}" for m in ("vit", "llm") for s in ("standard", "checkpoint", "accum")]
     bad = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q", "--gradeff-optimizers=adan")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--gradeff-optimizers: unknown optimizer 'adan'; valid optimizers: sgd, adam, adamw*"])
+
+
+def test_axis_options_extend_a_grid_beyond_its_own_keys(grid_pytester):
+    """--gradeff-methods lora runs the main study with LoRA; --gradeff-optimizers sgd the PEFT study with SGD."""
+    main = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
+                                              "--gradeff-methods=lora", "-m", "main"))
+    assert len(main) == 72 and main[0] == "vit-sgd-standard-lora" and all(c.endswith("-lora") for c in main)
+    peft = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
+                                              "--gradeff-optimizers=sgd", "--gradeff-models=vit_s", "-m", "peft"))
+    assert len(peft) == 20 and peft[0] == "vit_s-full-standard-cifar100-sgd"
+
+
+def test_a_model_from_the_other_study_trains_on_its_own_kind_of_data(grid_pytester):
+    """The PEFT grid with the LLM: its cells fine-tune on the LLM's own text task, not on image datasets."""
+    ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
+                                             "--gradeff-models=llm", "-m", "peft"))
+    assert ids[:2] == ["llm-full-standard-causal_lm", "llm-full-checkpoint-causal_lm"] and len(ids) == 10
 
 
 def test_family_marker_selects_a_model(grid_pytester):
@@ -86,7 +103,7 @@ def test_grid_marker_and_dataset_option_select_the_peft_grid(grid_pytester):
     assert len(_collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                                   "-m", "peft"))) == 80
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
-                                             "--gradeff-datasets=dtd"))
+                                             "--gradeff-datasets=dtd", "-m", "peft"))
     assert len(ids) == 40 and all(cell.endswith("-dtd") for cell in ids)
     bad = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q", "--gradeff-methods=lorra")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR

@@ -1,0 +1,57 @@
+"""The terminal summary: one table per grid, PEFT rows read by accuracy, pretraining reported once."""
+
+from gradeff.results import CellRecord, EpochRecord, Summary
+from gradeff.summary import summary_lines
+
+
+def _record(cell, *, grid="main", status="ok", accuracy=None, weights=None, **axes):
+    epochs = (EpochRecord(epoch=0, loss=2.0, seconds=0.5, optimizer_steps=8, closure_calls=8, samples=64, targets=64,
+                          heldout_loss=1.2 if accuracy is not None else None, heldout_accuracy=accuracy),)
+    parts = cell.split("-")
+    values = dict(model=parts[0], optimizer="adam", strategy="standard") | axes
+    return CellRecord(cell=cell, grid=grid, profile="tiny", seed=0, device="cpu", status=status, epochs=epochs,
+                      summary=Summary.of(list(epochs), 1.0), parameters={"total": 2_000_000, "trainable": 43_400},
+                      task={"bayes_accuracy": 0.99}, weights=weights or {}, started_at=10.0, finished_at=12.5,
+                      meters={"memory": {"parameter_bytes": 2**20, "gradient_bytes": 2**20,
+                                         "optimizer_state_bytes": 2**21, "activation_bytes": 2**21}}, **values)
+
+
+def _peft(cell, **kwargs):
+    model, method, strategy, dataset = cell.split("-")
+    return _record(cell, grid="peft", optimizer="adamw", strategy=strategy, method=method, dataset=dataset, **kwargs)
+
+
+def test_each_grid_gets_its_own_table_and_the_peft_one_reads_accuracy():
+    """Main cells show losses; PEFT cells accuracy %, Bayes %, trainable/total, training MiB."""
+    lines = summary_lines([_record("llm-adam-standard"), _peft("vit_s-lora-standard-dtd", accuracy=0.625)])
+    assert lines[0].startswith("[main]") and "loss first → last" in lines[1]
+    peft_header = next(i for i, line in enumerate(lines) if line.startswith("[peft]"))
+    assert "acc %" in lines[peft_header + 1]
+    row = lines[peft_header + 2].split()
+    assert row[:4] == ["vit_s-lora-standard-dtd", "ok", "62.5", "99.0"]
+    assert "43.4k/2.00M" in row and "6.00" in row
+    assert lines[peft_header + 3].startswith("statuses: ok 2; wall time of the cells 2.5 s")
+
+
+def test_a_single_grid_has_no_grid_heading_and_a_failed_cell_shows_why():
+    """One grid prints its table alone; a cell that did not end ok is followed by its reason."""
+    lines = summary_lines([_record("llm-adam-standard", status="diverged", detail="loss nan at step 3")])
+    assert "loss first → last" in lines[0]
+    assert lines[2].strip() == "loss nan at step 3"
+
+
+def test_pretraining_is_reported_once_per_backbone_as_run_or_cached():
+    """A backbone pretrained by one of the session's cells reads 'this session', whichever cell came last."""
+    ran = {"source": "pretrained", "pretraining": {"optimizer_steps": 256, "seconds": 5.5, "heldout_accuracy": 0.86,
+                                                   "reused": False}}
+    cached = {"source": "pretrained", "pretraining": {**ran["pretraining"], "reused": True}}
+    lines = summary_lines([_peft("vit_s-full-standard-dtd", accuracy=0.5, weights=ran),
+                           _peft("vit_s-lora-standard-dtd", accuracy=0.5, weights=cached),
+                           _peft("tinyvit-lora-standard-dtd", accuracy=0.5, weights=cached)])
+    pretrained = [line for line in lines if line.startswith("pretrained")]
+    assert pretrained == [
+        "pretrained vit_s (this session): 256 steps in 5.5 s, not counted in any cell; source-task held-out "
+        "accuracy 86.0 %",
+        "pretrained tinyvit (from the cache): 256 steps in 5.5 s, not counted in any cell; source-task held-out "
+        "accuracy 86.0 %",
+    ]
