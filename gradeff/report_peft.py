@@ -24,6 +24,7 @@ from gradeff.report_view import (
     Cell, FigureView, PeftGroupView, PeftView, Row, Table, display_name, distinct_text, energy_sources, first_word,
     html_id, status_text,
 )
+from gradeff.report_tables import metric_cell
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
@@ -84,21 +85,6 @@ def _memory_metric(records: Sequence[CellRecord]) -> Metric:
     return METRICS[key]
 
 
-def _cell(record: CellRecord | None, metric: Metric, best: float | None,
-          text: Callable[[CellRecord, float], tuple[str, str]]) -> Cell:
-    if record is None:
-        return Cell(text=NA, css="na", title="cell not in the results")
-    if record.status != "ok":
-        return Cell(text=status_text(record), css=f"status {record.status}", title=record.detail)
-    value = analysis.metric_value(record, metric)
-    if value is None:
-        return Cell(text=NA, css="na", title="not measured")
-    main, sub = text(record, value)
-    is_best = best is not None and value == best
-    return Cell(text=main, sub=sub, css="best" if is_best else "",
-                title="best of this backbone and dataset" if is_best else "")
-
-
 def _method_table(slug: str, caption: str, metric: Metric, records: Sequence[CellRecord], strategies: Sequence[str],
                   text: Callable[[CellRecord, float], tuple[str, str]], note: str) -> Table:
     """A method × strategy table of one metric of one backbone and dataset, the best ok cell highlighted."""
@@ -110,7 +96,9 @@ def _method_table(slug: str, caption: str, metric: Metric, records: Sequence[Cel
     by_cell = {(r.method, r.strategy): r for r in records}
     methods = analysis.order_keys((r.method for r in records), METHODS)
     rows = tuple(Row(label=display_name(METHODS, method),
-                     cells=tuple(_cell(by_cell.get((method, st)), metric, best, text) for st in strategies))
+                     cells=tuple(metric_cell(by_cell.get((method, st)), metric, best, text=text,
+                                                best_title="best of this backbone and dataset")
+                                    for st in strategies))
                  for method in methods)
     goal = "lower is better" if metric.goal == "min" else "higher is better"
     return Table(id=table_id, caption=caption, header=("method", *strategies), rows=rows,

@@ -8,7 +8,7 @@ one ``n/a`` with the reason in its tooltip or the table's note.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from gradeff import analysis
 from gradeff.analysis import METRICS, Metric
@@ -41,7 +41,17 @@ _OBJECTIVE_TITLES = {"loss": "Lowest final loss", "time": "Fastest epoch", "memo
                      "energy": "Least energy"}
 
 
-def _grid_cell(record: CellRecord | None, metric: Metric, best: float | None) -> Cell:
+def metric_cell(record: CellRecord | None, metric: Metric, best: float | None, *, best_title: str = "best of this model",
+                text: Callable[[CellRecord, float], tuple[str, str]] | None = None) -> Cell:
+    """One table cell of a metric: its value (best highlighted), a failed cell's status, or ``n/a`` with why.
+
+    Args:
+        record: the cell's record, or ``None`` when the results do not have it.
+        metric: what the cell shows.
+        best: the best value among the table's cells, highlighted where equal.
+        best_title: the tooltip of the best cell.
+        text: ``(record, value) → (text, second line)``; default: the value in the metric's unit.
+    """
     if record is None:
         return Cell(text=NA, css="na", title="cell not in the results")
     if record.status != "ok":
@@ -49,9 +59,9 @@ def _grid_cell(record: CellRecord | None, metric: Metric, best: float | None) ->
     value = analysis.metric_value(record, metric)
     if value is None:
         return Cell(text=NA, css="na", title="not measured")
+    main, sub = text(record, value) if text is not None else (format_value(value, metric.unit), "")
     is_best = best is not None and value == best
-    return Cell(text=format_value(value, metric.unit), css="best" if is_best else "",
-                title="best of this model" if is_best else "")
+    return Cell(text=main, sub=sub, css="best" if is_best else "", title=best_title if is_best else "")
 
 
 def _metric_note(metric: Metric, records: Sequence[CellRecord]) -> str:
@@ -104,7 +114,7 @@ def grid_table(model_slug: str, name: str, metric: Metric, records: Sequence[Cel
                      note=f"n/a: not measured for any cell of this model ({_metric_note(metric, records)}).")
     best = analysis.best_value(records, metric)
     rows = tuple(
-        Row(label=display_name(OPTIMIZERS, opt), cells=tuple(_grid_cell(by_cell.get((opt, st)), metric, best)
+        Row(label=display_name(OPTIMIZERS, opt), cells=tuple(metric_cell(by_cell.get((opt, st)), metric, best)
                                                         for st in strategies))
         for opt in optimizers
     )
