@@ -166,5 +166,6 @@ def _cost(costs: list[dict]) -> dict:
 
 
 def memory_breakdown(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> dict:
-    """Parameter, gradient, optimizer-state and activation bytes of one representative step."""
-    return asdict(measure_step_memory(model, optimizer, step))
+    """Parameter, gradient, optimizer-state and activation bytes and the live peak of one representative step."""
+    return asdict(measure_step_memory(model, optimizer, step,
+                                      track_peak=getattr(model, "live_peak_visible", True)))

@@ -27,6 +27,7 @@ from .memory import (
     parameter_counts,
     trainable_parameter_bytes,
 )
+from .peak import LivePeakTracker
 from .ram import RamMeter, RamRecord
 from .sampler import PeriodicSampler
 from .window import Segment, WindowMeter, max_known
@@ -42,6 +43,7 @@ __all__ = [
     "EnergySource",
     "GpuMeter",
     "GpuRecord",
+    "LivePeakTracker",
     "MemoryBreakdown",
     "PeriodicSampler",
     "RamMeter",

@@ -294,6 +294,11 @@ class MemoryBreakdown:
         optimizer_state_bytes: Optimizer state after the step, step counters included.
         activation_bytes: Distinct storages saved for backward during the step,
             parameters and buffers excluded.
+        peak_bytes: The real peak of tensor memory alive at once during the step (every tensor
+            the step's ops create, plus parameters, buffers and optimizer state), by the
+            live-tensor tracker; ``None`` where the step was not tracked.
+        peak_by_device: The same per device (``{"cpu": ..., "cuda:0": ...}``): with host
+            offload the activations a GPU sheds show up on ``cpu``.
     """
 
     parameter_bytes: int
@@ -301,12 +306,14 @@ class MemoryBreakdown:
     gradient_bytes: int
     optimizer_state_bytes: int
     activation_bytes: int
+    peak_bytes: int | None = None
+    peak_by_device: dict[str, int] | None = None
 
 
 def measure_step_memory(
-    model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Callable[[], Any]
+    model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Callable[[], Any], *, track_peak: bool = True
 ) -> MemoryBreakdown:
-    """Run one training step under an :class:`ActivationCounter` and break its memory down.
+    """Run one training step under an :class:`ActivationCounter` and a live-tensor tracker; break its memory down.
 
     Run it on a representative step, after at least one warm-up step if the optimizer's
     state or the model's buffers change shape on the first one.
@@ -317,11 +324,21 @@ def measure_step_memory(
         step_fn: Runs forward, backward and ``optimizer.step()`` once. It should clear
             gradients before the forward pass, not after the step, or
             ``gradient_bytes`` will be read as zero.
+        track_peak: also measure the live peak (off for a compiled model, which a dispatch mode would
+            send back to eager execution: the figure would describe another step).
 
     Returns:
         The breakdown, read after the step.
     """
-    with ActivationCounter(model) as counter:
+    from contextlib import nullcontext
+
+    from gradeff.meters.peak import LivePeakTracker
+
+    # Last step's gradients die at this step's zero_grad; dropped first, they are not counted as
+    # resident for the whole step (a tracker's baseline stays counted).
+    optimizer.zero_grad(set_to_none=True)
+    tracker = LivePeakTracker.for_training(model, optimizer) if track_peak else None
+    with tracker or nullcontext(), ActivationCounter(model) as counter:
         step_fn()
     return MemoryBreakdown(
         parameter_bytes=parameter_bytes(model),
@@ -329,4 +346,6 @@ def measure_step_memory(
         gradient_bytes=gradient_bytes(model),
         optimizer_state_bytes=optimizer_state_bytes(optimizer),
         activation_bytes=counter.saved_bytes,
+        peak_bytes=tracker.peak_bytes if tracker is not None else None,
+        peak_by_device=dict(tracker.peak_by_device) if tracker is not None else None,
     )
