@@ -126,6 +126,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            extract=_meter("gpu", "alloc_peak_bytes")),
     Metric(key="activation", label="Activation memory (saved for backward)", unit="bytes", goal="min",
            paper="", extract=_meter("memory", "activation_bytes")),
+    Metric(key="peak", label="Peak tensor memory (live, one step)", unit="bytes", goal="min", paper="",
+           extract=_meter("memory", "peak_bytes")),
     Metric(key="train_memory", label="Training memory (params + grads + state + activations)", unit="bytes",
            goal="min", paper="", extract=training_memory_bytes),
     Metric(key="energy", label="Energy", unit="joules", goal="min", paper="", extract=_meter("energy", "joules")),
@@ -134,8 +136,9 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
 )}
 
 # The memory a recommendation minimises, best source first: what the GPU allocator actually held,
-# else the device-independent breakdown, else the process RSS (noisy, but something).
-MEMORY_METRICS = ("gpu_alloc", "train_memory", "ram_peak")
+# else the live-tensor peak of a step (exact on any device), else the device-independent breakdown
+# (no transients), else the process RSS (noisy, but something).
+MEMORY_METRICS = ("gpu_alloc", "peak", "train_memory", "ram_peak")
 
 # objective → metric key; "memory" is resolved per model by ``memory_metric_for``.
 OBJECTIVES: dict[str, str] = {"loss": "final_loss", "time": "epoch_seconds", "memory": "", "energy": "energy"}

@@ -20,9 +20,9 @@ Defaults, and why:
   and moves in steps of one sample (1/256 at the tiny profile), so ``atol=1e-4`` flags any change
   of a deterministic run and ``--loose`` allows two points (``atol=0.02``) on GPUs.
 * ``time_per_epoch``: see ``TimeRule``.
-* ``parameter_bytes`` … ``activation_bytes``: counted from tensors, not sampled, so they repeat
-  exactly for the same code; ``rtol=0.01`` only allows for a different library version storing
-  a buffer differently.
+* ``parameter_bytes`` … ``activation_bytes``, ``peak_bytes`` (the live-tensor peak of one step):
+  counted from tensors, not sampled, so they repeat exactly for the same code; ``rtol=0.01`` only
+  allows for a different library version storing a buffer differently.
 * ``peak_rss_bytes``, ``mem_used_peak_bytes``: sampled at ~10 Hz, include allocator caching,
   shared libraries and (for NVML) other processes: ``rtol=0.25`` plus a 32 MiB absolute floor,
   because a small process's RSS jitters by tens of MiB between identical runs.
@@ -303,7 +303,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     TimeRule(),
     *(_memory(name, f"meters.memory.{name}", rtol=0.01) for name in (
         "parameter_bytes", "trainable_parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
-        "activation_bytes")),
+        "activation_bytes", "peak_bytes")),
     _memory("peak_rss_bytes", "meters.ram.peak_rss_bytes", rtol=0.25, atol=32 * MIB),
     _memory("alloc_peak_bytes", "meters.gpu.alloc_peak_bytes", rtol=0.25),
     _memory("mem_used_peak_bytes", "meters.gpu.mem_used_peak_bytes", rtol=0.25, atol=32 * MIB),

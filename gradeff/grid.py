@@ -46,8 +46,9 @@ class GridSpec:
         models / optimizers / strategies / methods: the axis values, in order.
         datasets: the dataset axis; empty means each model's own task.
         id_axes: the axes a cell id names, in order.
-        focus: what its cells are read by: ``loss`` (training loss against the task's floor) or
-            ``accuracy`` (held-out accuracy of a fine-tuned model).
+        focus: what its cells are read by: ``loss`` (training loss against the task's floor),
+            ``accuracy`` (held-out accuracy of a fine-tuned model) or ``memory`` (peak memory against
+            time per epoch).
     """
 
     key: str
@@ -88,9 +89,19 @@ GRIDS: Registry[GridSpec] = Registry(
                  strategies=("standard", "checkpoint", "accum"), id_axes=("model", "optimizer", "strategy")),
         GridSpec(key="peft", name="Fine-tuning methods × checkpointing (PEFT study)",
                  models=("vit_s", "tinyvit", "vim_s", "mambavision_t"), optimizers=("adamw",),
-                 strategies=("standard", "checkpoint"), methods=("full", "lora", "adalora", "qlora", "bitfit"),
+                 strategies=("standard", "checkpoint", "budget"),
+                 methods=("full", "lora", "adalora", "qlora", "bitfit"),
                  datasets=("cifar100", "dtd"), id_axes=("model", "method", "strategy", "dataset"),
                  focus="accuracy"),
+        # Peak memory against time per epoch for every way to trade one for the other, in one run: static
+        # checkpointing, host offload, and the adaptive budget and the compiler's budget at the same four
+        # budgets (a fraction of each cell's own unconstrained peak).
+        GridSpec(key="memory", name="Memory strategies side by side", models=("llm", "vit_s"),
+                 optimizers=("adamw",),
+                 strategies=("standard", "checkpoint", "offload", *(f"{kind}{percent}"
+                                                                   for kind in ("budget", "compile_budget")
+                                                                   for percent in (80, 60, 40, 20))),
+                 id_axes=("model", "strategy"), focus="memory"),
     ),
 )
 

@@ -22,7 +22,8 @@ from gradeff.models import MODELS
 from gradeff.profiles import validate_profile
 
 __all__ = [
-    "DATASET_HPARAMS", "HPARAMS", "LORA_TARGET_MODULES", "METHOD_HPARAMS", "PRETRAIN_HPARAMS", "HParams",
+    "DATASET_HPARAMS", "HPARAMS", "LORA_TARGET_MODULES", "MEMORY_BUDGETS", "MEMORY_MARGIN", "METHOD_HPARAMS",
+    "PRETRAIN_HPARAMS", "HParams",
     "MethodHParams", "PretrainHParams", "hparams_for", "method_hparams_for",
 ]
 
@@ -260,3 +261,15 @@ PRETRAIN_HPARAMS: dict[str, PretrainHParams] = {
     "paper": PretrainHParams(num_classes=1000, snr=32.0, train_samples=256_000, heldout_samples=10_000, epochs=10,
                              batch_size=256, lr=1e-3),
 }
+
+
+# The memory budget the budget strategies work to unless --gradeff-memory-budget gives one: the PEFT
+# paper's on-device budget ("e.g. 2 GB") at paper size, and at the CPU profiles the same pressure scaled
+# to their models. Tiny, measured live peaks of one fine-tuning step (full fine-tuning, standard → every
+# block checkpointed): ViT-S 12.2 → 6.4 MiB, TinyViT 9.9 → 8.5, MambaVision-T 4.6 → 4.0, Vim-S 26.4 → 17.5.
+# 10 MiB (9 MiB after the margin) makes ViT-S and TinyViT choose what to recompute, leaves MambaVision-T
+# as it is, and is out of Vim-S's reach: its selective scan materialises each block's (batch, length,
+# 2, state, width) states in the forward pass, a peak checkpointing cannot lower.
+MEMORY_BUDGETS: dict[str, int] = {"tiny": 10 * 2**20, "small": 160 * 2**20, "paper": 2 * 2**30}
+# The share of the budget kept free: allocator fragmentation can run out of memory below the budget.
+MEMORY_MARGIN = 0.10

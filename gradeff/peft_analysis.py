@@ -30,10 +30,11 @@ __all__ = [
 ]
 
 ACCURACY_FOCUS = "accuracy"
-# Training memory, best source first: what the GPU allocator held, else the device-independent
-# breakdown (parameters with 4-bit weights packed, gradients, optimizer state, activations). The
-# process RSS is not a fallback here: on CPU it is mostly the interpreter and libraries, not the method.
-MEMORY_METRICS = ("gpu_alloc", "train_memory")
+# Training memory, best source first: what the GPU allocator held, else the live-tensor peak of a step
+# (exact on any device, transients included), else the device-independent breakdown (parameters with
+# 4-bit weights packed, gradients, optimizer state, activations). The process RSS is not a fallback
+# here: on CPU it is mostly the interpreter and libraries, not the method.
+MEMORY_METRICS = ("gpu_alloc", "peak", "train_memory")
 # objective → metric key; "memory" is resolved per backbone and dataset by ``memory_metric_for``.
 OBJECTIVES: dict[str, str] = {"accuracy": "heldout_accuracy", "memory": "", "time": "epoch_seconds",
                               "energy": "energy"}

@@ -15,6 +15,7 @@ import pytest
 
 from gradeff.devices import DEVICES, resolve_device, validate_device
 from gradeff.grid import AXES, GRIDS, PLURALS, axis_registry, cells
+from gradeff.hparams import MEMORY_MARGIN
 from gradeff.models import MODELS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.results import FINAL_STATUSES, append_record, read_records
@@ -46,6 +47,34 @@ def _positive_float(text: str) -> float:
     return value
 
 
+_BYTE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+
+def _byte_size(text: str) -> int:
+    """A positive size in bytes: ``2147483648``, ``2GiB``, ``160 MiB``, ``512MB``."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if unit not in _BYTE_UNITS:
+        raise argparse.ArgumentTypeError(f"expected a size like 8MiB, 2GiB or a number of bytes, got {text!r}; "
+                                         f"units: B, KiB, MiB, GiB, KB, MB, GB")
+    value = int(float(match.group(1)) * _BYTE_UNITS[unit])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -74,9 +103,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gradeff-resume", action="store_true",
                     help="skip cells that already have a final record (ok, diverged, oom, skipped) in the results "
                          "file for the same profile, seed, epochs and code version")
-    group.addoption("--gradeff-memory-budget", type=_positive_int, default=None, metavar="BYTES",
-                    help="end a cell as oom when its activation + optimizer-state bytes exceed BYTES "
-                         "(an out-of-memory test on any device)")
+    group.addoption("--gradeff-memory-budget", type=_byte_size, default=None, metavar="SIZE",
+                    help="bytes a training step must fit in (e.g. 2GiB): the budget strategies' target (default: "
+                         "the profile's, 10MiB at tiny, 2GiB at paper); any other cell is ended as oom when its "
+                         "predicted peak exceeds it (an out-of-memory test on any device)")
+    group.addoption("--gradeff-memory-margin", type=_fraction, default=MEMORY_MARGIN, metavar="FRACTION",
+                    help=f"share of the memory budget the budget strategies keep free (default {MEMORY_MARGIN})")
     group.addoption("--gradeff-weights", action="append", default=[], metavar="MODEL=PATH",
                     help="start MODEL's cells from a local save_pretrained folder (repeatable); without it the "
                          "fine-tuning study's backbones start from the suite's own cached pretraining")
@@ -194,6 +226,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "sample_hz": config.getoption("gradeff_sample_hz"),
         "grid_intensity": config.getoption("gradeff_grid_intensity"),
         "memory_budget": config.getoption("gradeff_memory_budget"),
+        "memory_margin": config.getoption("gradeff_memory_margin"),
         "selection": _axis_selection(config), "weights": _local_weights(config),
         "cache_dir": config.getoption("gradeff_cache"),
         "settled": _settled_cells(results, profile=config.getoption("gradeff_profile"),
@@ -278,7 +311,8 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
     config = RunConfig(profile=settings["profile"], seed=settings["seed"], epochs=settings["epochs"],
                        device=settings["device"], session=settings["session"],
                        meters=MeterSettings(hz=settings["sample_hz"], grid_gco2_per_kwh=settings["grid_intensity"]),
-                       memory_budget=settings["memory_budget"], weights=settings["weights"],
+                       memory_budget=settings["memory_budget"], memory_margin=settings["memory_margin"],
+                       weights=settings["weights"],
                        cache_dir=settings["cache_dir"])
 
     def timer(epoch_fn, rounds, after_epoch):

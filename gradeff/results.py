@@ -112,6 +112,9 @@ class CellRecord:
             values they hold, not their packed bytes).
         weights: where the starting weights came from (``random``, ``pretrained``: the suite's
             cached pretraining, with its one-off cost; ``local``: a folder given by the user).
+        plan: what the strategy decided: a budget strategy's budget, margin, checkpointed blocks and
+            predicted peak (the measured one is ``meters.memory.peak_bytes``), a compiled model's
+            activation budget and compile time, static checkpointing's block count.
         hparams: the hyper-parameters used (the method's under ``method``).
         environment: versions, device and CPU of the machine.
         meters: measurements of the meters (RAM, GPU, energy, memory breakdown), by meter.
@@ -140,6 +143,7 @@ class CellRecord:
     task: dict = field(default_factory=dict)
     parameters: dict = field(default_factory=dict)
     weights: dict = field(default_factory=dict)
+    plan: dict = field(default_factory=dict)
     hparams: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     meters: dict = field(default_factory=dict)

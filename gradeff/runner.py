@@ -13,7 +13,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 import torch
@@ -23,16 +23,18 @@ from gradeff.devices import resolve_device
 from gradeff.environment import code_version, environment
 from gradeff.evaluation import Evaluation, evaluate
 from gradeff.grid import Cell, incompatibility
-from gradeff.hparams import HParams, MethodHParams, hparams_for, method_hparams_for
-from gradeff.loop import Diverged, TrainState, optimizer_step, train_epoch, warm_up
+from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParams, hparams_for, method_hparams_for
+from gradeff.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
-from gradeff.meters import ActivationCounter, parameter_counts, trainable_parameter_bytes
+from gradeff.meters import parameter_counts
 from gradeff.methods import apply_method
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.pretrain import StartingWeights, starting_weights
 from gradeff.results import CellRecord, EpochRecord, Summary
-from gradeff.strategies import STRATEGIES, enable_checkpointing, micro_batches_per_step
+from gradeff.strategies import STRATEGIES, micro_batches_per_step
+from gradeff.strategies.budget import profile_step
+from gradeff.strategies.prepare import BudgetUnreachable, prepare
 
 __all__ = ["EpochTimer", "MemoryBudgetExceeded", "RunConfig", "prepare_state", "run_cell"]
 
@@ -48,6 +50,9 @@ class RunConfig:
     Attributes:
         epochs: ``None`` uses the profile's epochs.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        memory_budget: bytes a training step must fit in: the target of the budget strategies (their
+            profile's default when ``None``), and for the others a limit a cell is refused over.
+        memory_margin: the fraction of the budget the budget strategies keep free.
         weights: model key → a local ``save_pretrained`` folder to start from.
         cache_dir: where the suite's pretrained backbones are cached (``None``: the default cache).
     """
@@ -59,12 +64,17 @@ class RunConfig:
     session: str = ""
     meters: MeterSettings = MeterSettings()
     memory_budget: int | None = None
+    memory_margin: float = MEMORY_MARGIN
     weights: tuple[tuple[str, str], ...] = ()
     cache_dir: str | None = None
 
 
 class MemoryBudgetExceeded(RuntimeError):
     """A cell needs more memory than ``--gradeff-memory-budget`` allows: recorded as ``oom``."""
+
+
+# A cell ends ``oom`` on any of these: the device ran out, or the budget says it would.
+_OUT_OF_MEMORY = (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded, BudgetUnreachable)
 
 
 # Evaluation keeps no activations for backward, so it runs in batches this many times the training
@@ -94,7 +104,10 @@ def _warmup_scheduler(optimizer, hp: HParams, total_steps: int):
 
 def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.device, *,
                   weights: StartingWeights | None = None, method_hp: MethodHParams | None = None) -> TrainState:
-    """Build the data, model (weights loaded, strategy and method applied), optimizer and scheduler of a cell."""
+    """Build the data, model (weights loaded, method applied), optimizer and scheduler of a cell.
+
+    The strategy's own preparation of the model (:func:`gradeff.strategies.prepare.prepare`) follows.
+    """
     model_spec = MODELS[cell.model]
     dataset = _dataset(cell.dataset, hp, config.seed)
     method_hp = method_hp or method_hparams_for(cell.method, cell.model, config.profile)
@@ -103,8 +116,6 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     torch.manual_seed(config.seed)
     weights_dir = weights.path if weights is not None else None
     model = build_model(cell.model, config.profile, num_labels=hp.num_classes, weights_dir=weights_dir).to(device)
-    if STRATEGIES[cell.strategy].checkpointing:
-        enable_checkpointing(model)
     k = micro_batches_per_step(cell.strategy, hp.accum_steps)
     steps = len(dataset) // (hp.batch_size * k) * hp.epochs
     adapted = apply_method(cell.method, model, method_hp, total_steps=steps, head=model_spec.head)
@@ -127,23 +138,32 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def _warm_up_within_budget(state: TrainState, optimizer_key: str, budget: int | None) -> None:
-    """Warm up; with a budget, count the warm-up's activations and refuse a cell that exceeds it.
+def _state_bytes(optimizer_key: str, model: torch.nn.Module) -> int:
+    """The optimizer state of the model's trainable parameters, by the optimizer's state law."""
+    return OPTIMIZERS[optimizer_key].state_bytes(p for p in model.parameters() if p.requires_grad)
 
-    Activation bytes are measured on the warm-up pass (one micro-batch, strategy applied);
-    optimizer-state bytes follow the optimizer's state law (state tensors × trainable bytes),
-    which the meters' tests prove exact up to step counters.
+
+def _first_micro_batch(state: TrainState) -> dict[str, torch.Tensor]:
+    return move_batch(state.dataset.batch(state.step_groups(0)[0][0]), state.device)
+
+
+def _refuse_over_budget(state: TrainState, optimizer_key: str, budget: int) -> dict:
+    """Measure a strategy without a budget of its own against ``--gradeff-memory-budget``; refuse it if over.
+
+    The prediction is the budget strategies' (one measured forward + backward, the optimizer state by
+    its law, the optimizer step's phase), so every strategy is held to the same figure.
+
+    Raises:
+        MemoryBudgetExceeded: the predicted peak is above the budget.
     """
-    if budget is None:
-        warm_up(state)
-        return
-    with ActivationCounter(state.model) as counter:
-        warm_up(state)
-    state_bytes = OPTIMIZERS[optimizer_key].state_per_param * trainable_parameter_bytes(state.model)
-    needed = counter.saved_bytes + state_bytes
-    if needed > budget:
-        raise MemoryBudgetExceeded(f"activations {counter.saved_bytes} B + optimizer state {state_bytes} B = "
-                                   f"{needed} B exceed the memory budget of {budget} B")
+    profile = profile_step(state.model, _first_micro_batch(state), state_bytes=_state_bytes(optimizer_key, state.model),
+                           device=state.device)
+    predicted = profile.predicted_peak()
+    if predicted > budget:
+        raise MemoryBudgetExceeded(f"predicted peak {predicted} B (forward + backward {profile.forward_backward_peak} B "
+                                   f"+ optimizer state {profile.optimizer_state_bytes} B) exceeds the memory budget "
+                                   f"of {budget} B")
+    return {"budget_bytes": budget, "predicted_peak_bytes": predicted}
 
 
 def _heldout_fields(evaluation: Evaluation | None) -> dict:
@@ -178,71 +198,112 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         A record with status ``ok``, ``diverged``, ``oom``, ``error``, ``skipped`` or
         ``interrupted`` (Ctrl-C during the cell: the caller records it, then stops the run).
     """
-    started = time.time()
+    progress = _Progress(started=time.time())
     hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
     method_hp = method_hparams_for(cell.method, cell.model, config.profile)
     reason = incompatibility(cell)
     device = resolve_device(config.device)
     status, detail, failed_step = "ok", "", None
-    state = weights = None
     metering = EpochMetering(device=device, settings=config.meters)
-    memory: dict = {}
-    evaluations: list[Evaluation] = []
     try:
         if reason is not None:
             status, detail = "skipped", reason
         else:
-            weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
-                                       cache_dir=config.cache_dir, device=str(device))
-            # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
-            started = time.time()
-            state = prepare_state(cell, config, hp, device, weights=weights, method_hp=method_hp)
-            _warm_up_within_budget(state, cell.optimizer, config.memory_budget)
-            heldout = state.dataset.heldout
-            classification = TASKS[cell.dataset].kind == "image_classification"
-
-            def evaluate_heldout():
-                if heldout is not None:
-                    evaluations.append(evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size,
-                                                device=device, accuracy=classification))
-
-            with metering:
-                timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs, evaluate_heldout)
-            # One more step, after the timed epochs, under the activation counter: the breakdown
-            # costs the measured epochs nothing.
-            memory = memory_breakdown(state.model, state.optimizer,
-                                      lambda: optimizer_step(state, state.step_groups(0)[0]))
+            _train(cell, config, hp, method_hp, device, metering, timer, progress)
     except Diverged as exc:
         status, detail, failed_step = "diverged", str(exc), exc.step
-    except (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded) as exc:
+    except _OUT_OF_MEMORY as exc:
         status, detail = "oom", str(exc).splitlines()[0]
-        failed_step = state.global_step + 1 if state is not None else None
+        failed_step = progress.next_step()
+        progress.plan = getattr(exc, "plan", progress.plan)
     except KeyboardInterrupt:
         status, detail = "interrupted", "interrupted by the user (Ctrl-C)"
-        failed_step = state.global_step + 1 if state is not None else None
+        failed_step = progress.next_step()
     except Exception as exc:  # any other failure is a finding about this cell, not the session's end
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         status, detail = "error", f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})"
+    record = _record(cell, config, hp, method_hp, device, metering, progress, status=status, detail=detail,
+                     failed_step=failed_step)
+    progress = None  # the cell's model and optimizer are released before the next cell
+    _release(device)
+    return record
+
+
+@dataclass(kw_only=True)
+class _Progress:
+    """How far a cell got, whatever ended it: what its record is made of."""
+
+    started: float
+    state: TrainState | None = None
+    weights: StartingWeights | None = None
+    plan: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    evaluations: list[Evaluation] = field(default_factory=list)
+
+    def next_step(self) -> int | None:
+        return self.state.global_step + 1 if self.state is not None else None
+
+
+def _budget_for(strategy: str, config: RunConfig) -> int | None:
+    """The budget a strategy works to: the option, else (budget strategies only) the profile's default."""
+    if config.memory_budget is not None or STRATEGIES[strategy].budget is None:
+        return config.memory_budget
+    return MEMORY_BUDGETS[config.profile]
+
+
+def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
+           metering: EpochMetering, timer: EpochTimer, progress: _Progress) -> None:
+    """Weights, model, strategy, warm-up, the timed epochs with held-out evaluation, the memory step."""
+    progress.weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
+                                        cache_dir=config.cache_dir, device=str(device))
+    # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
+    progress.started = time.time()
+    state = progress.state = prepare_state(cell, config, hp, device, weights=progress.weights, method_hp=method_hp)
+    budget = _budget_for(cell.strategy, config)
+    state.model, progress.plan = prepare(cell.strategy, state.model, _first_micro_batch(state), device=device,
+                                         state_bytes=_state_bytes(cell.optimizer, state.model), budget=budget,
+                                         margin=config.memory_margin)
+    if budget is not None and STRATEGIES[cell.strategy].budget is None:
+        progress.plan |= _refuse_over_budget(state, cell.optimizer, budget)
+    warm_up(state)
+    heldout = state.dataset.heldout
+    classification = TASKS[cell.dataset].kind == "image_classification"
+
+    def evaluate_heldout():
+        if heldout is not None:
+            progress.evaluations.append(evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size,
+                                                 device=device, accuracy=classification))
+
+    with metering:
+        timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs, evaluate_heldout)
+    # One more step, after the timed epochs, under the memory meters: the breakdown and the live peak
+    # cost the measured epochs nothing.
+    progress.memory = memory_breakdown(state.model, state.optimizer,
+                                       lambda: optimizer_step(state, state.step_groups(0)[0]))
+    if hasattr(state.model, "offloaded_bytes"):
+        # What host offload moved out of the device in that step (its saved tensors never reach the counter).
+        progress.plan["offloaded_bytes_per_step"] = state.model.offloaded_bytes
+
+
+def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
+            metering: EpochMetering, progress: _Progress, **outcome) -> CellRecord:
+    state = progress.state
     history = state.history if state is not None else []
+    evaluations = [*progress.evaluations, *[None] * len(history)]
     epochs = tuple(EpochRecord(**asdict(e), meters=m, **_heldout_fields(ev))
-                   for e, m, ev in zip(history, metering.epochs, [*evaluations, *[None] * len(history)]))
+                   for e, m, ev in zip(history, metering.epochs, evaluations))
     meters = aggregate(metering.epochs, config.meters.grid_gco2_per_kwh)
-    if memory:
-        meters["memory"] = memory
+    if progress.memory:
+        meters["memory"] = progress.memory
     finished = time.time()
-    record = CellRecord(
+    return CellRecord(
         cell=cell.id, grid=cell.grid, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
-        method=cell.method, dataset=cell.dataset,
-        profile=config.profile, seed=config.seed, device=str(device), status=status, detail=detail,
-        failed_step=failed_step, epochs=epochs, summary=Summary.of(list(epochs), finished - started),
+        method=cell.method, dataset=cell.dataset, profile=config.profile, seed=config.seed, device=str(device),
+        **outcome, epochs=epochs, summary=Summary.of(list(epochs), finished - progress.started),
         loss_floor=state.dataset.loss_floor if state is not None else None,
         task=_task_record(cell, state.dataset) if state is not None else {},
         parameters=parameter_counts(state.model) if state is not None else {},
-        weights=weights.to_record() if weights is not None else {},
+        weights=progress.weights.to_record() if progress.weights is not None else {}, plan=progress.plan,
         hparams=asdict(hp) | {"method": asdict(method_hp)}, environment=environment(str(device)), meters=meters,
-        session=config.session, code_version=code_version(),
-        started_at=started, finished_at=finished,
+        session=config.session, code_version=code_version(), started_at=progress.started, finished_at=finished,
     )
-    state = None  # the cell's model and optimizer are released before the next cell
-    _release(device)
-    return record

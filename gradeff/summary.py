@@ -38,7 +38,10 @@ def _section(record: CellRecord, meter: str) -> dict:
 
 
 def _train_memory(record: CellRecord):
+    """The step's live peak where it was measured, else the breakdown's sum."""
     memory = _section(record, "memory")
+    if memory.get("peak_bytes") is not None:
+        return memory["peak_bytes"]
     parts = [memory.get(k) for k in ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")]
     return None if any(p is None for p in parts) else sum(parts)
 
@@ -71,17 +74,38 @@ def _accuracy_row(r: CellRecord) -> str:
 _ACCURACY_HEADER = (f"{'cell':<34} {'status':<7} {'acc %':>6} {'bayes':>6} {'ho loss':>7} {'trainable/total':>15} "
                     f"{'mem MiB':>8} {'s/epoch':>8} {'J':>7}")
 
-# How each grid's cells read: the main study by loss, the PEFT study by held-out accuracy.
+def _plan_text(plan: dict) -> str:
+    if "activation_memory_budget" in plan:
+        return f"act {plan['activation_memory_budget']:.2f}"
+    if "checkpointed_layers" in plan:
+        return f"{plan['checkpointed_layers']}/{plan.get('layers', plan['checkpointed_layers'])} blocks"
+    return "-"
+
+
+def _memory_row(r: CellRecord) -> str:
+    plan = r.plan if isinstance(r.plan, dict) else {}
+    memory = _section(r, "memory")
+    return (f"{r.cell:<26} {r.status:<7} {_plan_text(plan):>11} {_fmt(_mib(plan.get('budget_bytes')), '.2f'):>8} "
+            f"{_fmt(_mib(plan.get('predicted_peak_bytes')), '.2f'):>9} {_fmt(_mib(memory.get('peak_bytes')), '.2f'):>9} "
+            f"{_fmt(r.summary.mean_epoch_seconds, '.3f'):>8} {_fmt(_section(r, 'energy').get('joules'), '.1f'):>7}")
+
+
+_MEMORY_HEADER = (f"{'cell':<26} {'status':<7} {'plan':>11} {'budget':>8} {'predicted':>9} {'peak MiB':>9} "
+                  f"{'s/epoch':>8} {'J':>7}")
+
+# How each grid's cells read: the main study by loss, the PEFT study by held-out accuracy, the memory
+# study by peak memory against time.
 _TABLES: dict[str, tuple[str, Callable[[CellRecord], str]]] = {
-    "loss": (_LOSS_HEADER, _loss_row), "accuracy": (_ACCURACY_HEADER, _accuracy_row)}
+    "loss": (_LOSS_HEADER, _loss_row), "accuracy": (_ACCURACY_HEADER, _accuracy_row),
+    "memory": (_MEMORY_HEADER, _memory_row)}
 
 
 def summary_lines(records: Iterable[CellRecord]) -> list[str]:
     """The summary table(s) of ``records``: one per grid, rows sorted by cell id, then the statuses line.
 
     Columns of the accuracy table: final held-out top-1 (%), the Bayes classifier's on the same
-    split, final held-out loss, trainable/total parameters, training memory (parameters +
-    gradients + optimizer state + activations of one step), seconds per epoch, joules.
+    split, final held-out loss, trainable/total parameters, training memory (the live peak of one
+    step, else parameters + gradients + optimizer state + activations), seconds per epoch, joules.
     """
     records = list(records)
     lines: list[str] = []

@@ -70,18 +70,19 @@ def test_sigint_records_the_running_cell_as_interrupted(grid_pytester):
 
 
 def test_memory_budget_turns_a_cell_into_oom():
-    """Under a budget below its activation + state bytes a cell ends oom at step 1; above it, ok."""
+    """Under a budget below its predicted peak a cell ends oom at step 1, with the numbers; above it, ok."""
     tight = run_cell(Cell("llm", "adam", "standard"), RunConfig(epochs=1, device="cpu", memory_budget=10**6))
-    assert tight.status == "oom" and tight.failed_step == 1 and "memory budget" in tight.detail
+    assert tight.status == "oom" and tight.failed_step == 1 and "exceeds the memory budget of 1000000 B" in tight.detail
+    assert tight.plan == {}  # refused before any plan was made
     roomy = run_cell(Cell("llm", "adam", "standard"), RunConfig(epochs=1, device="cpu", memory_budget=10**9))
     assert roomy.status == "ok"
 
 
 def test_memory_budget_separates_checkpointing_from_standard():
-    """A budget between the two fits the checkpointed cell and not the standard one."""
+    """A budget between their measured peaks fits the checkpointed cell and not the standard one."""
     standard = run_cell(Cell("llm", "sgd", "standard"), RunConfig(epochs=1, device="cpu"))
     checkpoint = run_cell(Cell("llm", "sgd", "checkpoint"), RunConfig(epochs=1, device="cpu"))
-    budget = (standard.meters["memory"]["activation_bytes"] + checkpoint.meters["memory"]["activation_bytes"]) // 2
+    budget = (standard.meters["memory"]["peak_bytes"] + checkpoint.meters["memory"]["peak_bytes"]) // 2
     config = RunConfig(epochs=1, device="cpu", memory_budget=budget)
     assert run_cell(Cell("llm", "sgd", "standard"), config).status == "oom"
     assert run_cell(Cell("llm", "sgd", "checkpoint"), config).status == "ok"

@@ -12,14 +12,16 @@ from gradeff.strategies import STRATEGIES
 
 
 def test_axes_hold_the_papers_grids():
-    """Main: 4 models × 6 optimizers × 3 strategies; PEFT: 4 backbones × 5 methods × 2 strategies × 2 datasets."""
+    """Main: 4 models × 6 optimizers × 3 strategies; PEFT: 4 backbones × 5 methods × 3 strategies × 2 datasets."""
     assert list(MODELS) == ["vit", "modernbert", "llm", "vlm", "vit_s", "tinyvit", "vim_s", "mambavision_t"]
-    assert list(OPTIMIZERS) == ["sgd", "adam", "adamw", "adagrad", "adadelta", "cgd"]
-    assert list(STRATEGIES) == ["standard", "checkpoint", "accum"]
+    assert list(OPTIMIZERS)[:6] == ["sgd", "adam", "adamw", "adagrad", "adadelta", "cgd"]
+    assert list(OPTIMIZERS)[6:] == ["adafactor", "adamw8bit", "sgdm"]
+    assert list(STRATEGIES)[:6] == ["standard", "checkpoint", "accum", "budget", "compile_budget", "offload"]
     assert list(METHODS) == ["full", "lora", "adalora", "qlora", "bitfit"]
     main, peft = list(cells("main")), list(cells("peft"))
     assert len(main) == 72 and main[0].id == "vit-sgd-standard"
-    assert len(peft) == 80 and {c.optimizer for c in peft} == {"adamw"}
+    assert len(peft) == 120 and {c.optimizer for c in peft} == {"adamw"}
+    assert {c.strategy for c in peft} == {"standard", "checkpoint", "budget"}
     assert {c.id for c in main}.isdisjoint(c.id for c in peft)
 
 

@@ -46,14 +46,14 @@ def test_axis_options_extend_a_grid_beyond_its_own_keys(grid_pytester):
     assert len(main) == 72 and main[0] == "vit-sgd-standard-lora" and all(c.endswith("-lora") for c in main)
     peft = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                               "--gradeff-optimizers=sgd", "--gradeff-models=vit_s", "-m", "peft"))
-    assert len(peft) == 20 and peft[0] == "vit_s-full-standard-cifar100-sgd"
+    assert len(peft) == 30 and peft[0] == "vit_s-full-standard-cifar100-sgd"
 
 
 def test_a_model_from_the_other_study_trains_on_its_own_kind_of_data(grid_pytester):
     """The PEFT grid with the LLM: its cells fine-tune on the LLM's own text task, not on image datasets."""
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                              "--gradeff-models=llm", "-m", "peft"))
-    assert ids[:2] == ["llm-full-standard-causal_lm", "llm-full-checkpoint-causal_lm"] and len(ids) == 10
+    assert ids[:2] == ["llm-full-standard-causal_lm", "llm-full-checkpoint-causal_lm"] and len(ids) == 15
 
 
 def test_family_marker_selects_a_model(grid_pytester):
@@ -65,7 +65,7 @@ def test_family_marker_selects_a_model(grid_pytester):
 def test_collection_does_not_import_transformers(request):
     """Collecting both grids leaves transformers, torch, peft and bitsandbytes unimported."""
     benchmarks = request.config.rootpath / "benchmarks"
-    grids = [str(benchmarks / "test_grid.py"), str(benchmarks / "test_peft_grid.py")]
+    grids = [str(benchmarks / name) for name in ("test_grid.py", "test_peft_grid.py", "test_memory_grid.py")]
     code = (
         "import sys, pytest\n"
         f"code = pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', *{grids!r}])\n"
@@ -75,7 +75,7 @@ def test_collection_does_not_import_transformers(request):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=request.config.rootpath).stdout
-    assert "152 tests collected" in out
+    assert "214 tests collected" in out  # 72 main + 120 PEFT + 22 memory cells
     assert "IMPORTED []" in out
 
 
@@ -87,24 +87,24 @@ def test_k_backbone_and_method_selects_the_peft_cells(grid_pytester):
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                              "-k", "vit_s and lora"))
     assert sorted(ids) == sorted(f"vit_s-{m}-{s}-{d}" for m in ("lora", "adalora", "qlora")
-                                 for s in ("standard", "checkpoint") for d in ("cifar100", "dtd"))
+                                 for s in ("standard", "checkpoint", "budget") for d in ("cifar100", "dtd"))
 
 
 def test_exact_method_marker_selects_qlora_only(grid_pytester):
-    """`-m "cell(method='qlora')"` selects the 16 QLoRA cells: every backbone, strategy and dataset."""
+    """`-m "cell(method='qlora')"` selects the 24 QLoRA cells: every backbone, strategy and dataset."""
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                              "-m", "cell(method='qlora')"))
     assert sorted(ids) == sorted(f"{b}-qlora-{s}-{d}" for b in PEFT_BACKBONES
-                                 for s in ("standard", "checkpoint") for d in ("cifar100", "dtd"))
+                                 for s in ("standard", "checkpoint", "budget") for d in ("cifar100", "dtd"))
 
 
 def test_grid_marker_and_dataset_option_select_the_peft_grid(grid_pytester):
-    """`-m peft` selects the 80 PEFT cells; --gradeff-datasets=dtd keeps the 40 DTD ones; a typo names the valid keys."""
+    """`-m peft` selects the 120 PEFT cells; --gradeff-datasets=dtd keeps the 60 DTD ones; a typo names the valid keys."""
     assert len(_collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
-                                                  "-m", "peft"))) == 80
+                                                  "-m", "peft"))) == 120
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                              "--gradeff-datasets=dtd", "-m", "peft"))
-    assert len(ids) == 40 and all(cell.endswith("-dtd") for cell in ids)
+    assert len(ids) == 60 and all(cell.endswith("-dtd") for cell in ids)
     bad = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q", "--gradeff-methods=lorra")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--gradeff-methods: unknown method 'lorra'; valid methods: full, lora, adalora*"])

@@ -1,0 +1,19 @@
+"""Memory strategies side by side: peak memory against time per epoch, in one run.
+
+For the tiny ``llm`` and ``vit_s``: standard training, static checkpointing, checkpointing with host
+offload, and the adaptive budget (``budget80`` … ``budget20``) and torch.compile's own budget
+(``compile_budget80`` …) at the same four budgets, each a fraction of the cell's unconstrained peak.
+Each cell records its plan (blocks checkpointed, predicted peak, compile time) and its measured peak;
+the report draws the curve as ratios to ``standard``.
+"""
+
+import pytest
+
+
+@pytest.mark.gradeff_grid("memory")
+def test_cell(cell, gradeff_cell):
+    """Train the cell; an unreachable budget (oom) is a finding, an error fails the test."""
+    record = gradeff_cell(cell)
+    if record.status == "skipped":
+        pytest.skip(record.detail)
+    assert record.status != "error", record.detail

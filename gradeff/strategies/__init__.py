@@ -1,0 +1,93 @@
+"""The memory-strategy axis: STRATEGIES registry, and how a strategy prepares a cell.
+
+A strategy acts before the loop — it prepares the model (checkpointing every block, the blocks a
+memory budget needs, activations offloaded to the host, the compiler's own recomputation under a
+budget) — or as data (``accumulate``: how many micro-batches make one optimizer step). The loop
+itself has no strategy branches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gradeff.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["BUDGET_KINDS", "STRATEGIES", "StrategySpec", "enable_checkpointing", "micro_batches_per_step"]
+
+# How a budget strategy meets its budget: by checkpointing the blocks it must (the PEFT paper's adaptive
+# algorithm), or by letting torch.compile's partitioner choose what to recompute (the library's knapsack).
+BUDGET_KINDS = ("adaptive", "compiler")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StrategySpec:
+    """One memory strategy.
+
+    Attributes:
+        key: registry key.
+        name: human-readable name.
+        checkpointing: recompute every block's activations in backward instead of storing them.
+        accumulate: one optimizer step per ``accum_steps`` micro-batches (effective batch k·b).
+        offload: keep what is saved for backward (with checkpointing: block inputs) in host memory.
+        budget: ``adaptive`` or ``compiler``: fit the step into a memory budget (see
+            :mod:`gradeff.strategies.budget`); ``None`` for strategies without one.
+        budget_fraction: where the budget lies between the cell's own predicted peaks with every
+            block checkpointed (0) and with none (1): the memory study's curve, whose points then
+            span each model's whole trade-off, however large its parameters and activations are;
+            ``None``: the absolute budget (``--gradeff-memory-budget``, else the profile's default).
+    """
+
+    key: str
+    name: str
+    checkpointing: bool = False
+    accumulate: bool = False
+    offload: bool = False
+    budget: str | None = None
+    budget_fraction: float | None = None
+
+    def __post_init__(self):
+        if self.budget is not None and self.budget not in BUDGET_KINDS:
+            raise ValueError(f"{self.key}: unknown budget kind {self.budget!r}; valid: {', '.join(BUDGET_KINDS)}")
+        if self.budget_fraction is not None and (self.budget is None or not 0 <= self.budget_fraction <= 1):
+            raise ValueError(f"{self.key}: a budget fraction needs a budget kind and lies in [0, 1]")
+
+
+def _fractions(kind: str, prefix: str, name: str) -> tuple[StrategySpec, ...]:
+    return tuple(StrategySpec(key=f"{prefix}{percent}",
+                              name=f"{name}, budget {percent} % of the way from full checkpointing to none",
+                              budget=kind, budget_fraction=percent / 100) for percent in (80, 60, 40, 20))
+
+
+STRATEGIES: Registry[StrategySpec] = Registry(
+    "strategy",
+    (
+        StrategySpec(key="standard", name="Standard"),
+        StrategySpec(key="checkpoint", name="Activation checkpointing", checkpointing=True),
+        StrategySpec(key="accum", name="Gradient accumulation", accumulate=True),
+        StrategySpec(key="budget", name="Budget-adaptive checkpointing", budget="adaptive"),
+        StrategySpec(key="compile_budget", name="torch.compile under a memory budget", budget="compiler"),
+        StrategySpec(key="offload", name="Checkpointing with host offload", checkpointing=True, offload=True),
+        *_fractions("adaptive", "budget", "Budget-adaptive checkpointing"),
+        *_fractions("compiler", "compile_budget", "torch.compile"),
+    ),
+)
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Turn on non-reentrant activation checkpointing of every block (transformers 5 API).
+
+    Non-reentrant checkpointing recomputes with the saved RNG state, so gradients are the same
+    as without it (dropout included); only memory and time change.
+    """
+    if not hasattr(model, "activation_checkpointing_enable"):
+        raise TypeError(f"{type(model).__name__} has no activation_checkpointing_enable()")
+    model.activation_checkpointing_enable({"use_reentrant": False})
+
+
+def micro_batches_per_step(strategy: str, accum_steps: int) -> int:
+    """How many micro-batches one optimizer step consumes under ``strategy``."""
+    return accum_steps if STRATEGIES[strategy].accumulate else 1
