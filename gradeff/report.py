@@ -3,10 +3,11 @@
 Everything the page shows is decided in Python: which cells, in which order, which one is best,
 how each number reads (units, ``n/a``, "diverged at step 37"). This module assembles the view
 (:mod:`gradeff.report_view`) from the tables (:mod:`gradeff.report_tables`), figures
-(:mod:`gradeff.report_figures`), context (:mod:`gradeff.report_context`) and the PEFT study's
-section (:mod:`gradeff.report_peft`), and renders it with the Jinja templates in
-``gradeff/report_templates/``, which only loop and print; they run with autoescape on and
-``StrictUndefined``, so a field name typo fails a test instead of printing nothing.
+(:mod:`gradeff.report_figures`), context (:mod:`gradeff.report_context`) and the sections of the
+PEFT study (:mod:`gradeff.report_peft`) and the memory study (:mod:`gradeff.report_memory`), and
+renders it with the Jinja templates in ``gradeff/report_templates/``, which only loop and print;
+they run with autoescape on and ``StrictUndefined``, so a field name typo fails a test instead of
+printing nothing.
 
 :func:`write_report` is the entry point for the pytest plugin and the CLI.
 """
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
 
-from gradeff import analysis, peft_analysis
+from gradeff import analysis, memory_analysis
 from gradeff import report_context as context
 from gradeff import report_figures as figures
 from gradeff import report_tables as tables
@@ -28,6 +29,7 @@ from gradeff.formatting import NA
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
+from gradeff.report_memory import build_memory_view
 from gradeff.report_peft import build_peft_view
 from gradeff.report_view import (
     SECTIONS, ModelView, ReportView, Table, display_name, distinct_text, html_id, status_text,
@@ -67,8 +69,8 @@ def build_view(
     """
     kept, superseded = analysis.latest_records(records)
     kept = analysis.sort_records(kept)
-    # The main study's sections read its grids only; the PEFT study has a section of its own.
-    main, peft_records = peft_analysis.split_studies(kept)
+    # The main study's sections read its grids only; the PEFT and memory studies have sections of their own.
+    main, peft_records, memory_records = memory_analysis.split_studies(kept)
     groups = group_by_model(main)
     models = list(groups)
     optimizers = analysis.order_keys((r.optimizer for r in main), OPTIMIZERS)
@@ -100,6 +102,7 @@ def build_view(
         heatmap=figures.heatmap_figure(models, groups, optimizers_of, strategies),
         main_note="" if main else MAIN_MISSING_NOTE,
         peft=build_peft_view(peft_records),
+        memory_strategies=build_memory_view(memory_records, peft_records),
         failures=context.failures_table(kept),
         skipped_lines=tuple(skipped_lines), superseded=superseded,
         runs=context.runs_table(kept), environments=context.environment_tables(kept),

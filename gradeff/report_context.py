@@ -230,7 +230,9 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
                              "bytes = distinct storages saved for backward (saved-tensor hooks, parameters excluded, "
                              "deduplicated by storage) on one representative step: the warm-up micro-batch, with "
                              "the strategy applied. Identical on CPU and GPU. The PEFT study's training memory is "
-                             "the GPU allocator peak where measured, else the sum of these four parts."),
+                             "the GPU allocator peak where measured, else the live-tensor peak of a step, else the "
+                             "sum of these four parts (the live peak and the memory study's plans: see 'Memory "
+                             "strategies')."),
         ("Held-out evaluation", "After each epoch, outside the epoch's timing and meters, the model is evaluated on "
                                 "the task's held-out split (never trained on) in eval mode (dropout off) without "
                                 "autograd: mean cross-entropy per target and top-1 accuracy. Final held-out "

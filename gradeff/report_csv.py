@@ -17,7 +17,8 @@ from typing import TextIO
 
 from gradeff import analysis
 from gradeff.formatting import NA
-from gradeff.peft_analysis import sort_peft, split_studies
+from gradeff.memory_analysis import sort_memory, split_studies
+from gradeff.peft_analysis import sort_peft
 from gradeff.results import CellRecord, Summary
 
 __all__ = ["csv_table", "write_csv"]
@@ -39,8 +40,9 @@ _METER_COLUMNS = tuple(f"meters.{meter}.{name}" for meter, names in (
              "power_mean_w", "alloc_peak_bytes", "reserved_peak_bytes", "samples", "short_window", "duration_s")),
     ("energy", ("joules", "source", "co2_grams", "duration_s")),
     ("cost", ("reads_s", "sampler_cpu_s", "epoch_s", "fraction")),
+    # peak_by_device is a mapping: it flattens into one column per device, after these.
     ("memory", ("parameter_bytes", "trainable_parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
-                "activation_bytes")),
+                "activation_bytes", "peak_bytes")),
 ) for name in names)
 
 
@@ -78,8 +80,8 @@ def _cell_text(value: object) -> str:
 
 
 def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of the CSV: one row per cell (a cell's last record wins), main study then PEFT study,
-    each in its grid order.
+    """The header and rows of the CSV: one row per cell (a cell's last record wins), main study, PEFT study, then
+    memory study, each in its grid order.
 
     Args:
         records: records in reading order.
@@ -88,8 +90,8 @@ def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]
         ``(header, rows)``, every value already text.
     """
     kept, _ = analysis.latest_records(records)
-    main, peft = split_studies(kept)
-    rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft))]
+    main, peft, memory = split_studies(kept)
+    rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft), *sort_memory(memory))]
     known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS, *_STUDY_COLUMNS)
     extra = sorted({key for row in rows for key in row} - set(known))
     header = [*known, *extra]

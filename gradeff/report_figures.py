@@ -1,8 +1,8 @@
 """The report's figures: records → plot data → inline SVG (:mod:`gradeff.report_plots`) → :class:`FigureView`.
 
 Loss curves (paper Figure 2), the utilization/memory heat-map grid (Figure 3), loss vs time with
-the Pareto frontier (Figure 4), the memory breakdown, and the PEFT study's held-out accuracy
-curves. Each figure's note says which cells it could not draw and why.
+the Pareto frontier (Figure 4), the memory breakdown, the PEFT study's held-out accuracy curves, and
+the memory study's memory vs time per strategy. Each figure's note says which cells it could not draw and why.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from markupsafe import Markup
 
 from gradeff import analysis, peft_analysis
+from gradeff import memory_analysis as ma
 from gradeff import report_plots as plots
 from gradeff.analysis import METRICS, Metric
 from gradeff.data import TASKS
@@ -21,8 +22,13 @@ from gradeff.models import MODELS
 from gradeff.report_view import FigureView, config_label, display_name, first_word, short_label, status_text
 from gradeff.results import FAILED_STATUSES, CellRecord
 
-__all__ = ["accuracy_curves_figure", "heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure"]
+__all__ = ["accuracy_curves_figure", "heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure",
+           "tradeoff_figure"]
 
+# The memory study's figure: colour and marker index per kind of strategy; other strategies follow.
+_STANDARD_STYLE, _KIND_STYLES = 0, {ma.ADAPTIVE: 3, ma.COMPILER: 4}
+_KIND_LABELS = {ma.ADAPTIVE: "adaptive", ma.COMPILER: "torch.compile"}  # the legend is 2 in wide
+_SINGLE_STYLES = {"checkpoint": 1, "offload": 2}
 _HEAT_METRICS = {"gpu_util": "GPU util.", "gpu_mem": "GPU memory", "ram_peak": "RAM peak",
                  "activation": "activations"}  # metric → short panel title (panels are 2.7 in wide)
 
@@ -227,6 +233,76 @@ def accuracy_curves_figure(groups: Mapping[tuple[str, str], Sequence[CellRecord]
         notes.append("No held-out accuracy: " + ", ".join(undrawn) + ".")
     svg = plots.accuracy_panels_svg(panels, title=caption, uid="peft-curves") if drawn else None
     return FigureView(id="peft-curves", caption=caption, svg=Markup(svg) if svg else None, note=" ".join(notes))
+
+
+def _tradeoff_point(record: CellRecord, reference: CellRecord) -> tuple[float, float] | None:
+    x = peft_analysis.ratio(record, reference, "epoch_seconds")
+    y = peft_analysis.ratio(record, reference, ma.DEVICE_MEMORY)
+    return None if x is None or y is None else (x, y)
+
+
+def tradeoff_figure(slug: str, title: str, records: Sequence[CellRecord], reference: CellRecord | None) -> FigureView:
+    """Memory against time per epoch, both over the standard cell's: one marker per strategy (memory study).
+
+    Every point is read on one quantity, the breakdown sum (:data:`gradeff.memory_analysis.DEVICE_MEMORY`),
+    which compiled cells have too; the budget levels of each kind are joined by a line, standard sits
+    at (1, 1), checkpoint and offload are labelled.
+
+    Args:
+        slug: the group's HTML id prefix.
+        title: the group's heading (the model's name).
+        records: the group's cells, in study order.
+        reference: its standard cell, or ``None``.
+
+    Returns:
+        The figure (without SVG when there is no standard to divide by); its note names what is not drawn.
+    """
+    caption = (f"{title}: training memory against time per epoch, both over standard's. Memory is the breakdown "
+               "sum (parameters + gradients + optimizer state + activations saved for backward) for every point, "
+               "compiled cells included; the live peak is in the table")
+    figure_id = f"{slug}-tradeoff"
+    if reference is None or _tradeoff_point(reference, reference) is None:
+        why = ("no standard cell" if reference is None else f"standard ended {reference.status}"
+               if reference.status != "ok" else "standard's time or memory was not measured")
+        return FigureView(id=figure_id, caption=caption, svg=None,
+                          note=f"n/a: {why}, so there is nothing to divide by.")
+    singles: list[plots.TradeoffSeries] = []
+    levels: dict[str, list[tuple[float, tuple[float, float]]]] = {}
+    left_out, others = [], 0
+    for record in records:
+        point = _tradeoff_point(record, reference)
+        if point is None:
+            left_out.append(f"{record.strategy} ({status_text(record) if record.status != 'ok' else 'not measured'})")
+            continue
+        kind, level = ma.budget_kind(record), ma.budget_level(record)
+        if kind in _KIND_STYLES and level is not None:
+            levels.setdefault(kind, []).append((level, point))
+            continue
+        if record is reference:
+            style = _STANDARD_STYLE
+        elif record.strategy in _SINGLE_STYLES:
+            style = _SINGLE_STYLES[record.strategy]
+        else:
+            style, others = 5 + others, others + 1
+        singles.append(plots.TradeoffSeries(label=record.strategy, points=(point,), texts=(record.strategy,),
+                                            style_index=style))
+    for kind in (ma.ADAPTIVE, ma.COMPILER):
+        if kind in levels:
+            # Most memory first: the line runs from the mildest budget to the tightest.
+            ordered = sorted(levels[kind], key=lambda item: -item[0])
+            singles.append(plots.TradeoffSeries(
+                label=f"{_KIND_LABELS[kind]} (level %)", points=tuple(p for _, p in ordered),
+                texts=tuple(f"{level * 100:.0f}" for level, _ in ordered), joined=True,
+                style_index=_KIND_STYLES[kind]))
+    svg = plots.tradeoff_svg(singles, title=caption, uid=figure_id, xlabel="time per epoch / standard's",
+                             ylabel="training memory (breakdown sum) / standard's")
+    notes = ["Dashed: standard's time and memory. Numbers by the lines: the budget level, from every block "
+             "checkpointed (0) to none (100). Compile time is not part of the time per epoch."]
+    if any(ma.host_copies_bytes(r) for r in records):
+        notes.append("Offload's host copies are counted: on this device the host memory is the device memory.")
+    if left_out:
+        notes.append("Not drawn: " + ", ".join(left_out) + ".")
+    return FigureView(id=figure_id, caption=caption, svg=Markup(svg), note=" ".join(notes))
 
 
 def _heat_text(record: CellRecord | None, value: float | None, metric: Metric) -> str:

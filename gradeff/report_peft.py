@@ -2,7 +2,7 @@
 
 Per backbone and dataset, method × strategy tables of accuracy, trainable parameters, training
 memory, time per epoch and energy; which method to pick; each method against full fine-tuning;
-checkpoint / standard ratios; accuracy curves; and the backbones' one-off pretraining. Numbers are
+checkpoint / standard and budget / standard ratios; accuracy curves; and the backbones' one-off pretraining. Numbers are
 formatted here (the analysis is :mod:`gradeff.peft_analysis`); a failed cell shows its status, an
 unmeasured one ``n/a`` with the reason in its tooltip or the table's note.
 """
@@ -35,11 +35,14 @@ _OBJECTIVE_TITLES = {"accuracy": "Highest accuracy", "memory": "Least memory", "
                      "energy": "Least energy"}
 _MEMORY_READS = {
     "gpu_alloc": "the torch allocator's peak on the GPU (what the device actually held)",
+    "peak": "the live-tensor peak of one training step: the most bytes of tensors alive at once, transients "
+            "included, tracked op by op and exact on any device (no GPU allocator peak was recorded)",
     "train_memory": "the breakdown sum: parameters (4-bit weights packed, with their quantisation constants) + "
                     "gradients + optimizer state + activations saved for backward, measured the same way on any "
                     "device (no GPU allocator peak was recorded)",
 }
-_MEMORY_SOURCES = {"gpu_alloc": "GPU allocator peak", "train_memory": "breakdown sum"}
+_MEMORY_SOURCES = {"gpu_alloc": "GPU allocator peak", "peak": "live-tensor peak of a step",
+                   "train_memory": "breakdown sum"}
 _MEMORY_LABELS = {key: f"Training memory ({source})" for key, source in _MEMORY_SOURCES.items()}
 
 
@@ -218,31 +221,43 @@ def _versus_table(slug: str, model: str, dataset: str, records: Sequence[CellRec
                       f"{_MEMORY_SOURCES[memory.key]}.")
 
 
-def _ratio_tables(groups: Mapping[tuple[str, str], Sequence[CellRecord]],
-                  records: Sequence[CellRecord]) -> tuple[Table, ...]:
+# What each strategy divided by standard stands for in the paper (the notes of its ratio tables).
+_RATIO_MEANINGS = {
+    "checkpoint": "checkpoint: the paper's static activation checkpointing; standard: its 'none'.",
+    "budget": "budget: the paper's budget-adaptive checkpointing, which checkpoints the fewest blocks whose "
+              "predicted peak fits the budget less its margin (the profile's absolute budget); standard: its "
+              "'none'. Its claim, read per backbone, is in 'Memory strategies'.",
+}
+
+
+def _ratio_tables(groups: Mapping[tuple[str, str], Sequence[CellRecord]], records: Sequence[CellRecord],
+                  numerator: str = "checkpoint") -> tuple[Table, ...]:
+    """``numerator`` / standard ratios of training memory, time per epoch and energy: methods × backbone · dataset."""
     columns = list(groups)
     methods = analysis.order_keys((r.method for r in records), METHODS)
     memory = _memory_metric(records)
+    # The checkpoint tables keep their ids (peft-ratio-<metric>) for links into earlier reports.
+    prefix = "peft-ratio" if numerator == "checkpoint" else f"peft-ratio-{numerator}"
+    meaning = _RATIO_MEANINGS.get(numerator, f"{numerator} against standard.")
     tables = []
     for metric in (memory, METRICS["epoch_seconds"], METRICS["energy"]):
-        ratios = peft.checkpoint_ratios(records, metric)
+        ratios = peft.checkpoint_ratios(records, metric, numerator=numerator)
         measured = any(r is not None for r in ratios.values())
         rows = []
         for method in methods:
             if not any((model, dataset, method) in ratios for model, dataset in columns):
                 continue
             rows.append(Row(label=display_name(METHODS, method), cells=tuple(
-                _ratio_cell(ratios.get((model, dataset, method)), "needs both checkpoint and standard ok and "
+                _ratio_cell(ratios.get((model, dataset, method)), f"needs both {numerator} and standard ok and "
                                                                    "measured") for model, dataset in columns)))
         label = _MEMORY_LABELS.get(metric.key, metric.label)
         tables.append(Table(
-            id=f"peft-ratio-{metric.key}",
-            caption=f"{label}: {display_name(STRATEGIES, 'checkpoint')} / {display_name(STRATEGIES, 'standard')}",
+            id=f"{prefix}-{metric.key}",
+            caption=f"{label}: {display_name(STRATEGIES, numerator)} / {display_name(STRATEGIES, 'standard')}",
             header=("method", *(f"{model} / {dataset}" for model, dataset in columns)) if measured else (),
             rows=tuple(rows) if measured else (),
-            note=("checkpoint: the paper's static activation checkpointing; standard: its 'none'. Bold: "
-                  "checkpointing lowers it (< 1); italic: it raises it (> 1)." if measured else
-                  "n/a: no method has both checkpoint and standard cells that ended ok with this metric.")))
+            note=(f"{meaning} Bold: it lowers the figure (< 1); italic: it raises it (> 1)." if measured else
+                  f"n/a: no method has both {numerator} and standard cells that ended ok with this metric.")))
     return tuple(tables)
 
 
@@ -313,7 +328,7 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
     """
     if not records:
         empty = Table(id="peft-pick-table", caption="", header=(), rows=())
-        return PeftView(missing_note=MISSING_NOTE, pick=empty, versus_full=(), groups=(), ratios=(),
+        return PeftView(missing_note=MISSING_NOTE, pick=empty, versus_full=(), groups=(), ratios=(), budget_ratios=(),
                         curves=FigureView(id="peft-curves", caption="", svg=None), pretraining=empty)
     records = peft.sort_peft(records)
     groups = peft.group_by_backbone(records)
@@ -327,6 +342,9 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
                                    tables=_group_tables(slugs[key], group, strategies))
                      for key, group in groups.items()),
         ratios=_ratio_tables(groups, records),
+        # Only where the study ran the budget strategy: older results have no such column to divide.
+        budget_ratios=_ratio_tables(groups, records, "budget") if any(r.strategy == "budget" for r in records)
+        else (),
         curves=figures.accuracy_curves_figure(groups),
         pretraining=_pretraining_table(records),
     )

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 __all__ = [
-    "Bar", "Curve", "CurvePanel", "HeatPanel", "Point", "Series", "accuracy_panels_svg", "heatmap_grid_svg",
-    "loss_curves_svg", "memory_bars_svg", "pareto_svg",
+    "Bar", "Curve", "CurvePanel", "HeatPanel", "Point", "Series", "TradeoffSeries", "accuracy_panels_svg",
+    "heatmap_grid_svg", "loss_curves_svg", "memory_bars_svg", "pareto_svg", "tradeoff_svg",
 ]
 
 # Text stays text (no embedded glyph outlines: the tiny grid's page is 1.8x smaller, and searchable); no mathtext,
@@ -220,6 +220,81 @@ def accuracy_panels_svg(panels: Sequence[Sequence[CurvePanel]], *, title: str, u
         if handles:
             fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(handles), 4),
                        frameon=False)
+        return _to_svg(fig, uid, title)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TradeoffSeries:
+    """Cells of one kind in the memory vs time plane, both relative to a reference cell.
+
+    Attributes:
+        label: legend text.
+        points: ``(x, y)`` per cell: time per epoch and memory, each over the reference's.
+        texts: a short label written next to each point (``""``: none).
+        joined: draw a line through the points in the order given (a kind's budget levels).
+        style_index: fixes the colour and marker of the series.
+    """
+
+    label: str
+    points: tuple[tuple[float, float], ...]
+    texts: tuple[str, ...]
+    joined: bool = False
+    style_index: int = 0
+
+
+_TRADEOFF_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h")
+
+
+def tradeoff_svg(series: Sequence[TradeoffSeries], *, title: str, uid: str, xlabel: str, ylabel: str) -> str:
+    """Memory against time per epoch, both relative to a reference cell drawn at (1, 1).
+
+    Each point is its own marker (an SVG group with id ``point-N``), so a page can be checked for
+    what it draws; joined series get a thin line through their points underneath.
+
+    Args:
+        series: what to draw, in legend order.
+        title: what the figure shows: the SVG's accessible label (the page's figcaption prints it).
+        uid: unique id prefix for this figure's SVG ids.
+        xlabel / ylabel: the axes' titles.
+
+    Returns:
+        An ``<svg>`` element.
+    """
+    from matplotlib.lines import Line2D
+
+    with _figure(uid, (7.6, 4.2), _LEGEND_RIGHT) as fig:
+        ax = fig.subplots()
+        colors = _colors()
+        handles, drawn = [], 0
+        for s in series:
+            color = colors[s.style_index % len(colors)]
+            marker = _TRADEOFF_MARKERS[s.style_index % len(_TRADEOFF_MARKERS)]
+            if s.joined and len(s.points) > 1:
+                ax.plot([x for x, _ in s.points], [y for _, y in s.points], color=color, linewidth=1.1, alpha=0.7,
+                        zorder=2)
+            for index, ((x, y), text) in enumerate(zip(s.points, s.texts, strict=True)):
+                ax.plot([x], [y], marker=marker, markersize=6, linestyle="", color=color, zorder=3,
+                        gid=f"point-{drawn}")
+                drawn += 1
+                if text:
+                    # Alternate above/below along a line: levels with the same memory would overprint.
+                    ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, -11 if index % 2 else 4),
+                                fontsize=7)
+            handles.append(Line2D([], [], color=color, marker=marker, linestyle="-" if s.joined else "",
+                                  label=s.label))
+        # The reference's own lines: left of x = 1 is faster, below y = 1 holds less.
+        ax.axhline(1.0, color="#999999", linestyle="--", linewidth=0.8, zorder=1)
+        ax.axvline(1.0, color="#999999", linestyle="--", linewidth=0.8, zorder=1)
+        xs = [x for s in series for x, _ in s.points] + [1.0]
+        ys = [y for s in series for _, y in s.points] + [1.0]
+        for values, setter in ((xs, ax.set_xlim), (ys, ax.set_ylim)):
+            pad = (max(values) - min(values)) * 0.08 or 0.05
+            setter(min(values) - pad, max(values) + pad)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        if handles:
+            ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         return _to_svg(fig, uid, title)
 
 

@@ -154,7 +154,8 @@ def recommendation_table(models: Sequence[str], records: Sequence[CellRecord]) -
     table = Table(id="recommendation-table", caption="Which optimizer and strategy to use, per model and goal",
                   header=("model", *(_OBJECTIVE_TITLES[o] for o in analysis.OBJECTIVES)), rows=tuple(rows),
                   note="Only cells that trained every epoch (status ok) compete. Memory compares, per model, the "
-                       "first of: torch allocator peak, training-memory breakdown, process RSS that was measured.")
+                       "first of: torch allocator peak, live-tensor peak of a step, training-memory breakdown, "
+                       "process RSS that was measured.")
     optimizer_wins, strategy_wins = analysis.tally_wins(recs)
     total = sum(optimizer_wins.values())
     wins = (

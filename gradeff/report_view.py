@@ -21,7 +21,8 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "SECTIONS", "Cell", "FigureView", "ModelView", "PeftGroupView", "PeftView", "ReportView", "Row", "Section",
+    "SECTIONS", "Cell", "FigureView", "MemoryGroupView", "MemoryView", "ModelView", "PeftGroupView", "PeftView",
+    "ReportView", "Row", "Section",
     "Table", "config_label", "display_name", "distinct_text", "energy_sources", "first_word", "html_id",
     "short_label", "status_text", "text_or_na",
 ]
@@ -47,6 +48,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("pareto", "Loss vs time per epoch: Pareto frontier", "Figure 4"),
     Section("memory", "Memory breakdown", ""),
     Section("peft", "Fine-tuning methods (PEFT study)", ""),
+    Section("memory-strategies", "Memory strategies (peak memory vs time)", ""),
     Section("failures", "Failed and skipped cells", ""),
     Section("skipped-lines", "Unreadable lines", ""),
     Section("environment", "Environment", ""),
@@ -128,6 +130,7 @@ class PeftView:
         versus_full: per backbone × dataset, each method against full fine-tuning.
         groups: the method × strategy tables per backbone × dataset.
         ratios: checkpoint / standard ratios per backbone × method.
+        budget_ratios: budget / standard ratios the same way (empty when no cell used the ``budget`` strategy).
         curves: held-out accuracy per epoch.
         pretraining: the one-off pretraining of each backbone.
     """
@@ -137,8 +140,54 @@ class PeftView:
     versus_full: tuple[Table, ...]
     groups: tuple[PeftGroupView, ...]
     ratios: tuple[Table, ...]
+    budget_ratios: tuple[Table, ...]
     curves: FigureView
     pretraining: Table
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryGroupView:
+    """One model (with its optimizer, method and dataset) of the memory study.
+
+    Attributes:
+        slug: HTML id prefix.
+        title: heading.
+        summary: cell count and statuses.
+        figure: memory vs time per epoch, both over standard's.
+        table: one row per strategy: plan, budget, prediction, measurements and ratios to standard.
+        claims: the paper's claim per budget level, as measured.
+        versus: the adaptive budget against the compiler's knapsack per level.
+    """
+
+    slug: str
+    title: str
+    summary: str
+    figure: FigureView
+    table: Table
+    claims: tuple[str, ...]
+    versus: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryView:
+    """The memory strategies section.
+
+    Attributes:
+        missing_note: the one line shown instead of the memory study's part when it has no records (``""``
+            otherwise).
+        groups: per model, its figure, table and claim lines.
+        claims: the claim per budget level over every model.
+        peft_claims: the PEFT study's budget cells against standard, per backbone.
+        peft_note: what the PEFT lines compare, or why there are none.
+        methods: ``(quantity, explanation)``: how each number of the section was measured.
+    """
+
+    missing_note: str
+    groups: tuple[MemoryGroupView, ...]
+    claims: tuple[str, ...]
+    peft_claims: tuple[str, ...]
+    peft_note: str
+    methods: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,7 +195,8 @@ class ReportView:
     """The whole page.
 
     ``main_note`` is the one line the main study's sections show instead of their content when
-    no record belongs to it (``""`` otherwise); ``peft`` is the PEFT study's section.
+    no record belongs to it (``""`` otherwise); ``peft`` is the PEFT study's section and
+    ``memory_strategies`` the memory study's.
     """
 
     title: str
@@ -164,6 +214,7 @@ class ReportView:
     heatmap: FigureView
     main_note: str
     peft: PeftView
+    memory_strategies: MemoryView
     failures: Table
     skipped_lines: tuple[str, ...]
     superseded: int

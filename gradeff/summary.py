@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from gradeff.formatting import as_number
 from gradeff.grid import GRIDS
 from gradeff.results import CellRecord
 
@@ -75,19 +76,22 @@ _ACCURACY_HEADER = (f"{'cell':<34} {'status':<7} {'acc %':>6} {'bayes':>6} {'ho 
                     f"{'mem MiB':>8} {'s/epoch':>8} {'J':>7}")
 
 def _plan_text(plan: dict) -> str:
-    if "activation_memory_budget" in plan:
-        return f"act {plan['activation_memory_budget']:.2f}"
-    if "checkpointed_layers" in plan:
-        return f"{plan['checkpointed_layers']}/{plan.get('layers', plan['checkpointed_layers'])} blocks"
+    fraction, blocks = as_number(plan.get("activation_memory_budget")), as_number(plan.get("checkpointed_layers"))
+    if fraction is not None:
+        return f"act {fraction:.2f}"
+    if blocks is not None:
+        layers = as_number(plan.get("layers"))
+        return f"{blocks:.0f}/{layers:.0f} blocks" if layers is not None else f"{blocks:.0f} blocks"
     return "-"
 
 
 def _memory_row(r: CellRecord) -> str:
     plan = r.plan if isinstance(r.plan, dict) else {}
     memory = _section(r, "memory")
-    return (f"{r.cell:<26} {r.status:<7} {_plan_text(plan):>11} {_fmt(_mib(plan.get('budget_bytes')), '.2f'):>8} "
-            f"{_fmt(_mib(plan.get('predicted_peak_bytes')), '.2f'):>9} {_fmt(_mib(memory.get('peak_bytes')), '.2f'):>9} "
-            f"{_fmt(r.summary.mean_epoch_seconds, '.3f'):>8} {_fmt(_section(r, 'energy').get('joules'), '.1f'):>7}")
+    budget, predicted = (_mib(as_number(plan.get(k))) for k in ("budget_bytes", "predicted_peak_bytes"))
+    return (f"{r.cell:<26} {r.status:<7} {_plan_text(plan):>11} {_fmt(budget, '.2f'):>8} {_fmt(predicted, '.2f'):>9} "
+            f"{_fmt(_mib(as_number(memory.get('peak_bytes'))), '.2f'):>9} {_fmt(r.summary.mean_epoch_seconds, '.3f'):>8} "
+            f"{_fmt(as_number(_section(r, 'energy').get('joules')), '.1f'):>7}")
 
 
 _MEMORY_HEADER = (f"{'cell':<26} {'status':<7} {'plan':>11} {'budget':>8} {'predicted':>9} {'peak MiB':>9} "

@@ -55,3 +55,13 @@ def test_pretraining_is_reported_once_per_backbone_as_run_or_cached():
         "pretrained tinyvit (from the cache): 256 steps in 5.5 s, not counted in any cell; source-task held-out "
         "accuracy 86.0 %",
     ]
+
+
+def test_memory_rows_read_malformed_plans_as_na():
+    """A plan with wrongly typed values (hand edits, other versions) prints n/a, not a crash."""
+    record = _record("llm-standard", grid="memory", optimizer="adamw")
+    broken = CellRecord.from_dict({**__import__("json").loads(record.to_json()),
+                                   "plan": {"activation_memory_budget": "x", "budget_bytes": "big",
+                                            "checkpointed_layers": None}})
+    row = summary_lines([broken])[1].split()
+    assert row[:3] == ["llm-standard", "ok", "-"] and row[3:5] == ["n/a", "n/a"]

@@ -283,7 +283,7 @@ def test_mixed_render_passes_the_html_checks(grid_records, peft_cells, peft_reco
 def test_csv_adds_study_columns_after_the_existing_ones(make_record, peft_cells):
     """CSV: the earlier columns keep their order first; grid, method, dataset, held-out, parameters, weights follow."""
     header, rows = csv_table([make_record("llm-sgd-standard")] + peft_cells)
-    old = header.index("meters.memory.activation_bytes")
+    old = header.index("meters.memory.peak_bytes")
     assert header[:5] == ["cell", "model", "optimizer", "strategy", "status"]
     assert header[old + 1:old + 11] == [
         "grid", "method", "dataset", "summary.final_heldout_accuracy", "summary.final_heldout_loss",

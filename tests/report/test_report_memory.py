@@ -1,0 +1,353 @@
+"""The memory strategies section: the three-way split, ratios and claim lines, the figure, PEFT budget cells, gaps."""
+
+import dataclasses
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from gradeff import memory_analysis as ma
+from gradeff import peft_analysis
+from gradeff.formatting import NA
+from gradeff.report import MAIN_MISSING_NOTE, SECTIONS, build_view, render_html, write_report
+from gradeff.report_csv import csv_table
+from gradeff.report_memory import MISSING_NOTE, TABLE_HEADER, build_memory_view, format_change, format_range
+from gradeff.report_peft import build_peft_view
+from gradeff.results import append_record, read_records
+from gradeff.summary import summary_lines
+
+MIB = 2**20
+SCRIPT = "<script>alert(1)</script>"
+OOM_DETAIL = ("even checkpointing every block does not fit: predicted peak 5.00 MiB > 4.50 MiB (budget 5.00 MiB "
+              "less a 10% margin); without checkpointing 10.00 MiB")
+
+
+@pytest.fixture
+def memory_record(make_record, make_meters):
+    """A memory-grid record factory: breakdown = 1 + 1 + 1 MiB + ``activation``, live ``peak``, ``seconds`` per epoch."""
+    def build(strategy="standard", status="ok", *, model="llm", peak=10 * MIB, activation=7 * MIB, seconds=1.0,
+              joules=10.0, plan=None, device="cpu", **overrides):
+        recorded = make_meters(joules=joules, activation=activation, state=MIB)
+        recorded["memory"]["peak_bytes"] = peak
+        epochs = (seconds if isinstance(seconds, tuple) else (seconds, seconds)) if status == "ok" else ()
+        record = make_record(f"{model}-adamw-{strategy}", status, meters=recorded, plan=plan or {}, device=device,
+                             losses=(2.0, 1.5)[:len(epochs)], seconds=epochs, **overrides)
+        # The memory grid's ids name the model and the strategy only.
+        return dataclasses.replace(record, cell=f"{model}-{strategy}", grid="memory")
+    return build
+
+
+def adaptive_plan(level, chosen=1, layers=2, budget=9 * MIB, predicted=7 * MIB, fits=True):
+    """An adaptive budget plan as :func:`gradeff.strategies.prepare.prepare` records it."""
+    return {"kind": "adaptive", "budget_fraction": level, "budget_bytes": budget, "margin": 0.1,
+            "target_bytes": int(budget * 0.9), "checkpointed": [f"model.layers.{i}" for i in range(chosen)],
+            "checkpointed_layers": chosen, "layers": layers, "predicted_peak_bytes": predicted,
+            "unconstrained_peak_bytes": 10 * MIB, "fits": fits, "prefix_peak_bytes": [10 * MIB, 7 * MIB]}
+
+
+def compiler_plan(level, budget=9 * MIB, fraction=0.75, seconds=2.5):
+    """A compiler budget plan (no prediction, an activation memory budget and a compile time)."""
+    return {"kind": "compiler", "budget_fraction": level, "budget_bytes": budget, "margin": 0.1,
+            "target_bytes": int(budget * 0.9), "unconstrained_peak_bytes": 10 * MIB,
+            "activation_memory_budget": fraction, "compile_backend": "aot_eager_decomp_partition",
+            "compile_seconds": seconds}
+
+
+@pytest.fixture
+def llm_cells(memory_record):
+    """One model: standard, checkpoint, offload, two adaptive levels (one oom) and their compiler twins."""
+    return [
+        memory_record("standard", peak=10 * MIB, activation=7 * MIB, seconds=1.0, joules=10.0),
+        memory_record("checkpoint", peak=5 * MIB, activation=2 * MIB, seconds=1.5, joules=15.0,
+                      plan={"checkpointed_layers": 2, "layers": 2}),
+        memory_record("offload", peak=5 * MIB, activation=0, seconds=1.6, joules=16.0,
+                      plan={"checkpointed_layers": 2, "layers": 2, "offload": True,
+                            "offloaded_bytes_per_step": 2 * MIB}),
+        # Breakdown 3 + 4 = 7 MiB against the compiler's 8 MiB, in 1.2 s against 1.4 s: adaptive beats it.
+        memory_record("budget60", peak=7 * MIB, activation=4 * MIB, seconds=1.2, joules=11.0,
+                      plan=adaptive_plan(0.6)),
+        memory_record("budget20", "oom", peak=None, plan=adaptive_plan(0.2, chosen=2, budget=5 * MIB,
+                                                                       predicted=5 * MIB, fits=False),
+                      detail=OOM_DETAIL, failed_step=0),
+        memory_record("compile_budget60", peak=None, activation=5 * MIB, seconds=1.4, joules=14.0,
+                      plan=compiler_plan(0.6)),
+        memory_record("compile_budget20", peak=None, activation=3 * MIB, seconds=1.8, joules=18.0,
+                      plan=compiler_plan(0.2, budget=5 * MIB, fraction=0.3)),
+    ]
+
+
+class _Page(HTMLParser):
+    """Every id attribute and every URL-bearing attribute of a page."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.ids: list[str] = []
+        self.urls: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name == "id":
+                self.ids.append(value)
+            if name in ("src", "href", "xlink:href", "action", "data") and value:
+                self.urls.append(value)
+
+
+def _section(html: str, section: str) -> str:
+    return html.split(f'<section class="top" id="{section}">', 1)[1].split("</section>", 1)[0]
+
+
+def _rows(table):
+    return {row.label: row.cells for row in table.rows}
+
+
+def test_split_is_three_way(make_record, make_peft_record, llm_cells):
+    """Main (and unknown) grids, the PEFT grid and the memory grid each go to their own sections only."""
+    main = [make_record("vit-sgd-standard"), make_record("llm-adam-standard", grid="elsewhere")]
+    peft = [make_peft_record(method="lora")]
+    studies = ma.split_studies(main + peft + llm_cells)
+    assert [r.cell for r in studies.main] == ["vit-sgd-standard", "llm-adam-standard"]
+    assert [r.cell for r in studies.peft] == ["vit_s-lora-standard-cifar100"]
+    assert [r.cell for r in studies.memory] == [r.cell for r in llm_cells]
+    view = build_view(main + peft + llm_cells)
+    assert [m.key for m in view.models] == ["vit", "llm"]
+    # The main study's llm has Adam alone: no AdamW row from the memory grid's llm cells.
+    assert [row.label for row in view.models[1].tables[0].rows] == ["Adam"]
+    assert view.models[1].tables[0].header == ("optimizer", "standard")
+    assert [g.title for g in view.peft.groups] == ["ViT-S/16 on CIFAR-100 (synthetic, 100 classes)"]
+    assert [g.title for g in view.memory_strategies.groups] == ["Llama-3.2-1B-style decoder"]
+    only_memory = build_view(llm_cells)
+    assert only_memory.main_note == MAIN_MISSING_NOTE and only_memory.models == ()
+    assert only_memory.peft.missing_note != "" and only_memory.memory_strategies.missing_note == ""
+    assert build_view(main).memory_strategies.missing_note == MISSING_NOTE
+
+
+def test_table_plans_measurements_and_ratios(llm_cells):
+    """Each strategy's plan, budget, prediction, live peak, breakdown, time, compile time, energy, ratio to standard."""
+    (group,) = build_memory_view(llm_cells).groups
+    assert group.table.header == TABLE_HEADER
+    rows = _rows(group.table)
+    assert list(rows) == ["standard", "checkpoint", "offload", "budget60", "budget20", "compile_budget60",
+                          "compile_budget20"]
+    assert [c.text for c in rows["standard"]] == ["ok", "none", NA, NA, "10.0 MiB", "10.0 MiB", "1.00 s", NA,
+                                                  "10.0 J"]
+    budget = rows["budget60"]
+    assert (budget[1].text, budget[1].sub) == ("1 / 2 blocks", "model.layers.0")
+    assert budget[2].text == "9.00 MiB" and budget[2].sub == "level 60 %, target 8.10 MiB (10 % margin)"
+    assert (budget[3].text, budget[3].sub) == ("7.00 MiB", "fits the target")
+    assert (budget[4].text, budget[4].sub) == ("7.00 MiB", "0.70×\u00a0(-30\u00a0%)")
+    assert (budget[6].text, budget[6].sub) == ("1.20 s", "1.20×\u00a0(+20\u00a0%)")
+    compiled = rows["compile_budget60"]
+    assert compiled[1].text == "activation budget 0.75" and compiled[3].text == NA
+    assert compiled[4].text == NA and "dispatch mode" in compiled[4].title  # no live peak, and why
+    assert compiled[5].text == "8.00 MiB" and compiled[7].text == "2.50 s"  # compile time: its own column
+    assert compiled[6].text == "1.40 s"  # not 3.9 s: the compile is not in the epochs
+    offload = rows["offload"]
+    # Host = device on a CPU: the 2 MiB sent to the host stay in the one memory there is.
+    assert offload[5].text == "5.00 MiB" and "incl. 2.00 MiB host copies" in offload[5].sub
+    oom = rows["budget20"]
+    assert oom[0].text == "oom" and oom[0].sub == OOM_DETAIL and "status oom" in oom[0].css
+    assert oom[1].text == "2 / 2 blocks" and oom[3].sub == "over the target"  # the plan is kept
+    assert oom[4].text == "oom" and oom[6].text == "oom"
+    on_gpu = dataclasses.replace(llm_cells[2], device="cuda:0")
+    assert ma.host_copies_bytes(on_gpu) == 0 and ma.device_memory_bytes(on_gpu) == 3 * MIB  # the copies left it
+
+
+def test_claim_lines_per_level_and_overall(llm_cells):
+    """The paper's claim per level, an oom level n/a with its reason, adaptive against the compiler, overall."""
+    view = build_memory_view(llm_cells)
+    (group,) = view.groups
+    assert group.claims == (
+        "adaptive at 60 %: peak -30 % for +20 % time and +10 % energy (budget60 / standard; 1 of 2 blocks "
+        "checkpointed)",
+        f"adaptive at 20 %: n/a: budget20 ended oom ({OOM_DETAIL})",
+    )
+    sixty, twenty = group.versus
+    assert sixty.startswith("at 60 % (target 8.10 MiB): against the compiler's knapsack, adaptive beats it: lower "
+                            "memory at equal or less time (memory 0.88×, time 0.86× of compile_budget60's")
+    assert "2.50 s compile is not in its epochs" in sixty
+    assert twenty.startswith("at 20 % (target 4.50 MiB): against the compiler's knapsack n/a: budget20 ended oom")
+    assert view.claims[0] == ("adaptive at 60 %, 1 model: peak -30 % for +20 % time and +10 % energy; against the "
+                              "compiler's knapsack: beats in 1 (of 1)")
+    assert view.claims[1].startswith("adaptive at 20 %, 1 model: n/a: Llama-3.2-1B-style decoder: budget20 ended oom")
+    assert view.claims[-1] == ("adaptive against the compiler's knapsack at the same target, every level and model: "
+                               "beats in 1, loses in 0 of 1 comparisons.")
+    for line in (*group.claims, *group.versus, *view.claims):
+        assert not re.search(r"(?<![\d.])0 %", line), line  # a missing side is n/a, never 0
+
+
+def test_missing_standard_is_na_never_zero(llm_cells):
+    """Without a standard cell: claims n/a with the reason, no ratios, no figure, and no zero anywhere."""
+    view = build_memory_view([r for r in llm_cells if r.strategy != "standard"])
+    (group,) = view.groups
+    assert group.claims[0] == "adaptive at 60 %: n/a: no standard cell to compare with"
+    assert group.figure.svg is None and group.figure.note == "n/a: no standard cell, so there is nothing to divide by."
+    assert all("×" not in c.sub for row in group.table.rows for c in row.cells)  # nothing to divide by
+    assert group.table.note.startswith("No standard cell here: no ratios.")
+    assert group.versus[0].startswith("at 60 % (target 8.10 MiB): against the compiler's knapsack, adaptive beats")
+    html = render_html(build_view([r for r in llm_cells if r.strategy != "standard"]))
+    section = re.sub(r"<svg.*?</svg>", "", _section(html, "memory-strategies"), flags=re.S)
+    assert not re.search(r">0(\.0+)? ?(%|J|B|ms|s|MiB|GiB|×)<", section)
+    failed_standard = build_memory_view([dataclasses.replace(llm_cells[0], status="error", detail="boom")] +
+                                        llm_cells[1:]).groups[0]
+    assert failed_standard.claims[0] == "adaptive at 60 %: n/a: standard ended error"
+    assert failed_standard.figure.note.startswith("n/a: standard ended error")
+
+
+def test_unmeasured_side_is_named(llm_cells, memory_record):
+    """A standard cell without energy leaves the energy change n/a and says which quantity is missing."""
+    cells = [memory_record("standard", joules=None), *llm_cells[1:]]
+    (group,) = build_memory_view(cells).groups
+    assert group.claims[0] == ("adaptive at 60 %: peak -30 % for +20 % time and n/a energy (budget60 / standard; 1 of "
+                               "2 blocks checkpointed); energy not measured on one side")
+
+
+def test_uneven_epochs_make_the_time_uncertain(llm_cells, memory_record):
+    """A standard cell whose epochs took 0.5 s and 1.5 s: its range is shown and the claim says time is uncertain."""
+    cells = [memory_record("standard", seconds=(0.5, 1.5)), *llm_cells[1:]]
+    (group,) = build_memory_view(cells).groups
+    time = _rows(group.table)["standard"][6]
+    assert time.text == "1.00 s" and time.sub == "the reference · epochs 500 ms to 1.50 s"
+    assert "within standard" in group.table.note and "uncertain" in group.table.note
+    assert group.claims[0].endswith("; time uncertain: uneven epochs in standard (500 ms to 1.50 s)")
+    assert "(time uncertain for Llama-3.2-1B-style decoder: uneven epochs)" in build_memory_view(cells).claims[0]
+    (steady,) = build_memory_view(llm_cells).groups
+    assert "uncertain" not in " ".join(steady.claims) and "epochs" not in _rows(steady.table)["standard"][6].sub
+
+
+@pytest.mark.parametrize(("memory", "time", "outcome"), [
+    (3, 1.0, "beats"), (5, 1.2, "loses"), (4, 1.2, "ties"), (3, 1.4, "less memory, more time"),
+    (5, 1.0, "more memory, less time"), (4.001, 1.199, "ties"),
+])
+def test_verdict_against_the_compiler(memory_record, memory, time, outcome):
+    """Lower memory at equal or less time beats; the reverse loses; judged as printed (0.999× is a tie)."""
+    adaptive = memory_record("budget60", activation=memory * MIB, seconds=time, plan=adaptive_plan(0.6))
+    compiler = memory_record("compile_budget60", peak=None, activation=4 * MIB, seconds=1.2, plan=compiler_plan(0.6))
+    assert ma.verdict(adaptive, compiler).outcome == outcome
+    assert ma.verdict(adaptive, None).outcome == "n/a" and ma.verdict(None, compiler).reason == \
+        "no adaptive cell at this level"
+
+
+def test_figure_draws_one_marker_per_measured_cell(llm_cells):
+    """Standard, checkpoint, offload, one adaptive and two compiler points: six markers; the oom cell is named."""
+    (group,) = build_memory_view(llm_cells).groups
+    figure = group.figure
+    assert figure.svg is not None
+    assert len(re.findall(rf'id="{figure.id}-point-\d+"', figure.svg)) == 6
+    assert "breakdown sum" in figure.caption and "compiled cells included" in figure.caption
+    assert "Not drawn: budget20 (oom)." in figure.note and "host memory is the device memory" in figure.note
+    for label in ("standard", "checkpoint", "offload", "adaptive (level %)", "torch.compile (level %)"):
+        assert f">{label}<" in figure.svg
+    three = build_memory_view([r for r in llm_cells if r.strategy in ("standard", "checkpoint", "budget60")])
+    assert len(re.findall(r'id="[^"]*-point-\d+"', three.groups[0].figure.svg)) == 3
+
+
+def test_format_change_and_range():
+    """Changes are signed percents; a range runs lowest to highest, one value when both ends print alike."""
+    assert format_change(0.72) == "-28 %" and format_change(1.2) == "+20 %" and format_change(None) == NA
+    assert format_range([0.9, None, 0.7]) == "-30 % to -10 %" and format_range([0.7001, 0.7]) == "-30 %"
+    assert format_range([None]) == NA and format_range([]) == NA
+
+
+def test_peft_budget_column_ratios_and_claims(make_peft_record):
+    """The PEFT grid's budget strategy: its column, budget / standard ratios, and the claim per backbone."""
+    def cell(method, strategy, peak, seconds, joules, **kw):
+        record = make_peft_record(method=method, strategy=strategy, seconds=(seconds, seconds), joules=joules, **kw)
+        record.meters["memory"]["peak_bytes"] = peak
+        return record
+
+    budget = {"kind": "adaptive", "budget_fraction": None, "budget_bytes": 10 * MIB, "margin": 0.1,
+              "checkpointed_layers": 2, "layers": 4}
+    records = [
+        cell("full", "standard", 20 * MIB, 2.0, 20.0), cell("full", "checkpoint", 10 * MIB, 3.0, 30.0),
+        cell("full", "budget", 12 * MIB, 2.4, 22.0, plan=budget),
+        cell("lora", "standard", 10 * MIB, 1.0, 10.0), cell("lora", "budget", 9 * MIB, 1.1, 12.0, plan=budget),
+        cell("bitfit", "budget", 8 * MIB, 1.0, 9.0, plan=budget),  # no standard to divide by
+        cell("qlora", "standard", 11 * MIB, 1.0, 10.0),
+        dataclasses.replace(cell("qlora", "budget", 11 * MIB, 1.0, 10.0, plan=budget), status="oom",
+                            detail="over budget"),
+    ]
+    peft = build_peft_view(records)
+    group = peft.groups[0]
+    memory = next(t for t in group.tables if "Training memory" in t.caption)
+    assert memory.header == ("method", "standard", "checkpoint", "budget") and memory.id.endswith("-peak")
+    assert "live-tensor peak" in memory.note
+    assert {t.id for t in peft.ratios} == {"peft-ratio-peak", "peft-ratio-epoch_seconds", "peft-ratio-energy"}
+    checkpoint = _rows(next(t for t in peft.ratios if t.id == "peft-ratio-peak"))
+    assert checkpoint["Full fine-tuning"][0].text == "0.50×"
+    ratios = {t.id: _rows(t) for t in peft.budget_ratios}
+    assert set(ratios) == {"peft-ratio-budget-peak", "peft-ratio-budget-epoch_seconds", "peft-ratio-budget-energy"}
+    assert ratios["peft-ratio-budget-peak"]["Full fine-tuning"][0].text == "0.60×"
+    assert ratios["peft-ratio-budget-peak"]["LoRA"][0].text == "0.90×"
+    assert ratios["peft-ratio-budget-peak"]["BitFit (biases only)"][0].text == NA
+    assert peft_analysis.checkpoint_ratios(records, "energy", numerator="budget")[("vit_s", "cifar100", "lora")] == \
+        pytest.approx(1.2)
+    (line,) = build_memory_view([], records).peft_claims
+    assert line == ("ViT-S/16: adaptive (budget 10.0 MiB): peak -40 % to -10 % for +10 % to +20 % time and +10 % to "
+                    "+20 % energy over 2 method × dataset pairs (peak: the live-tensor peak of a step); n/a for "
+                    "qlora/cifar100: budget ended oom (over budget); bitfit/cifar100: no standard cell to compare with")
+    assert build_peft_view([r for r in records if r.strategy != "budget"]).budget_ratios == ()
+    none = build_memory_view([], [r for r in records if r.strategy != "budget"])
+    assert none.peft_claims == () and none.peft_note.startswith("n/a: no PEFT cell used the budget strategy")
+
+
+@pytest.mark.parametrize("plan", [{}, {"something_new": [1, 2]}, {"budget_bytes": "big", "kind": "mystery",
+                                                                  "checkpointed_layers": None, "fits": "yes"}, []])
+def test_records_without_a_plan_or_with_unknown_keys_render(llm_cells, plan):
+    """Older and hand-edited plans: the summary and the section render, unknown values read as n/a."""
+    odd = dataclasses.replace(llm_cells[3], plan=plan)
+    records = [llm_cells[0], odd]
+    html = render_html(build_view(records))
+    assert "memory-strategies" in html
+    row = _rows(build_memory_view(records).groups[0].table)["budget60"]
+    assert row[2].text == NA and row[3].text == NA and row[4].text == "7.00 MiB"
+    if plan == {}:
+        assert row[1].title.startswith("this record carries no plan")
+    if plan in ({}, {"something_new": [1, 2]}, []):
+        assert any(line.startswith("llm-budget60") for line in summary_lines(records))
+
+
+def test_methods_explain_the_section(llm_cells):
+    """Live peak, the plan's prediction, the margin in use, compile time out of epochs, offload with host = device."""
+    methods = dict(build_memory_view(llm_cells).methods)
+    assert "dispatch mode" in methods["Live peak"]
+    assert "fewest blocks" in methods["Plan's prediction"]
+    assert "These plans kept 10 % free." in methods["Margin"]
+    assert "never part of the time per epoch" in methods["Compile time"]
+    assert "saves nothing" in methods["Host offload"] and "ran on cpu: host = device" in methods["Host offload"]
+    assert "estimate" in methods["Energy"]
+
+
+def test_mixed_results_file_of_three_grids_renders(llm_cells, memory_record, make_peft_record, grid_records,
+                                                   tmp_path):
+    """A results file holding all three grids renders every section with unique safe ids, inline SVG, escaping."""
+    path = tmp_path / "results.jsonl"
+    odd = memory_record("standard", model=SCRIPT, detail=SCRIPT)
+    peft = [make_peft_record(method="full"), make_peft_record(method="lora"),
+            make_peft_record(method="lora", strategy="budget",
+                              plan={"kind": "adaptive", "budget_bytes": 10 * MIB, "margin": 0.1})]
+    for record in (*grid_records, *peft, *llm_cells, *[memory_record(r.strategy, model="vit_s", plan=r.plan,
+                                                                         peak=r.meters["memory"]["peak_bytes"])
+                                                           for r in llm_cells if r.status == "ok"], odd):
+        append_record(path, record)
+    records = list(read_records(path))
+    html = write_report(records, tmp_path / "report.html", sources=[str(path)]).read_text(encoding="utf-8")
+    page = _Page(html)
+    assert {s.id for s in SECTIONS} <= set(page.ids)
+    assert not {i for i in page.ids if page.ids.count(i) > 1}
+    assert all(re.fullmatch(r"[A-Za-z0-9_.:-]+", i) for i in page.ids)
+    assert all(url.startswith("#") for url in page.urls)
+    assert "<script" not in html.lower() and "&lt;script&gt;" in html
+    assert "@import" not in html and "url(http" not in html and "<?xml" not in html
+    # The main study's 13 figures, the PEFT curves, and one per memory-study model with a standard cell (3).
+    assert html.count("<svg ") == 4 * 3 + 1 + 1 + 3
+    memory = _section(html, "memory-strategies")
+    assert "Llama-3.2-1B-style decoder" in memory and "ViT-S/16" in memory and "adaptive at 60 %" in memory
+    assert "PEFT study: budget against standard" in memory and "ViT-S/16: adaptive (budget 10.0 MiB)" in memory
+    for section in ("tables", "pareto", "recommendations"):
+        assert "budget60" not in _section(html, section) and "compile_budget" not in _section(html, section)
+    assert "budget60" not in _section(html, "peft")
+    assert [s.id for s in SECTIONS].index("memory-strategies") == [s.id for s in SECTIONS].index("peft") + 1
+    header, rows = csv_table(records)
+    grids = [row[header.index("grid")] for row in rows]
+    assert grids == sorted(grids, key=["main", "peft", "memory"].index)  # each study's rows together, in order
