@@ -112,6 +112,9 @@ class CellRecord:
             values they hold, not their packed bytes).
         weights: where the starting weights came from (``random``, ``pretrained``: the suite's
             cached pretraining, with its one-off cost; ``local``: a folder given by the user).
+        inference: what the trained classifier costs to use, on the held-out split: latency at batch 1,
+            throughput, peak memory, energy per image, MACs, and the NetScore family at the final
+            held-out accuracy (see :mod:`gradeff.inference`, :mod:`gradeff.netscore`).
         plan: what the strategy decided: a budget strategy's budget, margin, checkpointed blocks and
             predicted peak (the measured one is ``meters.memory.peak_bytes``), a compiled model's
             activation budget and compile time, static checkpointing's block count.
@@ -144,6 +147,7 @@ class CellRecord:
     parameters: dict = field(default_factory=dict)
     weights: dict = field(default_factory=dict)
     plan: dict = field(default_factory=dict)
+    inference: dict = field(default_factory=dict)
     hparams: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     meters: dict = field(default_factory=dict)

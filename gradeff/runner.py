@@ -22,6 +22,7 @@ from gradeff.data import TASKS, Dataset, make_dataset
 from gradeff.devices import resolve_device
 from gradeff.environment import code_version, environment
 from gradeff.evaluation import Evaluation, evaluate
+from gradeff.inference import InferenceCost, measure_inference
 from gradeff.grid import Cell, incompatibility
 from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParams, hparams_for, method_hparams_for
 from gradeff.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
@@ -173,6 +174,14 @@ def _heldout_fields(evaluation: Evaluation | None) -> dict:
             "eval_seconds": evaluation.seconds}
 
 
+def _inference_record(cost: InferenceCost | None, epochs: tuple[EpochRecord, ...]) -> dict:
+    """The inference cost and the NetScore family at the final held-out accuracy (``{}`` if not measured)."""
+    if cost is None:
+        return {}
+    accuracy = epochs[-1].heldout_accuracy if epochs else None
+    return cost.as_dict() | {"scores": {key: score.as_dict() for key, score in cost.scores(accuracy).items()}}
+
+
 def _task_record(cell: Cell, dataset: Dataset) -> dict:
     """The data a cell trained on, with the floors and Bayes accuracy its numbers are read against."""
     heldout = dataset.heldout
@@ -239,6 +248,7 @@ class _Progress:
     plan: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     evaluations: list[Evaluation] = field(default_factory=list)
+    inference: InferenceCost | None = None
 
     def next_step(self) -> int | None:
         return self.state.global_step + 1 if self.state is not None else None
@@ -283,6 +293,10 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
     if hasattr(state.model, "offloaded_bytes"):
         # What host offload moved out of the device in that step (its saved tensors never reach the counter).
         progress.plan["offloaded_bytes_per_step"] = state.model.offloaded_bytes
+    if heldout is not None and classification:
+        # What the trained classifier costs to use, on the held-out split: outside the epochs, like the rest.
+        progress.inference = measure_inference(state.model, heldout, batch_size=hp.batch_size, device=device,
+                                               meter_settings=config.meters)
 
 
 def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
@@ -304,6 +318,7 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
         task=_task_record(cell, state.dataset) if state is not None else {},
         parameters=parameter_counts(state.model) if state is not None else {},
         weights=progress.weights.to_record() if progress.weights is not None else {}, plan=progress.plan,
+        inference=_inference_record(progress.inference, epochs),
         hparams=asdict(hp) | {"method": asdict(method_hp)}, environment=environment(str(device)), meters=meters,
         session=config.session, code_version=code_version(), started_at=progress.started, finished_at=finished,
     )

@@ -139,6 +139,12 @@ def test_fine_tuning_cell_records_method_dataset_and_heldout_accuracy(tmp_path, 
     assert 0 < record.parameters["trainable"] < record.parameters["total"]
     assert record.weights["source"] == "pretrained" and record.weights["pretraining"]["optimizer_steps"] == 2
     assert record.hparams["method"]["lora_r"] == 8 and record.hparams["num_classes"] == 47
+    # The trained classifier's cost of use, measured on the held-out split, with the NetScore family.
+    inference = record.inference
+    assert inference["throughput_images"] == 256 and inference["macs_per_image"] > 0
+    assert inference["parameters"] == record.parameters["total"]
+    assert set(inference["scores"]) == {"netscore", "ns_e", "ns_m", "ns_sharp"}
+    assert inference["scores"]["ns_m"]["value"] is not None
 
 
 def test_bitfit_on_a_bias_free_model_is_skipped_with_the_reason():
