@@ -69,6 +69,9 @@ class GridSpec:
         """
         if axis == "model":
             return self.models
+        if axis == "method" and MODELS[model].methods:
+            # A model evaluated only in its own way (a zero-shot baseline) is offered only that.
+            return tuple(m for m in self.methods if m in MODELS[model].methods) or MODELS[model].methods
         if axis == "dataset":
             kind = TASKS[MODELS[model].task].kind
             return tuple(d for d in self.datasets if TASKS[d].kind == kind) or (MODELS[model].task,)
@@ -93,6 +96,12 @@ GRIDS: Registry[GridSpec] = Registry(
                  methods=("full", "lora", "adalora", "qlora", "bitfit"),
                  datasets=("cifar100", "dtd"), id_axes=("model", "method", "strategy", "dataset"),
                  focus="accuracy"),
+        # The PEFT study's foundation-model baselines, used without fine-tuning: zero-shot contrastive models,
+        # a frozen self-supervised backbone with a linear probe, autoregressive VLMs prompted to classify.
+        GridSpec(key="baselines", name="Foundation-model baselines (PEFT study)",
+                 models=("clip", "siglip", "dinov2", "smolvlm", "vlm_prompt"), optimizers=("adamw",),
+                 strategies=("standard",), methods=("zero_shot", "linear_probe"), datasets=("cifar100", "dtd"),
+                 id_axes=("model", "method", "dataset"), focus="accuracy"),
         # Peak memory against time per epoch for every way to trade one for the other, in one run: static
         # checkpointing, host offload, and the adaptive budget and the compiler's budget at the same four
         # budgets (a fraction of each cell's own unconstrained peak).
@@ -164,6 +173,8 @@ def incompatibility(cell: Cell) -> str | None:
         return f"{model.name} does not support activation checkpointing"
     if task.kind != own.kind:
         return f"{model.name} takes {own.kind} data; {task.name} is {task.kind} data"
+    if model.methods and cell.method not in model.methods:
+        return f"{model.name} is evaluated with {', '.join(model.methods)} only, not {method.name}"
     if method.needs_biases and not model.has_biases:
         return f"{method.name} trains only bias terms and {model.name} has none"
     for name, requires in ((model.name, model.requires), (method.name, method.requires)):

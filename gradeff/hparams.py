@@ -83,6 +83,8 @@ _SMALL_FINE_TUNE = dict(lr=3e-4, batch_size=32, epochs=5, train_samples=2048, he
 _PAPER_FINE_TUNE = dict(lr=1e-4, batch_size=64, epochs=10, train_samples=49_920, heldout_samples=10_000,
                         image_size=224)
 _PEFT_BACKBONES = ("vit_s", "tinyvit", "vim_s", "mambavision_t")
+# The foundation-model baselines are evaluated at the fine-tuning sizes (DINOv2's probe trains like a cell).
+_BASELINES = ("clip", "siglip", "dinov2", "smolvlm", "vlm_prompt")
 
 HPARAMS: dict[tuple[str, str], HParams] = {
     # tiny: 3 epochs × 64 samples; 0.2–0.4 s per cell on two quiet CPU cores (median per model over two
@@ -112,7 +114,7 @@ HPARAMS: dict[tuple[str, str], HParams] = {
                               num_classes=100, caption_len=128, num_states=2048),
 } | {
     (model, profile): HParams(**sizes)
-    for model in _PEFT_BACKBONES
+    for model in (*_PEFT_BACKBONES, *_BASELINES)
     for profile, sizes in (("tiny", _TINY_FINE_TUNE), ("small", _SMALL_FINE_TUNE), ("paper", _PAPER_FINE_TUNE))
 }
 
@@ -200,6 +202,13 @@ LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
     # Attention qkv/proj, the Mamba mixer's in/out projections and the MLPs of the hybrid stages: 99.6 % of
     # the blocks' linear weights; x_proj and dt_proj left out as in Vim.
     "mambavision_t": ("qkv", "proj", "in_proj", "out_proj", "fc1", "fc2"),
+    # The baselines' towers, should a method other than their own be asked of them.
+    "clip": ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"),
+    "siglip": ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"),
+    "dinov2": ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"),
+    "smolvlm": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj"),
+    "vlm_prompt": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj",
+                   "down_proj"),
     "modernbert": ("Wqkv", "Wo", "Wi"),
     "llm": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
     "vlm": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj"),
@@ -209,7 +218,8 @@ LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
 METHOD_HPARAMS: dict[tuple[str, str], MethodHParams] = {
     (method, profile): MethodHParams(lr_scale=scale)
     for profile in ("tiny", "small", "paper")
-    for method, scale in (("full", 1.0), ("lora", 10.0), ("adalora", 10.0), ("qlora", 10.0), ("bitfit", 10.0))
+    for method, scale in (("full", 1.0), ("lora", 10.0), ("adalora", 10.0), ("qlora", 10.0), ("bitfit", 10.0),
+                          ("linear_probe", 10.0), ("zero_shot", 1.0))
 }
 
 

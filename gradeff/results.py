@@ -72,12 +72,20 @@ class Summary:
     best_heldout_accuracy: float | None = None
 
     @classmethod
-    def of(cls, epochs: list[EpochRecord], total_seconds: float) -> Summary:
-        """Summarise ``epochs``; ``total_seconds`` includes building and warm-up."""
+    def of(cls, epochs: list[EpochRecord], total_seconds: float, *, untrained=None) -> Summary:
+        """Summarise ``epochs``; ``total_seconds`` includes building and warm-up.
+
+        Args:
+            untrained: the held-out evaluation (``.loss``, ``.accuracy``) of a cell that trains nothing
+                (a zero-shot baseline), its only result; ignored when there are epochs.
+        """
         if not epochs:
             return cls(first_loss=None, final_loss=None, mean_loss=None, best_loss=None, mean_epoch_seconds=None,
                        total_seconds=total_seconds, optimizer_steps=0, closure_calls=0, samples_per_second=None,
-                       targets_per_second=None)
+                       targets_per_second=None,
+                       final_heldout_loss=untrained.loss if untrained is not None else None,
+                       final_heldout_accuracy=untrained.accuracy if untrained is not None else None,
+                       best_heldout_accuracy=untrained.accuracy if untrained is not None else None)
         losses = [e.loss for e in epochs]
         seconds = sum(e.seconds for e in epochs)
         accuracies = [e.heldout_accuracy for e in epochs if e.heldout_accuracy is not None]

@@ -28,7 +28,7 @@ from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParam
 from gradeff.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
 from gradeff.meters import parameter_counts
-from gradeff.methods import apply_method
+from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.pretrain import StartingWeights, starting_weights
@@ -121,10 +121,12 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     steps = len(dataset) // (hp.batch_size * k) * hp.epochs
     adapted = apply_method(cell.method, model, method_hp, total_steps=steps, head=model_spec.head)
     trainable = [p for p in adapted.model.parameters() if p.requires_grad]
-    optimizer = build_optimizer(cell.optimizer, trainable, hp.lr * method_hp.lr_scale)
+    # A method that trains nothing (a zero-shot baseline) gets no optimizer: its cell only evaluates.
+    optimizer = build_optimizer(cell.optimizer, trainable, hp.lr * method_hp.lr_scale) if trainable else None
     return TrainState(model=adapted.model, optimizer=optimizer, dataset=dataset, batch_size=hp.batch_size,
                       micro_batches_per_step=k, seed=config.seed, device=device,
-                      scheduler=_warmup_scheduler(optimizer, hp, steps), after_step=adapted.after_step)
+                      scheduler=_warmup_scheduler(optimizer, hp, steps) if optimizer is not None else None,
+                      after_step=adapted.after_step)
 
 
 def _release(device: torch.device) -> None:
@@ -174,11 +176,10 @@ def _heldout_fields(evaluation: Evaluation | None) -> dict:
             "eval_seconds": evaluation.seconds}
 
 
-def _inference_record(cost: InferenceCost | None, epochs: tuple[EpochRecord, ...]) -> dict:
+def _inference_record(cost: InferenceCost | None, accuracy: float | None) -> dict:
     """The inference cost and the NetScore family at the final held-out accuracy (``{}`` if not measured)."""
     if cost is None:
         return {}
-    accuracy = epochs[-1].heldout_accuracy if epochs else None
     return cost.as_dict() | {"scores": {key: score.as_dict() for key, score in cost.scores(accuracy).items()}}
 
 
@@ -207,6 +208,10 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         A record with status ``ok``, ``diverged``, ``oom``, ``error``, ``skipped`` or
         ``interrupted`` (Ctrl-C during the cell: the caller records it, then stops the run).
     """
+    # Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token)
+    # run 10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a
+    # cell's time (a tiny DINOv2 step: 2.4 s with them, 0.1 s without).
+    torch.set_flush_denormal(True)
     progress = _Progress(started=time.time())
     hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
     method_hp = method_hparams_for(cell.method, cell.model, config.profile)
@@ -263,19 +268,16 @@ def _budget_for(strategy: str, config: RunConfig) -> int | None:
 
 def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
            metering: EpochMetering, timer: EpochTimer, progress: _Progress) -> None:
-    """Weights, model, strategy, warm-up, the timed epochs with held-out evaluation, the memory step."""
+    """Weights, model, strategy, warm-up, the timed epochs with held-out evaluation, the memory step.
+
+    A method that trains nothing (``zero_shot``) is evaluated as it is: one held-out pass and its
+    inference cost, no strategy, no epochs.
+    """
     progress.weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
                                         cache_dir=config.cache_dir, device=str(device))
     # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
     progress.started = time.time()
     state = progress.state = prepare_state(cell, config, hp, device, weights=progress.weights, method_hp=method_hp)
-    budget = _budget_for(cell.strategy, config)
-    state.model, progress.plan = prepare(cell.strategy, state.model, _first_micro_batch(state), device=device,
-                                         state_bytes=_state_bytes(cell.optimizer, state.model), budget=budget,
-                                         margin=config.memory_margin)
-    if budget is not None and STRATEGIES[cell.strategy].budget is None:
-        progress.plan |= _refuse_over_budget(state, cell.optimizer, budget)
-    warm_up(state)
     heldout = state.dataset.heldout
     classification = TASKS[cell.dataset].kind == "image_classification"
 
@@ -284,6 +286,26 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
             progress.evaluations.append(evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size,
                                                  device=device, accuracy=classification))
 
+    if METHODS[cell.method].trains:
+        _train_epochs(cell, config, hp, device, metering, timer, progress, evaluate_heldout)
+    else:
+        evaluate_heldout()
+    if heldout is not None and classification:
+        # What the classifier costs to use, on the held-out split: outside the epochs, like the rest.
+        progress.inference = measure_inference(state.model, heldout, batch_size=hp.batch_size, device=device,
+                                               meter_settings=config.meters)
+
+
+def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.device, metering: EpochMetering,
+                  timer: EpochTimer, progress: _Progress, evaluate_heldout: Callable[[], None]) -> None:
+    state = progress.state
+    budget = _budget_for(cell.strategy, config)
+    state.model, progress.plan = prepare(cell.strategy, state.model, _first_micro_batch(state), device=device,
+                                         state_bytes=_state_bytes(cell.optimizer, state.model), budget=budget,
+                                         margin=config.memory_margin)
+    if budget is not None and STRATEGIES[cell.strategy].budget is None:
+        progress.plan |= _refuse_over_budget(state, cell.optimizer, budget)
+    warm_up(state)
     with metering:
         timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs, evaluate_heldout)
     # One more step, after the timed epochs, under the memory meters: the breakdown and the live peak
@@ -293,10 +315,6 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
     if hasattr(state.model, "offloaded_bytes"):
         # What host offload moved out of the device in that step (its saved tensors never reach the counter).
         progress.plan["offloaded_bytes_per_step"] = state.model.offloaded_bytes
-    if heldout is not None and classification:
-        # What the trained classifier costs to use, on the held-out split: outside the epochs, like the rest.
-        progress.inference = measure_inference(state.model, heldout, batch_size=hp.batch_size, device=device,
-                                               meter_settings=config.meters)
 
 
 def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
@@ -310,15 +328,17 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
     if progress.memory:
         meters["memory"] = progress.memory
     finished = time.time()
+    summary = Summary.of(list(epochs), finished - progress.started,
+                         untrained=progress.evaluations[-1] if progress.evaluations and not history else None)
     return CellRecord(
         cell=cell.id, grid=cell.grid, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
         method=cell.method, dataset=cell.dataset, profile=config.profile, seed=config.seed, device=str(device),
-        **outcome, epochs=epochs, summary=Summary.of(list(epochs), finished - progress.started),
+        **outcome, epochs=epochs, summary=summary,
         loss_floor=state.dataset.loss_floor if state is not None else None,
         task=_task_record(cell, state.dataset) if state is not None else {},
         parameters=parameter_counts(state.model) if state is not None else {},
         weights=progress.weights.to_record() if progress.weights is not None else {}, plan=progress.plan,
-        inference=_inference_record(progress.inference, epochs),
+        inference=_inference_record(progress.inference, summary.final_heldout_accuracy),
         hparams=asdict(hp) | {"method": asdict(method_hp)}, environment=environment(str(device)), meters=meters,
         session=config.session, code_version=code_version(), started_at=progress.started, finished_at=finished,
     )

@@ -4,7 +4,8 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-GRID_FILES = ("benchmarks/test_grid.py", "benchmarks/test_peft_grid.py", "benchmarks/test_memory_grid.py")
+GRID_FILES = ("benchmarks/test_grid.py", "benchmarks/test_peft_grid.py", "benchmarks/test_memory_grid.py",
+              "benchmarks/test_baselines_grid.py")
 
 
 @pytest.fixture

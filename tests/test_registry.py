@@ -13,11 +13,12 @@ from gradeff.strategies import STRATEGIES
 
 def test_axes_hold_the_papers_grids():
     """Main: 4 models × 6 optimizers × 3 strategies; PEFT: 4 backbones × 5 methods × 3 strategies × 2 datasets."""
-    assert list(MODELS) == ["vit", "modernbert", "llm", "vlm", "vit_s", "tinyvit", "vim_s", "mambavision_t"]
+    assert list(MODELS) == ["vit", "modernbert", "llm", "vlm", "vit_s", "tinyvit", "vim_s", "mambavision_t", "clip",
+                            "siglip", "dinov2", "smolvlm", "vlm_prompt"]
     assert list(OPTIMIZERS)[:6] == ["sgd", "adam", "adamw", "adagrad", "adadelta", "cgd"]
     assert list(OPTIMIZERS)[6:] == ["adafactor", "adamw8bit", "sgdm"]
     assert list(STRATEGIES)[:6] == ["standard", "checkpoint", "accum", "budget", "compile_budget", "offload"]
-    assert list(METHODS) == ["full", "lora", "adalora", "qlora", "bitfit"]
+    assert list(METHODS) == ["full", "lora", "adalora", "qlora", "bitfit", "linear_probe", "zero_shot"]
     main, peft = list(cells("main")), list(cells("peft"))
     assert len(main) == 72 and main[0].id == "vit-sgd-standard"
     assert len(peft) == 120 and {c.optimizer for c in peft} == {"adamw"}

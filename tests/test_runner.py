@@ -151,3 +151,13 @@ def test_bitfit_on_a_bias_free_model_is_skipped_with_the_reason():
     """BitFit on Llama (no biases) is skipped before anything is built, never silently changed."""
     record = run_cell(Cell("llm", "adam", "standard", "bitfit"), CONFIG)
     assert record.status == "skipped" and "has none" in record.detail and record.cell == "llm-adam-standard-bitfit"
+
+
+def test_a_method_that_trains_nothing_is_evaluated_once():
+    """A zero-shot baseline: no optimizer, no epochs; its held-out evaluation is the summary, with its inference cost."""
+    record = run_cell(Cell("clip", "adamw", "standard", "zero_shot", "dtd", grid="baselines"), CONFIG)
+    assert record.status == "ok", record.detail
+    assert record.epochs == () and record.summary.optimizer_steps == 0 and record.summary.mean_epoch_seconds is None
+    assert 0 <= record.summary.final_heldout_accuracy <= 1 and record.summary.final_heldout_loss > 0
+    assert record.parameters["trainable"] == 0 and record.inference["throughput_images"] == 256
+    assert record.inference["scores"]["netscore"]["value"] is not None or record.summary.final_heldout_accuracy == 0

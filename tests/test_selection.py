@@ -65,7 +65,8 @@ def test_family_marker_selects_a_model(grid_pytester):
 def test_collection_does_not_import_transformers(request):
     """Collecting both grids leaves transformers, torch, peft and bitsandbytes unimported."""
     benchmarks = request.config.rootpath / "benchmarks"
-    grids = [str(benchmarks / name) for name in ("test_grid.py", "test_peft_grid.py", "test_memory_grid.py")]
+    grids = [str(benchmarks / name)
+             for name in ("test_grid.py", "test_peft_grid.py", "test_memory_grid.py", "test_baselines_grid.py")]
     code = (
         "import sys, pytest\n"
         f"code = pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', *{grids!r}])\n"
@@ -75,7 +76,7 @@ def test_collection_does_not_import_transformers(request):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=request.config.rootpath).stdout
-    assert "214 tests collected" in out  # 72 main + 120 PEFT + 22 memory cells
+    assert "224 tests collected" in out  # 72 main + 120 PEFT + 22 memory + 10 baselines cells
     assert "IMPORTED []" in out
 
 

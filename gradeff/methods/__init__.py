@@ -36,6 +36,8 @@ class MethodSpec:
             only when a cell is built.
         needs_biases: the method trains biases only, so a model without any has nothing to train.
         requires: importable modules beyond the default install, with the pip extra that brings them.
+        trains: whether the method trains anything; a cell of a method that does not (``zero_shot``)
+            has no training epochs, only the held-out evaluation.
     """
 
     key: str
@@ -43,6 +45,7 @@ class MethodSpec:
     module: str
     needs_biases: bool = False
     requires: tuple[tuple[str, str], ...] = ()
+    trains: bool = True
 
 
 METHODS: Registry[MethodSpec] = Registry(
@@ -54,6 +57,10 @@ METHODS: Registry[MethodSpec] = Registry(
         MethodSpec(key="qlora", name="QLoRA (4-bit NF4 + LoRA)", module="gradeff.methods.qlora",
                    requires=(("peft", "peft"), ("bitsandbytes", "peft"))),
         MethodSpec(key="bitfit", name="BitFit (biases only)", module="gradeff.methods.bitfit", needs_biases=True),
+        # The foundation-model baselines' methods: the head alone on frozen features, or nothing at all.
+        MethodSpec(key="linear_probe", name="Linear probe (head only, frozen features)",
+                   module="gradeff.methods.linear_probe"),
+        MethodSpec(key="zero_shot", name="Zero-shot (no training)", module="gradeff.methods.zero_shot", trains=False),
     ),
 )
 

@@ -43,6 +43,8 @@ class ModelSpec:
         requires: importable modules beyond the default install, with the pip extra that brings
             them, e.g. ``(("peft", "peft"),)``; a cell whose modules are missing is skipped with
             the install hint.
+        methods: the fine-tuning methods that make sense for it (a foundation-model baseline is
+            evaluated with its own: ``zero_shot``, ``linear_probe``); empty: every method.
     """
 
     key: str
@@ -56,6 +58,7 @@ class ModelSpec:
     head: tuple[str, ...] = ()
     batch_norm: bool = False
     requires: tuple[tuple[str, str], ...] = ()
+    methods: tuple[str, ...] = ()
 
 
 MODELS: Registry[ModelSpec] = Registry(
@@ -79,6 +82,22 @@ MODELS: Registry[ModelSpec] = Registry(
         ModelSpec(key="mambavision_t", name="MambaVision-T", family="mamba", task="cifar100",
                   module="gradeff.models.mambavision", fine_tunes=True, head=("classifier",),
                   batch_norm=True),
+        # The PEFT study's foundation-model baselines, used without training or with a linear probe: two
+        # zero-shot contrastive VLMs, DINOv2 read by a linear probe, and two autoregressive VLMs prompted
+        # to name the class. Only DINOv2 gets the suite's pretraining: the others classify by their class
+        # names, which mean nothing to a synthetic stand-in's classes, so they start from random weights
+        # unless real ones are given (--gradeff-weights).
+        ModelSpec(key="clip", name="CLIP ViT-B/16 (zero-shot)", family="foundation", task="cifar100",
+                  module="gradeff.baselines.clip", methods=("zero_shot",)),
+        ModelSpec(key="siglip", name="SigLIP B/16-224 (zero-shot)", family="foundation", task="cifar100",
+                  module="gradeff.baselines.siglip", methods=("zero_shot",)),
+        ModelSpec(key="dinov2", name="DINOv2 ViT-B/14 (linear probe)", family="foundation", task="cifar100",
+                  module="gradeff.baselines.dinov2", fine_tunes=True, head=("classifier",),
+                  methods=("linear_probe",)),
+        ModelSpec(key="smolvlm", name="SmolVLM (prompted)", family="foundation", task="cifar100",
+                  module="gradeff.baselines.smolvlm", methods=("zero_shot",)),
+        ModelSpec(key="vlm_prompt", name="nanoVLM (prompted)", family="foundation", task="cifar100",
+                  module="gradeff.baselines.vlm_prompt", methods=("zero_shot",)),
     ),
 )
 

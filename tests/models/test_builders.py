@@ -12,7 +12,10 @@ from gradeff.models.vlm import pixel_shuffle
 # pin the exact figures).
 PAPER_PARAMETERS = {"llm": (1.236e9, 1e-3), "modernbert": (149.7e6, 1e-3), "vit": (86.6e6, 1e-3),
                     "vlm": (222.1e6, 1e-3), "vit_s": (22.05e6, 1e-3), "tinyvit": (21.2e6, 0.03),
-                    "vim_s": (26e6, 0.03), "mambavision_t": (31.8e6, 0.03)}
+                    "vim_s": (26e6, 0.03), "mambavision_t": (31.8e6, 0.03),
+                    # The baselines' released models (their own tests pin the exact figures).
+                    "clip": (149.62e6, 1e-3), "siglip": (203.16e6, 1e-3), "dinov2": (88.12e6, 1e-3),
+                    "smolvlm": (2.246e9, 1e-3), "vlm_prompt": (222.1e6, 1e-3)}
 
 
 @pytest.mark.parametrize("key", list(MODELS))
