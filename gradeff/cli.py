@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gradeff.loading import LoadedResults
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_OUTPUT", "build_parser", "main"]
@@ -39,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=("html", "csv"),
                         help="output format (default: csv if the output ends in .csv, else html)")
     report.add_argument("--title", default="gradeff report", help="page title of the HTML report")
+    report.add_argument("--templates", metavar="DIR",
+                        help="folder of Jinja templates searched before the packaged ones: a template there "
+                             "replaces the packaged one of the same name (default: $GRADEFF_TEMPLATES)")
     report.set_defaults(func=_run_report)
 
     listing = commands.add_parser("list", help="list the registries' keys (models, optimizers, strategies)")
@@ -94,6 +99,15 @@ def _run_report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     fmt = args.format or ("csv" if suffix_csv else "html")
     output = args.output or f"report.{fmt}"
+    templates = None
+    if fmt == "html":
+        from gradeff.report.render import resolve_template_folder
+
+        try:
+            templates = resolve_template_folder(args.templates)
+        except NotADirectoryError as exc:
+            _error(str(exc))
+            return EXIT_BAD_INPUT
     try:
         loaded = load_results(args.results)
     except ResultsFileError as exc:
@@ -104,9 +118,9 @@ def _run_report(args: argparse.Namespace) -> int:
 
     try:
         if output == "-":
-            _write_stdout(fmt, args.title, loaded)
+            _write_stdout(fmt, args.title, loaded, templates)
         else:
-            _write_file(fmt, args.title, loaded, output)
+            _write_file(fmt, args.title, loaded, output, templates)
     except OSError as exc:
         _error(f"cannot write {output}: {exc.strerror or exc}")
         return EXIT_OUTPUT
@@ -116,7 +130,7 @@ def _run_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str) -> None:
+def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templates: Path | None) -> None:
     from pathlib import Path
 
     from gradeff.report import write_report
@@ -124,25 +138,26 @@ def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str) -> Non
     path = Path(output)
     if fmt == "csv" and path.suffix.lower() != ".csv":
         # write_report picks CSV by suffix; an explicit --format csv wins over the file name.
-        from gradeff.report_csv import write_csv
+        from gradeff.report.csv_export import write_csv
 
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", encoding="utf-8", newline="") as handle:
             write_csv(loaded.records, handle)
         return
-    write_report(loaded.records, path, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title)
+    write_report(loaded.records, path, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title,
+                 templates=templates)
 
 
-def _write_stdout(fmt: str, title: str, loaded: LoadedResults) -> None:
+def _write_stdout(fmt: str, title: str, loaded: LoadedResults, templates: Path | None) -> None:
     if fmt == "csv":
-        from gradeff.report_csv import write_csv
+        from gradeff.report.csv_export import write_csv
 
         write_csv(loaded.records, sys.stdout)
         return
     from gradeff.report import build_view, render_html
 
     view = build_view(loaded.records, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title)
-    sys.stdout.write(render_html(view))
+    sys.stdout.write(render_html(view, templates=templates))
 
 
 def _run_list(args: argparse.Namespace) -> int:

@@ -123,7 +123,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="extra `gradeff compare` options for --gradeff-baseline, e.g. \"--time-ratio 3\"")
     group.addoption("--gradeff-report", default=None, metavar="PATH",
                     help="write the HTML report of this session's cells to PATH at the end (a .csv PATH writes the "
-                         "flat table)")
+                         "flat table); templates in the folder $GRADEFF_TEMPLATES replace the packaged ones")
     group.addoption("--gradeff-results", default=DEFAULT_RESULTS, metavar="PATH",
                     help=f"JSON-lines file each cell's record is appended to (default {DEFAULT_RESULTS})")
 
@@ -142,6 +142,18 @@ def _validate_results_path(path: Path) -> None:
         raise pytest.UsageError(f"--gradeff-results {path}: cannot create its folder ({exc.strerror})") from None
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise pytest.UsageError(f"--gradeff-results {path}: not writable")
+
+
+def _validate_report_templates(report: str | None) -> None:
+    # A template folder that is not there is refused now, not after the session's cells have run.
+    if report is None or report.lower().endswith(".csv"):
+        return
+    from gradeff.report.render import resolve_template_folder
+
+    try:
+        resolve_template_folder()
+    except NotADirectoryError as exc:
+        raise pytest.UsageError(f"--gradeff-report: {exc}") from None
 
 
 def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -> dict[str, str]:
@@ -214,6 +226,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _validate_device(device)
     results = Path(config.getoption("gradeff_results"))
     _validate_results_path(results)
+    _validate_report_templates(config.getoption("gradeff_report"))
     # The controller names the session; xdist workers inherit the name so the summary can find
     # exactly this session's records in an append-only file that may hold earlier runs.
     workerinput = getattr(config, "workerinput", None)

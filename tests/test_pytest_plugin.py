@@ -10,8 +10,12 @@ from gradeff.results import read_records
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 
 
-def test_cell_run_writes_record_benchmark_rounds_and_summary(grid_pytester):
+def test_cell_run_writes_record_benchmark_rounds_and_summary(grid_pytester, monkeypatch):
     """One cell: its record is in the results file, each epoch is a benchmark round, the summary shows it."""
+    # Run from an xdist worker, the inner session would inherit the worker's variables and pytest-benchmark
+    # would switch itself off as under xdist.
+    for variable in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(variable, raising=False)
     results = grid_pytester.path / "out" / "r.jsonl"
     bench = grid_pytester.path / "bench.json"
     outcome = grid_pytester.runpytest_subprocess(
@@ -75,6 +79,15 @@ def test_unwritable_results_path_is_a_usage_error(grid_pytester, tmp_path):
     outcome = grid_pytester.runpytest(*PLUGIN, f"--gradeff-results={blocker}/r.jsonl")
     assert outcome.ret == pytest.ExitCode.USAGE_ERROR
     outcome.stderr.fnmatch_lines(["*--gradeff-results*cannot create its folder*"])
+
+
+def test_missing_report_template_folder_is_a_usage_error(grid_pytester, tmp_path, monkeypatch):
+    """$GRADEFF_TEMPLATES naming no folder is refused before any cell runs when an HTML report is asked for."""
+    monkeypatch.setenv("GRADEFF_TEMPLATES", str(tmp_path / "missing"))
+    outcome = grid_pytester.runpytest(*PLUGIN, f"--gradeff-report={tmp_path}/r.html")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    outcome.stderr.fnmatch_lines(["*--gradeff-report: template folder*missing (from $GRADEFF_TEMPLATES) is not a "
+                                  "folder*"])
 
 
 def test_baseline_gate_fails_the_session_on_a_regression(grid_pytester):

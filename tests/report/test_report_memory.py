@@ -6,13 +6,13 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradeff import memory_analysis as ma
-from gradeff import peft_analysis
+from gradeff.analysis import memory as ma
+from gradeff.analysis import peft as peft_analysis
 from gradeff.formatting import NA
 from gradeff.report import MAIN_MISSING_NOTE, SECTIONS, build_view, render_html, write_report
-from gradeff.report_csv import csv_table
-from gradeff.report_memory import MISSING_NOTE, TABLE_HEADER, build_memory_view, format_change, format_range
-from gradeff.report_peft import build_peft_view
+from gradeff.report.csv_export import csv_table
+from gradeff.report.memory import MISSING_NOTE, TABLE_HEADER, build_memory_view, format_change, format_range
+from gradeff.report.peft import build_peft_view
 from gradeff.results import append_record, read_records
 from gradeff.summary import summary_lines
 

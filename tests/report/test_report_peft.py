@@ -7,13 +7,13 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradeff import peft_analysis
 from gradeff.analysis import METRICS, metric_value
+from gradeff.analysis import peft as peft_analysis
 from gradeff.formatting import NA
 from gradeff.report import MAIN_MISSING_NOTE, SECTIONS, build_view, render_html, write_report
-from gradeff.report_context import hparams_table, methods
-from gradeff.report_csv import csv_table
-from gradeff.report_peft import MISSING_NOTE, build_peft_view, format_count, format_points
+from gradeff.report.context import hparams_table, methods
+from gradeff.report.csv_export import csv_table
+from gradeff.report.peft import MISSING_NOTE, build_peft_view, format_count, format_points
 
 SCRIPT = "<script>alert(1)</script>"
 PRETRAINING = {"optimizer_steps": 128, "seconds": 59.9, "heldout_accuracy": 0.45, "bayes_accuracy": 1.0,

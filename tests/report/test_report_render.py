@@ -19,7 +19,7 @@ from gradeff.formatting import (
     format_value,
 )
 from gradeff.report import SECTIONS, build_view, jinja_environment, render_html, status_text, write_report
-from gradeff.report_context import methods
+from gradeff.report.context import methods
 
 SCRIPT = "<script>alert(1)</script>"
 
@@ -165,7 +165,7 @@ def test_ratio_table_marks_improvements(make_record):
 
 def test_log_axes_print_plain_tick_labels():
     """A loss curve spanning decades gets a log axis whose labels are numbers, not raw mathtext."""
-    from gradeff.report_plots import Series, loss_curves_svg
+    from gradeff.report.plots import Series, loss_curves_svg
 
     series = Series(label="adam/standard", color_index=0, style_index=0, epochs=(1, 2, 3), losses=(100.0, 10.0, 0.1),
                     failed=False)
@@ -196,7 +196,7 @@ def test_methods_state_the_recorded_metering_cost(make_record, make_meters):
 def test_csv_meter_columns_follow_the_meters_records():
     """The CSV's documented meter columns are exactly the scalar fields of the meters' records, in order."""
     from gradeff.meters import EnergyRecord, GpuRecord, MemoryBreakdown, RamRecord
-    from gradeff.report_csv import _METER_COLUMNS
+    from gradeff.report.csv_export import _METER_COLUMNS
 
     for meter, record in (("ram", RamRecord), ("gpu", GpuRecord), ("energy", EnergyRecord),
                           ("memory", MemoryBreakdown)):

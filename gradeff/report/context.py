@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from gradeff.formatting import NA, as_number
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
-from gradeff.report_view import (
+from gradeff.report.view import (
     Cell, Row, Table, display_name, distinct_text, energy_sources, metering_cost_fractions, status_text, text_or_na,
 )
 from gradeff.results import CellRecord

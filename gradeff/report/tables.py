@@ -1,5 +1,5 @@
 """The report's tables: optimizer × strategy grids (paper Tables 4–19), best cells (Table 2),
-recommendations (Figure 1) and strategy ratios (Table 3), as :class:`~gradeff.report_view.Table` values.
+recommendations (Figure 1) and strategy ratios (Table 3), as :class:`~gradeff.report.view.Table` values.
 
 Numbers are formatted here; a failed cell shows its status instead of a number, an unmeasured
 one ``n/a`` with the reason in its tooltip or the table's note.
@@ -16,7 +16,7 @@ from gradeff.formatting import NA, as_number, format_loss, format_ratio, format_
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.registry import Registry
-from gradeff.report_view import (
+from gradeff.report.view import (
     Cell, Row, Table, config_label, display_name, energy_sources, first_word, status_text,
 )
 from gradeff.results import CellRecord

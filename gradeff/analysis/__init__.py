@@ -3,7 +3,8 @@
 Pure functions over :class:`~gradeff.results.CellRecord` values, in raw units; no formatting and no I/O
 (that is :mod:`gradeff.report`'s job). Only cells that ended ``ok`` compete for "best": a diverged
 run's last loss or an out-of-memory run's short time is not a result to recommend. Missing
-measurements are ``None`` and never compete either.
+measurements are ``None`` and never compete either. The two studies read their records further in
+:mod:`gradeff.analysis.peft` (the PEFT study) and :mod:`gradeff.analysis.memory` (the memory study).
 """
 
 from __future__ import annotations

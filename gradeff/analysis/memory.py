@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gradeff import analysis, peft_analysis
+from gradeff import analysis
 from gradeff.analysis import Metric
+from gradeff.analysis import peft as peft_analysis
 from gradeff.formatting import as_number
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
@@ -49,7 +50,7 @@ def split_studies(records: Iterable[CellRecord]) -> Studies:
     """``(main-study, PEFT-study, memory-study)`` records, by what their grid is read by.
 
     A grid this gradeff does not know reads as the main study, as the records of older versions did
-    (see :func:`gradeff.peft_analysis.focus_of`).
+    (see :func:`gradeff.analysis.peft.focus_of`).
     """
     studies = Studies([], [], [])
     for record in records:
@@ -332,7 +333,7 @@ def peft_budget_changes(records: Iterable[CellRecord]) -> dict[str, list[Change]
     """The PEFT study's adaptive budget cells against ``standard``, per backbone.
 
     Each budget cell is divided by the standard cell of the same backbone, dataset and method; a
-    backbone's cells are read on one memory metric (:func:`gradeff.peft_analysis.memory_metric_for`:
+    backbone's cells are read on one memory metric (:func:`gradeff.analysis.peft.memory_metric_for`:
     the GPU allocator peak, else the live peak, else the breakdown sum).
 
     Args:

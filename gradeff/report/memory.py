@@ -4,7 +4,7 @@ Per model, memory against time per epoch relative to ``standard`` (a figure), ev
 and measurements (a table), and the PEFT paper's claim ("adaptive: peak -x % for +y % time and +z %
 energy") as measured per budget level, with the adaptive budget held against torch.compile's
 knapsack at the same target; then the same claim over every model, and for the PEFT study's
-``budget`` cells. Numbers are formatted here (the analysis is :mod:`gradeff.memory_analysis`); a
+``budget`` cells. Numbers are formatted here (the analysis is :mod:`gradeff.analysis.memory`); a
 failed cell shows its status, an unmeasured one ``n/a`` with the reason.
 """
 
@@ -14,13 +14,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from gradeff import analysis
-from gradeff import memory_analysis as ma
-from gradeff import peft_analysis
-from gradeff import report_figures as figures
 from gradeff.analysis import METRICS, Metric
+from gradeff.analysis import memory as ma
+from gradeff.analysis import peft as peft_analysis
 from gradeff.formatting import NA, format_bytes, format_ratio, format_seconds, format_value
 from gradeff.models import MODELS
-from gradeff.report_view import (
+from gradeff.report import figures
+from gradeff.report.view import (
     Cell, MemoryGroupView, MemoryView, Row, Table, display_name, distinct_text, energy_sources,
     html_id, status_text,
 )

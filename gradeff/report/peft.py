@@ -3,7 +3,7 @@
 Per backbone and dataset, method × strategy tables of accuracy, trainable parameters, training
 memory, time per epoch and energy; which method to pick; each method against full fine-tuning;
 checkpoint / standard and budget / standard ratios; accuracy curves; and the backbones' one-off pretraining. Numbers are
-formatted here (the analysis is :mod:`gradeff.peft_analysis`); a failed cell shows its status, an
+formatted here (the analysis is :mod:`gradeff.analysis.peft`); a failed cell shows its status, an
 unmeasured one ``n/a`` with the reason in its tooltip or the table's note.
 """
 
@@ -13,18 +13,17 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from gradeff import analysis
-from gradeff import peft_analysis as peft
-from gradeff import report_figures as figures
-from gradeff.analysis import METRICS, Metric
+from gradeff.analysis import METRICS, Metric, peft
 from gradeff.data import TASKS
 from gradeff.formatting import NA, as_number, format_percent, format_ratio, format_seconds, format_value
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
-from gradeff.report_view import (
+from gradeff.report import figures
+from gradeff.report.tables import metric_cell
+from gradeff.report.view import (
     Cell, FigureView, PeftGroupView, PeftView, Row, Table, display_name, distinct_text, energy_sources, first_word,
     html_id, status_text,
 )
-from gradeff.report_tables import metric_cell
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 

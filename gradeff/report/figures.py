@@ -1,4 +1,4 @@
-"""The report's figures: records → plot data → inline SVG (:mod:`gradeff.report_plots`) → :class:`FigureView`.
+"""The report's figures: records → plot data → inline SVG (:mod:`gradeff.report.plots`) → :class:`FigureView`.
 
 Loss curves (paper Figure 2), the utilization/memory heat-map grid (Figure 3), loss vs time with
 the Pareto frontier (Figure 4), the memory breakdown, the PEFT study's held-out accuracy curves, and
@@ -11,15 +11,16 @@ from collections.abc import Mapping, Sequence
 
 from markupsafe import Markup
 
-from gradeff import analysis, peft_analysis
-from gradeff import memory_analysis as ma
-from gradeff import report_plots as plots
+from gradeff import analysis
 from gradeff.analysis import METRICS, Metric
+from gradeff.analysis import memory as ma
+from gradeff.analysis import peft as peft_analysis
 from gradeff.data import TASKS
 from gradeff.formatting import as_number, format_loss, format_percent, format_value
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
-from gradeff.report_view import FigureView, config_label, display_name, first_word, short_label, status_text
+from gradeff.report import plots
+from gradeff.report.view import FigureView, config_label, display_name, first_word, short_label, status_text
 from gradeff.results import FAILED_STATUSES, CellRecord
 
 __all__ = ["accuracy_curves_figure", "heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure",
@@ -244,7 +245,7 @@ def _tradeoff_point(record: CellRecord, reference: CellRecord) -> tuple[float, f
 def tradeoff_figure(slug: str, title: str, records: Sequence[CellRecord], reference: CellRecord | None) -> FigureView:
     """Memory against time per epoch, both over the standard cell's: one marker per strategy (memory study).
 
-    Every point is read on one quantity, the breakdown sum (:data:`gradeff.memory_analysis.DEVICE_MEMORY`),
+    Every point is read on one quantity, the breakdown sum (:data:`gradeff.analysis.memory.DEVICE_MEMORY`),
     which compiled cells have too; the budget levels of each kind are joined by a line, standard sits
     at (1, 1), checkpoint and offload are labelled.
 

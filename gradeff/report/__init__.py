@@ -2,12 +2,12 @@
 
 Everything the page shows is decided in Python: which cells, in which order, which one is best,
 how each number reads (units, ``n/a``, "diverged at step 37"). This module assembles the view
-(:mod:`gradeff.report_view`) from the tables (:mod:`gradeff.report_tables`), figures
-(:mod:`gradeff.report_figures`), context (:mod:`gradeff.report_context`) and the sections of the
-PEFT study (:mod:`gradeff.report_peft`) and the memory study (:mod:`gradeff.report_memory`), and
-renders it with the Jinja templates in ``gradeff/report_templates/``, which only loop and print;
-they run with autoescape on and ``StrictUndefined``, so a field name typo fails a test instead of
-printing nothing.
+(:mod:`gradeff.report.view`) from the tables (:mod:`gradeff.report.tables`), figures
+(:mod:`gradeff.report.figures`), context (:mod:`gradeff.report.context`) and the sections of the
+PEFT study (:mod:`gradeff.report.peft`) and the memory study (:mod:`gradeff.report.memory`), and
+renders it (:mod:`gradeff.report.render`) with the Jinja templates of ``reports/templates/``, which
+only loop and print; they run with autoescape on and ``StrictUndefined``, so a field name typo fails
+a test instead of printing nothing. :mod:`gradeff.report.csv_export` writes the flat CSV table instead.
 
 :func:`write_report` is the entry point for the pytest plugin and the CLI.
 """
@@ -15,23 +15,23 @@ printing nothing.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from functools import cache
 from pathlib import Path
 
-from gradeff import analysis, memory_analysis
-from gradeff import report_context as context
-from gradeff import report_figures as figures
-from gradeff import report_tables as tables
+from gradeff import analysis
 from gradeff.analysis import METRICS, group_by_model
+from gradeff.analysis import memory as memory_analysis
 from gradeff.formatting import NA
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
-from gradeff.report_memory import build_memory_view
-from gradeff.report_peft import build_peft_view
-from gradeff.report_view import (
+from gradeff.report import context, figures, tables
+from gradeff.report.memory import build_memory_view
+from gradeff.report.peft import build_peft_view
+from gradeff.report.render import TEMPLATE, jinja_environment, render_html
+from gradeff.report.view import (
     SECTIONS, ModelView, ReportView, Table, display_name, distinct_text, html_id, status_text,
 )
 from gradeff.results import CellRecord
@@ -42,7 +42,6 @@ __all__ = [
     "write_report",
 ]
 
-TEMPLATE = "report.html.j2"
 MAIN_MISSING_NOTE = ("No records of the main study (optimizers × memory strategies, read by training loss) in "
                      "these results.")
 
@@ -167,45 +166,6 @@ def _notices(records: Sequence[CellRecord], superseded: int, skipped_lines: Sequ
     return tuple(notices)
 
 
-def _templates_dir() -> Path:
-    # Inside the package so that a wheel ships them (package-data in pyproject.toml).
-    return Path(__file__).parent / "report_templates"
-
-
-@cache
-def jinja_environment():
-    """The Jinja environment of the report templates: autoescape on for ``.j2``, ``StrictUndefined``.
-
-    ``select_autoescape()``'s defaults do not match ``*.html.j2``, hence the explicit extensions.
-    """
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-
-    return Environment(
-        loader=FileSystemLoader(_templates_dir()),
-        autoescape=select_autoescape(["html", "j2"], default_for_string=True, default=True),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-
-
-def render_html(view: object, template: str = TEMPLATE) -> str:
-    """Render a view model with a report template.
-
-    Args:
-        view: a :class:`ReportView` (any object with the same fields renders the same).
-        template: template name inside ``gradeff/report_templates``.
-
-    Returns:
-        The HTML page.
-
-    Raises:
-        jinja2.UndefinedError: the template uses a field the view does not have.
-    """
-    return jinja_environment().get_template(template).render(view=view)
-
-
 def write_report(
     records: Iterable[CellRecord],
     path: str | Path,
@@ -213,6 +173,7 @@ def write_report(
     skipped_lines: Sequence[str] = (),
     sources: Sequence[str] = (),
     title: str = "gradeff report",
+    templates: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write the HTML report of ``records`` to ``path`` (a CSV table instead when ``path`` ends in ``.csv``).
 
@@ -225,20 +186,24 @@ def write_report(
         skipped_lines: unreadable lines to list in the report.
         sources: the results files the records came from.
         title: page title.
+        templates: a folder of templates searched before the packaged ones (default ``$GRADEFF_TEMPLATES``).
 
     Returns:
         The path written.
+
+    Raises:
+        NotADirectoryError: the template folder named does not exist.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".csv":
-        from gradeff.report_csv import write_csv
+        from gradeff.report.csv_export import write_csv
 
         with open(path, "w", encoding="utf-8", newline="") as handle:
             write_csv(records, handle)
         return path
     view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title)
-    html = render_html(view)
+    html = render_html(view, templates=templates)
     # Write then rename: a report being rewritten is never seen half-written by a browser or CI upload.
     tmp = path.with_name(path.name + ".tmp")
     try:

@@ -16,9 +16,9 @@ from dataclasses import fields
 from typing import TextIO
 
 from gradeff import analysis
+from gradeff.analysis.memory import sort_memory, split_studies
+from gradeff.analysis.peft import sort_peft
 from gradeff.formatting import NA
-from gradeff.memory_analysis import sort_memory, split_studies
-from gradeff.peft_analysis import sort_peft
 from gradeff.results import CellRecord, Summary
 
 __all__ = ["csv_table", "write_csv"]
