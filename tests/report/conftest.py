@@ -1,4 +1,4 @@
-"""Hand-made records for the report tests: a factory per study, one full synthetic grid."""
+"""Hand-made records for the report tests: one full synthetic grid (the record factories are in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,85 +7,12 @@ import random
 
 import pytest
 
-from gradeff.results import CellRecord, EpochRecord, Summary
+from gradeff.results import CellRecord
+from tests.conftest import build_record, meters
 
 MODEL_KEYS = ("vit", "modernbert", "llm", "vlm")
 OPTIMIZER_KEYS = ("sgd", "adam", "adamw", "adagrad", "adadelta", "cgd")
 STRATEGY_KEYS = ("standard", "checkpoint", "accum")
-
-
-def meters(*, util=None, rss=400 * 2**20, joules=12.0, activation=8 * 2**20, state=0, gpu_alloc=None,
-           cost_fraction=0.004) -> dict:
-    """A full ``meters`` dict in the documented shape (GPU parts ``None`` unless given)."""
-    return {
-        "ram": {"peak_rss_bytes": rss, "peak_source": "kernel", "mean_rss_bytes": rss * 0.9, "peak_system_percent": 4.5,
-                "samples": 10, "duration_s": 1.0},
-        "gpu": {"available": util is not None, "device_name": "H100" if util is not None else None,
-                "util_mean_percent": util, "util_max_percent": util, "mem_used_peak_bytes": gpu_alloc,
-                "power_mean_w": None, "alloc_peak_bytes": gpu_alloc, "reserved_peak_bytes": gpu_alloc,
-                "samples": 5, "short_window": False, "duration_s": 1.0},
-        "energy": {"joules": joules, "source": "estimate", "co2_grams": None if joules is None else joules / 9000,
-                   "duration_s": 1.0},
-        "cost": {"reads_s": cost_fraction / 2, "sampler_cpu_s": cost_fraction / 2, "epoch_s": 1.0,
-                 "fraction": cost_fraction},
-        "memory": {"parameter_bytes": 2**20, "trainable_parameter_bytes": 2**20, "gradient_bytes": 2**20,
-                   "optimizer_state_bytes": state, "activation_bytes": activation},
-    }
-
-
-def build_record(cell: str = "llm-adam-standard", status: str = "ok", *, losses=(2.0, 1.5), seconds=(1.0, 1.0),
-                 **overrides) -> CellRecord:
-    """A record whose epochs have ``losses`` and ``seconds``; any field can be overridden."""
-    model, optimizer, strategy = cell.rsplit("-", 2)
-    epochs = tuple(EpochRecord(epoch=i, loss=loss, seconds=sec, optimizer_steps=8, closure_calls=8, samples=64,
-                               targets=64) for i, (loss, sec) in enumerate(zip(losses, seconds, strict=True)))
-    values = dict(cell=cell, model=model, optimizer=optimizer, strategy=strategy, profile="tiny", seed=0,
-                  device="cpu", status=status, epochs=epochs, summary=Summary.of(list(epochs), sum(seconds) + 1),
-                  loss_floor=0.5, session="s1", environment={"python": "3.11", "torch": "2.13.0+cpu"},
-                  hparams={"lr": 1e-3, "batch_size": 8})
-    return CellRecord(**(values | overrides))
-
-
-def build_peft_record(model: str = "vit_s", method: str = "lora", strategy: str = "standard",
-                      dataset: str = "cifar100", status: str = "ok", *, accuracies=(0.4, 0.6), seconds=(1.0, 1.0),
-                      trainable: int | None = 1_000, total: int | None = 100_000, joules: float | None = 10.0,
-                      activation: int = 8 * 2**20, gpu_alloc: int | None = None, bayes: float | None = 0.9,
-                      weights: dict | None = None, **overrides) -> CellRecord:
-    """A PEFT-study record whose epochs reach held-out ``accuracies`` (fractions); any field can be overridden."""
-    epochs = tuple(EpochRecord(epoch=i, loss=2.0 - acc, seconds=sec, optimizer_steps=4, closure_calls=4, samples=64,
-                               targets=64, heldout_loss=2.5 - acc, heldout_accuracy=acc, eval_seconds=0.1)
-                   for i, (acc, sec) in enumerate(zip(accuracies, seconds, strict=True)))
-    recorded = meters(joules=joules, activation=activation, gpu_alloc=gpu_alloc)
-    values = dict(
-        cell=f"{model}-{method}-{strategy}-{dataset}", grid="peft", model=model, optimizer="adamw", strategy=strategy,
-        method=method, dataset=dataset, profile="tiny", seed=0, device="cpu", status=status, epochs=epochs,
-        summary=Summary.of(list(epochs), sum(seconds) + 1), loss_floor=0.4, session="s2",
-        task={"key": dataset, "name": dataset, "train_samples": 256, "loss_floor": 0.4, "heldout_samples": 256,
-              "heldout_loss_floor": 0.45, "bayes_accuracy": bayes, "info": {}},
-        parameters={"total": total, "trainable": trainable},
-        weights=weights if weights is not None else {"source": "random", "path": None, "pretraining": None},
-        environment={"python": "3.11", "torch": "2.13.0+cpu"}, meters=recorded,
-        hparams={"lr": 1e-3, "batch_size": 16, "heldout_samples": 256,
-                 "method": {"lr_scale": 1.0 if method == "full" else 10.0, "lora_r": 8}})
-    return CellRecord(**(values | overrides))
-
-
-@pytest.fixture
-def make_record():
-    """The :func:`build_record` factory."""
-    return build_record
-
-
-@pytest.fixture
-def make_peft_record():
-    """The :func:`build_peft_record` factory."""
-    return build_peft_record
-
-
-@pytest.fixture
-def make_meters():
-    """The :func:`meters` factory."""
-    return meters
 
 
 def synthetic_grid(seed: int = 0) -> list[CellRecord]:
