@@ -6,154 +6,26 @@ Importing it must stay light: collecting the grid never imports transformers.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
 import uuid
 from pathlib import Path
 
 import pytest
 
-from gradeff.devices import DEVICES, resolve_device, validate_device
-from gradeff.grid import AXES, GRIDS, PLURALS, axis_registry, cells
-from gradeff.hparams import MEMORY_MARGIN
+from gradeff.devices import resolve_device
+from gradeff.grid import GRIDS, PLURALS, cells
 from gradeff.models import MODELS
-from gradeff.profiles import DEFAULT_PROFILE, PROFILES
+from gradeff.options import DEFAULT_RESULTS, Settings, add_options, read_settings
 from gradeff.results import FINAL_STATUSES, append_record, read_records
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
-
-DEFAULT_RESULTS = "results/results.jsonl"
 _SESSION_KEY = "gradeff_session"
-_CONFIG = pytest.StashKey[dict]()
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-_BYTE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-
-
-def _byte_size(text: str) -> int:
-    """A positive size in bytes: ``2147483648``, ``2GiB``, ``160 MiB``, ``512MB``."""
-    import re
-
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    unit = match.group(2).lower() if match else None
-    if unit not in _BYTE_UNITS:
-        raise argparse.ArgumentTypeError(f"expected a size like 8MiB, 2GiB or a number of bytes, got {text!r}; "
-                                         f"units: B, KiB, MiB, GiB, KB, MB, GB")
-    value = int(float(match.group(1)) * _BYTE_UNITS[unit])
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+_CONFIG = pytest.StashKey[Settings]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("gradeff", "gradeff benchmark grid")
-    group.addoption("--gradeff-profile", choices=PROFILES, default=DEFAULT_PROFILE,
-                    help=f"size of models, data and training (default {DEFAULT_PROFILE})")
-    for axis in AXES:
-        plural = PLURALS[axis]
-        group.addoption(f"--gradeff-{plural}", default=None, metavar="KEYS",
-                        help=f"comma-separated {plural} to run in every grid instead of the grid's own (valid: "
-                             f"{','.join(axis_registry(axis))}); unlike -k, an unknown key is an error")
-    group.addoption("--gradeff-epochs", type=_positive_int, default=None,
-                    help="epochs per cell (default: the profile's)")
-    group.addoption("--gradeff-seed", type=_int, default=0, help="seed of weights, data and order (default 0)")
-    group.addoption("--gradeff-device", default="auto",
-                    help=f"device to train on: {', '.join(DEVICES)} or cuda:N (default auto)")
-    group.addoption("--gradeff-sample-hz", type=_positive_float, default=10.0, metavar="HZ",
-                    help="sampling rate of the RAM and GPU meters (default 10)")
-    group.addoption("--gradeff-grid-intensity", type=_positive_float, default=400.0, metavar="GCO2_PER_KWH",
-                    help="grid carbon intensity for CO2-equivalent figures (default 400 g/kWh)")
-    group.addoption("--gradeff-resume", action="store_true",
-                    help="skip cells that already have a final record (ok, diverged, oom, skipped) in the results "
-                         "file for the same profile, seed, epochs and code version")
-    group.addoption("--gradeff-memory-budget", type=_byte_size, default=None, metavar="SIZE",
-                    help="bytes a training step must fit in (e.g. 2GiB): the budget strategies' target (default: "
-                         "the profile's, 10MiB at tiny, 2GiB at paper); any other cell is ended as oom when its "
-                         "predicted peak exceeds it (an out-of-memory test on any device)")
-    group.addoption("--gradeff-memory-margin", type=_fraction, default=MEMORY_MARGIN, metavar="FRACTION",
-                    help=f"share of the memory budget the budget strategies keep free (default {MEMORY_MARGIN})")
-    group.addoption("--gradeff-weights", action="append", default=[], metavar="MODEL=PATH",
-                    help="start MODEL's cells from a local save_pretrained folder (repeatable); without it the "
-                         "fine-tuning study's backbones start from the suite's own cached pretraining")
-    group.addoption("--gradeff-cache", default=None, metavar="DIR",
-                    help="folder of the pretrained-backbone cache (default $GRADEFF_CACHE, else ~/.cache/gradeff)")
-    group.addoption("--gradeff-allow-hub", action="store_true",
-                    help="allow Hugging Face hub access (off by default: runs never download anything)")
-    group.addoption("--gradeff-baseline", default=None, metavar="PATH",
-                    help="compare this session's cells with a baseline results file after the summary and fail "
-                         "the session on a regression (see `gradeff compare`)")
-    group.addoption("--gradeff-compare-args", default="", metavar="ARGS",
-                    help="extra `gradeff compare` options for --gradeff-baseline, e.g. \"--time-ratio 3\"")
-    group.addoption("--gradeff-report", default=None, metavar="PATH",
-                    help="write the HTML report of this session's cells to PATH at the end (a .csv PATH writes the "
-                         "flat table); templates in the folder $GRADEFF_TEMPLATES replace the packaged ones")
-    group.addoption("--gradeff-results", default=DEFAULT_RESULTS, metavar="PATH",
-                    help=f"JSON-lines file each cell's record is appended to (default {DEFAULT_RESULTS})")
-
-
-def _validate_device(device: str) -> None:
-    try:
-        validate_device(device)
-    except ValueError as exc:
-        raise pytest.UsageError(f"--gradeff-device: {exc}") from None
-
-
-def _validate_results_path(path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise pytest.UsageError(f"--gradeff-results {path}: cannot create its folder ({exc.strerror})") from None
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise pytest.UsageError(f"--gradeff-results {path}: not writable")
-
-
-def _validate_report_templates(report: str | None) -> None:
-    # A template folder that is not there is refused now, not after the session's cells have run.
-    if report is None or report.lower().endswith(".csv"):
-        return
-    from gradeff.report.render import resolve_template_folder
-
-    try:
-        resolve_template_folder()
-    except NotADirectoryError as exc:
-        raise pytest.UsageError(f"--gradeff-report: {exc}") from None
+    add_options(parser)
 
 
 def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -> dict[str, str]:
@@ -175,36 +47,32 @@ def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -
     return settled
 
 
-def _axis_selection(config: pytest.Config) -> dict[str, set[str]]:
-    """The keys each ``--gradeff-<axis>`` option selects; a usage error names unknown keys and the valid ones."""
-    selection = {}
-    for field in AXES:
-        axis, registry = PLURALS[field], axis_registry(field)
-        value = config.getoption(f"gradeff_{axis}")
-        if value is None:
-            continue
-        keys = {key.strip() for key in value.split(",") if key.strip()}
-        unknown = sorted(keys - set(registry))
-        if unknown or not keys:
-            raise pytest.UsageError(f"--gradeff-{axis}: unknown {field} {', '.join(map(repr, unknown)) or '(none)'}; "
-                                    f"valid {axis}: {', '.join(registry)}")
-        selection[field] = keys
-    return selection
+def _stop_like_ctrl_c() -> None:
+    """SIGTERM (what CI timeouts and schedulers send) stops the run as Ctrl-C does; a second signal ends it at once.
 
+    The first SIGINT or SIGTERM raises KeyboardInterrupt in the main thread: the running cell is recorded
+    ``interrupted``, the summary is printed and the results file stays whole. A second one, while that
+    is happening, exits without a traceback (status 128 + signal number, the shell's convention).
+    """
+    import signal
+    import sys
 
-def _local_weights(config: pytest.Config) -> tuple[tuple[str, str], ...]:
-    """``--gradeff-weights MODEL=PATH`` pairs, checked: a known model and an existing folder."""
-    pairs = []
-    for item in config.getoption("gradeff_weights"):
-        model, sep, path = item.partition("=")
-        if not sep or not path:
-            raise pytest.UsageError(f"--gradeff-weights {item!r}: expected MODEL=PATH")
-        if model not in MODELS:
-            raise pytest.UsageError(f"--gradeff-weights: unknown model {model!r}; valid models: {', '.join(MODELS)}")
-        if not Path(path).is_dir():
-            raise pytest.UsageError(f"--gradeff-weights {model}={path}: no such folder")
-        pairs.append((model, path))
-    return tuple(pairs)
+    received: list[int] = []
+
+    def handler(signum, frame):
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        sys.stderr.write(f"\ngradeff: second {signal.Signals(signum).name}, stopping now\n")
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    # Only the main thread may install handlers (an embedding program may configure pytest elsewhere).
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -222,36 +90,23 @@ def pytest_configure(config: pytest.Config) -> None:
                             "e.g. -m \"cell(optimizer='adam')\" (unlike -k adam, does not match adamw)")
     config.addinivalue_line("markers", "gradeff_grid(key): parametrize the test's `cell` argument with the grid's "
                             "cells (after --gradeff-<axis> options)")
-    device = config.getoption("gradeff_device")
-    _validate_device(device)
-    results = Path(config.getoption("gradeff_results"))
-    _validate_results_path(results)
-    _validate_report_templates(config.getoption("gradeff_report"))
+    settings = read_settings(config)
+    _stop_like_ctrl_c()
     # The controller names the session; xdist workers inherit the name so the summary can find
     # exactly this session's records in an append-only file that may hold earlier runs.
     workerinput = getattr(config, "workerinput", None)
     session = workerinput[_SESSION_KEY] if workerinput and _SESSION_KEY in workerinput else uuid.uuid4().hex[:12]
     if workerinput is not None:
         _share_cores_between_workers()
-    config.stash[_CONFIG] = {
-        "profile": config.getoption("gradeff_profile"), "epochs": config.getoption("gradeff_epochs"),
-        "seed": config.getoption("gradeff_seed"), "device": device, "results": results, "session": session,
-        "sample_hz": config.getoption("gradeff_sample_hz"),
-        "grid_intensity": config.getoption("gradeff_grid_intensity"),
-        "memory_budget": config.getoption("gradeff_memory_budget"),
-        "memory_margin": config.getoption("gradeff_memory_margin"),
-        "selection": _axis_selection(config), "weights": _local_weights(config),
-        "cache_dir": config.getoption("gradeff_cache"),
-        "settled": _settled_cells(results, profile=config.getoption("gradeff_profile"),
-                                  seed=config.getoption("gradeff_seed"), epochs=config.getoption("gradeff_epochs"))
-        if config.getoption("gradeff_resume") else {},
-    }
+    settled = _settled_cells(settings.results, profile=settings.profile, seed=settings.seed,
+                             epochs=settings.epochs) if settings.resume else {}
+    config.stash[_CONFIG] = dataclasses.replace(settings, session=session, settled=settled)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """pytest-xdist: hand the session name to each worker."""
-    node.workerinput[_SESSION_KEY] = node.config.stash[_CONFIG]["session"]
+    node.workerinput[_SESSION_KEY] = node.config.stash[_CONFIG].session
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -259,7 +114,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     """pytest-benchmark: add the stack's versions and the device to the JSON's machine info."""
     from gradeff.environment import environment
 
-    machine_info["gradeff"] = environment(str(resolve_device(config.stash[_CONFIG]["device"])))
+    machine_info["gradeff"] = environment(str(resolve_device(config.stash[_CONFIG].device)))
 
 
 def grid_params(grid: str = "main", **axes) -> list:
@@ -293,7 +148,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("gradeff_grid")
     if marker is None or "cell" not in metafunc.fixturenames:
         return
-    selection = metafunc.config.stash[_CONFIG]["selection"]
+    selection = metafunc.config.stash[_CONFIG].selection
     metafunc.parametrize("cell", grid_params(*marker.args, **{PLURALS[axis]: keys for axis, keys in selection.items()}))
 
 
@@ -321,12 +176,12 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
     from gradeff.runner import RunConfig, run_cell
 
     settings = request.config.stash[_CONFIG]
-    config = RunConfig(profile=settings["profile"], seed=settings["seed"], epochs=settings["epochs"],
-                       device=settings["device"], session=settings["session"],
-                       meters=MeterSettings(hz=settings["sample_hz"], grid_gco2_per_kwh=settings["grid_intensity"]),
-                       memory_budget=settings["memory_budget"], memory_margin=settings["memory_margin"],
-                       weights=settings["weights"],
-                       cache_dir=settings["cache_dir"])
+    config = RunConfig(profile=settings.profile, seed=settings.seed, epochs=settings.epochs,
+                       device=settings.device, session=settings.session,
+                       meters=MeterSettings(hz=settings.sample_hz, grid_gco2_per_kwh=settings.grid_intensity),
+                       memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
+                       weights=settings.weights,
+                       cache_dir=settings.cache_dir)
 
     def timer(epoch_fn, rounds, after_epoch):
         if benchmark.disabled:
@@ -347,12 +202,12 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
             axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, cell)
                     for axis, value in given.items()}
             cell = Cell(cell, **axes, grid=grid)
-        if cell.id in settings["settled"]:
+        if cell.id in settings.settled:
             pytest.skip(f"--gradeff-resume: already recorded as {settings['settled'][cell.id]} "
                         f"in {settings['results']}")
         benchmark.group = cell.model
         record = run_cell(cell, config, timer=timer)
-        append_record(settings["results"], record)
+        append_record(settings.results, record)
         if record.status == "interrupted":
             # The running cell is on file; now stop the session the way Ctrl-C always does.
             raise KeyboardInterrupt
@@ -371,8 +226,8 @@ def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
         settings = config.stash[_CONFIG]
         records: list = []
         errors: list[str] = []
-        if settings["results"].exists():
-            records = [r for r in read_records(settings["results"], errors=errors) if r.session == settings["session"]]
+        if settings.results.exists():
+            records = [r for r in read_records(settings.results, errors=errors) if r.session == settings.session]
         config.stash[_SESSION_RECORDS] = (records, errors)
     return config.stash[_SESSION_RECORDS]
 
@@ -384,8 +239,8 @@ _GATE = pytest.StashKey[tuple[int, str]]()
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     """--gradeff-baseline: run the regression gate on this session's cells; a regression fails the session."""
     config = session.config
-    baseline = config.getoption("gradeff_baseline", None)
-    if baseline is None or getattr(config, "workerinput", None) is not None:
+    settings = config.stash.get(_CONFIG, None)
+    if settings is None or settings.baseline is None or getattr(config, "workerinput", None) is not None:
         return
     import contextlib
     import io
@@ -393,14 +248,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     from gradeff.compare import main as compare_main
 
-    settings = config.stash[_CONFIG]
     records, _ = _session_records(config)
     # This session's records, as a file of their own: the gate's "current", and a handy artifact.
-    current = settings["results"].with_name("last-session.jsonl")
+    current = settings.results.with_name("last-session.jsonl")
     current.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = compare_main([baseline, str(current), *shlex.split(config.getoption("gradeff_compare_args"))])
+        code = compare_main([str(settings.baseline), str(current), *shlex.split(settings.compare_args)])
     config.stash[_GATE] = (code, out.getvalue() + err.getvalue())
     if code != 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -419,22 +273,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     from gradeff.summary import summary_lines
 
     write = terminalreporter.write_line
-    terminalreporter.section(f"gradeff: {len(records)} cells, profile {settings['profile']}, "
-                             f"results in {settings['results']}")
+    terminalreporter.section(f"gradeff: {len(records)} cells, profile {settings.profile}, "
+                             f"results in {settings.results}")
     for line in summary_lines(records):
         write(line)
     for message in errors:
         write(f"unreadable line skipped: {message}")
-    report = config.getoption("gradeff_report", None)
-    if report is not None:
+    if settings.report is not None:
         from gradeff.report import write_report
 
-        path = write_report(records, report, skipped_lines=errors, sources=[str(settings["results"])])
+        path = write_report(records, settings.report, skipped_lines=errors, sources=[str(settings.results)])
         write(f"report: {path.resolve()}")
     gate = config.stash.get(_GATE, None)
     if gate is not None:
         code, text = gate
         verdict = {0: "no regression", 1: "REGRESSION"}.get(code, "unusable input")
-        terminalreporter.section(f"gradeff compare with {config.getoption('gradeff_baseline')}: {verdict}")
+        terminalreporter.section(f"gradeff compare with {settings.baseline}: {verdict}")
         for line in text.rstrip().splitlines():
             write(line)

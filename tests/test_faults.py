@@ -25,7 +25,7 @@ def _start_grid(directory: Path, results: Path, *args: str) -> subprocess.Popen:
     )
 
 
-def _wait_for_records(path: Path, count: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+def _wait_for_records(path: Path, count: int, proc: subprocess.Popen, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists() and len(path.read_text().splitlines()) >= count:
@@ -54,19 +54,35 @@ def test_sigkill_then_resume_records_every_cell_exactly_once(grid_pytester):
     assert after == Counter({"vit-sgd-standard": 1, "vit-sgd-checkpoint": 1, "vit-sgd-accum": 1})
 
 
-def test_sigint_records_the_running_cell_as_interrupted(grid_pytester):
-    """Ctrl-C mid-cell: that cell is recorded as interrupted, the summary prints, the file stays valid."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_records_the_running_cell_as_interrupted(grid_pytester, signum):
+    """Ctrl-C or SIGTERM mid-cell: that cell is recorded as interrupted, the summary prints, the file stays valid."""
     results = grid_pytester.path / "r.jsonl"
-    proc = _start_grid(grid_pytester.path, results, "-k", "vit and adam and not adamw", "--gradeff-epochs", "40")
+    proc = _start_grid(grid_pytester.path, results, "-k", "vit and adam and not adamw and main",
+                       "--gradeff-epochs", "40")
     _wait_for_records(results, 1, proc)
     time.sleep(1.0)  # well inside the second cell's 40 epochs
-    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, signum)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
     records = list(read_records(results))  # raises on any broken line
     assert [r.status for r in records] == ["ok", "interrupted"]
     assert records[1].failed_step is not None and records[1].detail.startswith("interrupted")
     assert "gradeff: 2 cells" in output
+
+
+def test_a_second_signal_stops_at_once_without_a_traceback(grid_pytester):
+    """Two signals in a row: the run exits with 128 + the signal's number, no traceback on the way out."""
+    results = grid_pytester.path / "r.jsonl"
+    proc = _start_grid(grid_pytester.path, results, "-k", "vit and adam and not adamw and main",
+                       "--gradeff-epochs", "40")
+    _wait_for_records(results, 1, proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode in (128 + signal.SIGTERM, pytest.ExitCode.INTERRUPTED), output
+    assert "Traceback" not in output
+    list(read_records(results))  # whatever was written is whole
 
 
 def test_memory_budget_turns_a_cell_into_oom():

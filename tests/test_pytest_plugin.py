@@ -50,15 +50,43 @@ def test_records_are_written_under_xdist(grid_pytester):
     [
         (("--gradeff-profile", "huge"), "*invalid choice: 'huge' (choose from 'tiny', 'small', 'paper')*"),
         (("--gradeff-epochs", "0"), "*--gradeff-epochs: must be >= 1, got 0*"),
-        (("--gradeff-seed", "x"), "*expected an integer*"),
+        (("--gradeff-seed", "x"), "*expected a seed (an integer >= 0)*"),
+        (("--gradeff-seed", "-3"), "*--gradeff-seed: must be >= 0*got -3*"),
+        (("--gradeff-sample-hz", "inf"), "*--gradeff-sample-hz: expected a finite number, got 'inf'*"),
+        (("--gradeff-sample-hz", "5000"), "*--gradeff-sample-hz: must be in (0, 1000] Hz, got 5000*"),
+        (("--gradeff-grid-intensity", "inf"), "*--gradeff-grid-intensity: expected a finite number*"),
+        (("--gradeff-grid-intensity", "-1"), "*--gradeff-grid-intensity: must be >= 0, got -1*"),
+        (("--gradeff-memory-budget", "lots"), "*expected a size like 8MiB, 2GiB*units: B, KiB, MiB*"),
+        (("--gradeff-memory-margin", "1.5"), "*--gradeff-memory-margin: must be in [[]0, 1), got 1.5*"),
         (("--gradeff-device", "tpu"), "*unknown device 'tpu'; valid devices: auto, cpu, cuda*"),
+        (("--gradeff-compare-args", "--time-ratio 3"), "*--gradeff-compare-args: given without --gradeff-baseline*"),
     ],
 )
 def test_bad_options_are_usage_errors(grid_pytester, args, message):
-    """Bad option values stop the run before any cell and name the valid choices."""
+    """Bad option values stop the run before any cell and name the bad value and the valid choices."""
     outcome = grid_pytester.runpytest(*PLUGIN, *args)
     assert outcome.ret == pytest.ExitCode.USAGE_ERROR
     assert any(fnmatch.fnmatch(line, message) for line in outcome.errlines + outcome.outlines)
+
+
+def test_bad_paths_are_refused_before_any_cell(grid_pytester):
+    """A folder as results or report file, a missing or empty baseline, a file as cache folder: usage errors."""
+    folder = grid_pytester.mkdir("a_folder")
+    empty = grid_pytester.path / "empty.jsonl"
+    empty.write_text("")
+    a_file = grid_pytester.path / "a_file.txt"
+    a_file.write_text("x")
+    cases = [
+        (("--gradeff-results", str(folder)), "*--gradeff-results*a_folder: is a folder; give a file path*"),
+        (("--gradeff-report", str(folder)), "*--gradeff-report*a_folder: is a folder; give a file path*"),
+        (("--gradeff-baseline", str(grid_pytester.path / "absent.jsonl")), "*--gradeff-baseline*no such file*"),
+        (("--gradeff-baseline", str(empty)), "*--gradeff-baseline*empty.jsonl: has no record to compare with*"),
+        (("--gradeff-cache", str(a_file)), "*--gradeff-cache*a_file.txt: is a file; give a folder*"),
+    ]
+    for args, message in cases:
+        outcome = grid_pytester.runpytest(*PLUGIN, "-k", "vit-sgd-standard", *args)
+        assert outcome.ret == pytest.ExitCode.USAGE_ERROR, args
+        assert any(fnmatch.fnmatch(line, message) for line in outcome.errlines + outcome.outlines), args
 
 
 def test_cuda_without_gpu_is_a_usage_error(grid_pytester):

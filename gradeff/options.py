@@ -1,0 +1,300 @@
+"""The gradeff options of pytest: their definitions, and one validated value of all of them.
+
+Every option is checked when the session starts, before the first cell: a path that is a folder
+where a file is wanted (or not writable), a baseline that cannot be read, a number that is not
+finite or out of range, an unknown key. The message names the option, the bad value and what is
+valid. A session then reads its :class:`Settings`, never the raw options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gradeff.devices import DEVICES, validate_device
+from gradeff.grid import AXES, PLURALS, axis_registry
+from gradeff.hparams import MEMORY_MARGIN
+from gradeff.models import MODELS
+from gradeff.profiles import DEFAULT_PROFILE, PROFILES
+
+__all__ = ["DEFAULT_RESULTS", "Settings", "add_options", "read_settings"]
+
+DEFAULT_RESULTS = "results/results.jsonl"
+# A sampler faster than this spends more time reading /proc and NVML than the cell spends training.
+_MAX_SAMPLE_HZ = 1000.0
+
+
+def _number(text: str, kind: type, what: str) -> float | int:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _number(text, int, "a positive integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = _number(text, int, "a seed (an integer >= 0)")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (torch and numpy seeds are unsigned), got {value}")
+    return value
+
+
+def _sample_hz(text: str) -> float:
+    value = _number(text, float, "a sampling rate in Hz")
+    if not 0 < value <= _MAX_SAMPLE_HZ:
+        raise argparse.ArgumentTypeError(f"must be in (0, {_MAX_SAMPLE_HZ:g}] Hz, got {text}")
+    return value
+
+
+def _intensity(text: str) -> float:
+    value = _number(text, float, "a carbon intensity in gCO2/kWh")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+
+def _byte_size(text: str) -> int:
+    """A positive size in bytes: ``2147483648``, ``2GiB``, ``160 MiB``, ``512MB``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if unit not in _BYTE_UNITS:
+        raise argparse.ArgumentTypeError(f"expected a size like 8MiB, 2GiB or a number of bytes, got {text!r}; "
+                                         f"units: B, KiB, MiB, GiB, KB, MB, GB")
+    value = int(float(match.group(1)) * _BYTE_UNITS[unit])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _number(text, float, "a number in [0, 1)")
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register every ``--gradeff-*`` option."""
+    group = parser.getgroup("gradeff", "gradeff benchmark grid")
+    group.addoption("--gradeff-profile", choices=PROFILES, default=DEFAULT_PROFILE,
+                    help=f"size of models, data and training (default {DEFAULT_PROFILE})")
+    for axis in AXES:
+        plural = PLURALS[axis]
+        group.addoption(f"--gradeff-{plural}", default=None, metavar="KEYS",
+                        help=f"comma-separated {plural} to run in every grid instead of the grid's own (valid: "
+                             f"{','.join(axis_registry(axis))}); unlike -k, an unknown key is an error")
+    group.addoption("--gradeff-epochs", type=_positive_int, default=None,
+                    help="epochs per cell (default: the profile's)")
+    group.addoption("--gradeff-seed", type=_seed, default=0, help="seed of weights, data and order (default 0)")
+    group.addoption("--gradeff-device", default="auto",
+                    help=f"device to train on: {', '.join(DEVICES)} or cuda:N (default auto)")
+    group.addoption("--gradeff-sample-hz", type=_sample_hz, default=10.0, metavar="HZ",
+                    help=f"sampling rate of the RAM and GPU meters, up to {_MAX_SAMPLE_HZ:g} (default 10)")
+    group.addoption("--gradeff-grid-intensity", type=_intensity, default=400.0, metavar="GCO2_PER_KWH",
+                    help="grid carbon intensity for CO2-equivalent figures (default 400 g/kWh)")
+    group.addoption("--gradeff-resume", action="store_true",
+                    help="skip cells that already have a final record (ok, diverged, oom, skipped) in the results "
+                         "file for the same profile, seed, epochs and code version")
+    group.addoption("--gradeff-memory-budget", type=_byte_size, default=None, metavar="SIZE",
+                    help="bytes a training step must fit in (e.g. 2GiB): the budget strategies' target (default: "
+                         "the profile's, 10MiB at tiny, 2GiB at paper); any other cell is ended as oom when its "
+                         "predicted peak exceeds it (an out-of-memory test on any device)")
+    group.addoption("--gradeff-memory-margin", type=_fraction, default=MEMORY_MARGIN, metavar="FRACTION",
+                    help=f"share of the memory budget the budget strategies keep free (default {MEMORY_MARGIN})")
+    group.addoption("--gradeff-weights", action="append", default=[], metavar="MODEL=PATH",
+                    help="start MODEL's cells from a local save_pretrained folder (repeatable); without it the "
+                         "fine-tuning study's backbones start from the suite's own cached pretraining")
+    group.addoption("--gradeff-cache", default=None, metavar="DIR",
+                    help="folder of the pretrained-backbone cache (default $GRADEFF_CACHE, else ~/.cache/gradeff)")
+    group.addoption("--gradeff-allow-hub", action="store_true",
+                    help="allow Hugging Face hub access (off by default: runs never download anything)")
+    group.addoption("--gradeff-baseline", default=None, metavar="PATH",
+                    help="compare this session's cells with a baseline results file after the summary and fail "
+                         "the session on a regression (see `gradeff compare`)")
+    group.addoption("--gradeff-compare-args", default="", metavar="ARGS",
+                    help="extra `gradeff compare` options for --gradeff-baseline, e.g. \"--time-ratio 3\"")
+    group.addoption("--gradeff-report", default=None, metavar="PATH",
+                    help="write the HTML report of this session's cells to PATH at the end (a .csv PATH writes the "
+                         "flat table); templates in the folder $GRADEFF_TEMPLATES replace the packaged ones")
+    group.addoption("--gradeff-results", default=DEFAULT_RESULTS, metavar="PATH",
+                    help=f"JSON-lines file each cell's record is appended to (default {DEFAULT_RESULTS})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """A session's gradeff options, validated.
+
+    Attributes:
+        selection: axis → the keys ``--gradeff-<axis>`` names (absent: each grid's own).
+        weights: ``(model, folder)`` pairs of ``--gradeff-weights``.
+        settled: cells ``--gradeff-resume`` skips → their recorded status (filled by the plugin).
+    """
+
+    profile: str
+    epochs: int | None
+    seed: int
+    device: str
+    results: Path
+    sample_hz: float
+    grid_intensity: float
+    memory_budget: int | None
+    memory_margin: float
+    selection: dict[str, set[str]]
+    weights: tuple[tuple[str, str], ...]
+    cache_dir: str | None
+    report: Path | None
+    baseline: Path | None
+    compare_args: str
+    resume: bool
+    session: str = ""
+    settled: dict[str, str] = field(default_factory=dict)
+
+
+def _usage(option: str, value: object, problem: str) -> pytest.UsageError:
+    return pytest.UsageError(f"{option} {value}: {problem}")
+
+
+def _writable_file(option: str, path: Path) -> Path:
+    """A file path that can be created or appended to: not a folder, its folder creatable and writable."""
+    if path.is_dir():
+        raise _usage(option, path, "is a folder; give a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _usage(option, path, f"cannot create its folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise _usage(option, path, "not writable")
+    return path
+
+
+def _baseline(path_text: str | None) -> Path | None:
+    """A readable results file with at least one record."""
+    if path_text is None:
+        return None
+    from gradeff.loading import ResultsFileError, load_results
+
+    path = Path(path_text)
+    try:
+        loaded = load_results([path])
+    except ResultsFileError as exc:
+        raise pytest.UsageError(f"--gradeff-baseline: {exc}") from None
+    if not loaded.records:
+        raise _usage("--gradeff-baseline", path, "has no record to compare with")
+    return path
+
+
+def _writable_folder(option: str, text: str | None) -> str | None:
+    if text is None:
+        return None
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise _usage(option, path, "is a file; give a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _usage(option, path, f"cannot create it ({exc.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise _usage(option, path, "not writable")
+    return text
+
+
+def _selection(config: pytest.Config) -> dict[str, set[str]]:
+    """The keys each ``--gradeff-<axis>`` option names; unknown keys are named with the valid ones."""
+    selection = {}
+    for field_name in AXES:
+        axis, registry = PLURALS[field_name], axis_registry(field_name)
+        value = config.getoption(f"gradeff_{axis}")
+        if value is None:
+            continue
+        keys = {key.strip() for key in value.split(",") if key.strip()}
+        unknown = sorted(keys - set(registry))
+        if unknown or not keys:
+            raise pytest.UsageError(f"--gradeff-{axis}: unknown {field_name} "
+                                    f"{', '.join(map(repr, unknown)) or '(none)'}; valid {axis}: {', '.join(registry)}")
+        selection[field_name] = keys
+    return selection
+
+
+def _local_weights(config: pytest.Config) -> tuple[tuple[str, str], ...]:
+    """``--gradeff-weights MODEL=PATH`` pairs, checked: a known model and an existing folder."""
+    pairs = []
+    for item in config.getoption("gradeff_weights"):
+        model, sep, path = item.partition("=")
+        if not sep or not path:
+            raise pytest.UsageError(f"--gradeff-weights {item!r}: expected MODEL=PATH")
+        if model not in MODELS:
+            raise pytest.UsageError(f"--gradeff-weights: unknown model {model!r}; valid models: {', '.join(MODELS)}")
+        if not Path(path).is_dir():
+            raise pytest.UsageError(f"--gradeff-weights {model}={path}: no such folder")
+        pairs.append((model, path))
+    return tuple(pairs)
+
+
+def _report(text: str | None) -> Path | None:
+    if text is None:
+        return None
+    path = _writable_file("--gradeff-report", Path(text))
+    if path.suffix.lower() != ".csv":
+        # A template folder that is not there is refused now, not after the session's cells have run.
+        from gradeff.report.render import resolve_template_folder
+
+        try:
+            resolve_template_folder()
+        except NotADirectoryError as exc:
+            raise pytest.UsageError(f"--gradeff-report: {exc}") from None
+    return path
+
+
+def _compare_args(text: str, baseline: Path | None) -> str:
+    """Check ``--gradeff-compare-args`` parses as `gradeff compare` options (so the gate cannot silently not run)."""
+    if not text:
+        return text
+    if baseline is None:
+        raise pytest.UsageError("--gradeff-compare-args: given without --gradeff-baseline, which it configures")
+    from gradeff.compare import parse_compare_args
+
+    try:
+        parse_compare_args(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gradeff-compare-args {text!r}: {exc}") from None
+    return text
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    """Every gradeff option, validated (a ``pytest.UsageError`` names the first bad one)."""
+    device = config.getoption("gradeff_device")
+    try:
+        validate_device(device)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gradeff-device: {exc}") from None
+    baseline = _baseline(config.getoption("gradeff_baseline"))
+    return Settings(
+        profile=config.getoption("gradeff_profile"), epochs=config.getoption("gradeff_epochs"),
+        seed=config.getoption("gradeff_seed"), device=device,
+        results=_writable_file("--gradeff-results", Path(config.getoption("gradeff_results"))),
+        sample_hz=config.getoption("gradeff_sample_hz"), grid_intensity=config.getoption("gradeff_grid_intensity"),
+        memory_budget=config.getoption("gradeff_memory_budget"), memory_margin=config.getoption("gradeff_memory_margin"),
+        selection=_selection(config), weights=_local_weights(config),
+        cache_dir=_writable_folder("--gradeff-cache", config.getoption("gradeff_cache")),
+        report=_report(config.getoption("gradeff_report")), baseline=baseline,
+        compare_args=_compare_args(config.getoption("gradeff_compare_args"), baseline),
+        resume=config.getoption("gradeff_resume"),
+    )
