@@ -74,7 +74,8 @@ class HParams:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
 
 
-_TINY_TEXT = dict(seq_len=32, num_states=124)  # model vocab 128 = 4 special ids + 124 states
+# Every task has a held-out split, evaluated after each epoch: 64 samples at tiny, as many as one epoch.
+_TINY_TEXT = dict(seq_len=32, num_states=124, heldout_samples=64)  # model vocab 128 = 4 special ids + 124 states
 _TINY_IMAGE = dict(image_size=32, num_classes=10)
 # ~0.8 s per cell on two cores (8 steps of 32 per epoch, a held-out pass after each).
 _TINY_FINE_TUNE = dict(lr=1e-3, batch_size=32, epochs=3, train_samples=256, heldout_samples=256, image_size=32)
@@ -92,26 +93,26 @@ HPARAMS: dict[tuple[str, str], HParams] = {
     ("vit", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, heldout_samples=64, **_TINY_IMAGE),
     ("modernbert", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, **_TINY_TEXT),
     ("llm", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, warmup_ratio=0.03, **_TINY_TEXT),
-    ("vlm", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, caption_len=16, num_states=124,
-                             **_TINY_IMAGE),
+    ("vlm", "tiny"): HParams(lr=1e-3, batch_size=8, epochs=3, train_samples=64, heldout_samples=64, caption_len=16,
+                             num_states=124, **_TINY_IMAGE),
     # small: minutes per cell on a CPU.
     ("vit", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, heldout_samples=256,
                               image_size=64, num_classes=10),
-    ("modernbert", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, seq_len=128,
-                                     num_states=1020),
-    ("llm", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, warmup_ratio=0.03, seq_len=128,
-                              num_states=1020),
-    ("vlm", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, image_size=64, num_classes=10,
-                              caption_len=32, num_states=1020),
+    ("modernbert", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, heldout_samples=256,
+                                     seq_len=128, num_states=1020),
+    ("llm", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, heldout_samples=256,
+                              warmup_ratio=0.03, seq_len=128, num_states=1020),
+    ("vlm", "small"): HParams(lr=3e-4, batch_size=16, epochs=5, train_samples=512, heldout_samples=256, image_size=64,
+                              num_classes=10, caption_len=32, num_states=1020),
     # paper: section 3 of the main paper.
     ("vit", "paper"): HParams(lr=3e-4, batch_size=64, epochs=25, train_samples=4096, heldout_samples=1024,
                               image_size=224, num_classes=100),
-    ("modernbert", "paper"): HParams(lr=1e-4, batch_size=32, epochs=25, train_samples=4096, seq_len=512,
-                                     num_states=2048),
-    ("llm", "paper"): HParams(lr=2e-5, batch_size=16, epochs=25, train_samples=2048, warmup_ratio=0.03,
-                              seq_len=512, num_states=2048),
-    ("vlm", "paper"): HParams(lr=5e-5, batch_size=32, epochs=25, train_samples=4096, image_size=224,
-                              num_classes=100, caption_len=128, num_states=2048),
+    ("modernbert", "paper"): HParams(lr=1e-4, batch_size=32, epochs=25, train_samples=4096, heldout_samples=1024,
+                                     seq_len=512, num_states=2048),
+    ("llm", "paper"): HParams(lr=2e-5, batch_size=16, epochs=25, train_samples=2048, heldout_samples=512,
+                              warmup_ratio=0.03, seq_len=512, num_states=2048),
+    ("vlm", "paper"): HParams(lr=5e-5, batch_size=32, epochs=25, train_samples=4096, heldout_samples=1024,
+                              image_size=224, num_classes=100, caption_len=128, num_states=2048),
 } | {
     (model, profile): HParams(**sizes)
     for model in (*_PEFT_BACKBONES, *_BASELINES)

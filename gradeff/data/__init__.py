@@ -75,16 +75,17 @@ TASKS: Registry[TaskSpec] = Registry(
     "dataset",
     (
         TaskSpec(key="causal_lm", name="Markov text (next token)", description="next token of Markov-chain text",
-                 builder=f"{_TEXT}:causal_lm", fields=("num_states", "seq_len"), kind="causal_lm"),
+                 builder=f"{_TEXT}:causal_lm", fields=("num_states", "seq_len", "heldout_samples"), kind="causal_lm"),
         TaskSpec(key="masked_lm", name="Markov text (masked)", description="15 % masked tokens of Markov-chain text",
-                 builder=f"{_TEXT}:masked_lm", fields=("num_states", "seq_len"), kind="masked_lm"),
+                 builder=f"{_TEXT}:masked_lm", fields=("num_states", "seq_len", "heldout_samples"), kind="masked_lm"),
         TaskSpec(key="image_classification", name="Noisy templates",
                  description="class of a noisy template image", builder=f"{_IMAGES}:image_classification",
                  fields=_CLASSIFICATION_FIELDS, kind="image_classification"),
         TaskSpec(key="image_captioning", name="Template captions",
                  description="caption (class token + Markov text) of a noisy template",
                  builder=f"{_IMAGES}:image_captioning",
-                 fields=("num_classes", "image_size", "caption_len", "num_states"), kind="image_captioning"),
+                 fields=("num_classes", "image_size", "caption_len", "num_states", "heldout_samples"),
+                 kind="image_captioning"),
         # The PEFT study's datasets. Until real copies are given they are synthetic stand-ins with the
         # real class counts: CIFAR-100's 100 object classes as coarse block shapes, DTD's 47 texture
         # classes as a finer block pattern. Each has its own classes (the salt) for the same seed. At

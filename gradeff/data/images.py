@@ -118,19 +118,33 @@ def image_classification(*, num_classes: int, image_size: int, num_samples: int,
 
 
 def image_captioning(*, num_classes: int, image_size: int, caption_len: int, num_states: int, num_samples: int,
-                     seed: int) -> Dataset:
+                     seed: int, heldout_samples: int = 0) -> Dataset:
     """Caption a noisy template: the first caption token names the class, the rest is Markov text.
 
     The decoder must read the image to get the first token right and model the chain for the
     rest. Floor = (Bayes class loss + Σ -log P(s_t | s_{t-1})) / caption_len on the samples.
+
+    Args:
+        heldout_samples: image-caption pairs of a held-out split, drawn after everything else.
     """
     if num_classes > num_states:
         raise ValueError("image_captioning needs num_states >= num_classes (one start state per class)")
     rng = np.random.default_rng(seed)
-    images, classes, log_post = noisy_templates(num_classes=num_classes, image_size=image_size,
-                                                num_samples=num_samples, rng=rng)
+    templates = make_templates(num_classes=num_classes, image_size=image_size, rng=rng)
+    sampled = sample_images(templates, num_samples, rng)
     chain = make_chain(num_states, rng)
     start_states = rng.permutation(num_states)[:num_classes]
+    info = {"num_classes": num_classes, "image_size": image_size, "caption_len": caption_len, "num_states": num_states}
+    train = _captioning_split(*sampled, chain, start_states, caption_len, rng, info)
+    if not heldout_samples:
+        return train
+    heldout = sample_images(templates, heldout_samples, rng)
+    return train.with_heldout(_captioning_split(*heldout, chain, start_states, caption_len, rng, info))
+
+
+def _captioning_split(images, classes, log_post, chain, start_states, caption_len: int, rng: np.random.Generator,
+                      info: dict) -> Dataset:
+    num_samples = len(classes)
     states = chain.sample(rng, num_samples, caption_len, first=start_states[classes])
     caption = states + FIRST_STATE_TOKEN
     bos = np.full((num_samples, 1), SPECIAL_TOKENS["bos"])
@@ -146,6 +160,5 @@ def image_captioning(*, num_classes: int, image_size: int, caption_len: int, num
         targets=torch.full((num_samples,), caption_len),
         loss_floor=float(((first + rest) / caption_len).mean()),
         floor_note="Bayes loss: class posterior for the first caption token, Markov chain for the rest",
-        info={"num_classes": num_classes, "image_size": image_size, "caption_len": caption_len,
-              "num_states": num_states},
+        info=info,
     )

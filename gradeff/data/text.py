@@ -13,15 +13,30 @@ __all__ = ["FIRST_STATE_TOKEN", "causal_lm", "masked_lm", "masked_posteriors"]
 FIRST_STATE_TOKEN = len(SPECIAL_TOKENS)  # token id of Markov state 0
 
 
-def _chain_and_states(num_states: int, seq_len: int, num_samples: int, seed: int):
+def _chain_and_states(num_states: int, seq_len: int, num_samples: int, seed: int, heldout_samples: int = 0):
+    """The chain, the training sequences and the held-out ones, drawn after them (so the training set does
+    not depend on whether a held-out split is asked for)."""
     rng = np.random.default_rng(seed)
     chain = make_chain(num_states, rng)
-    return chain, chain.sample(rng, num_samples, seq_len)
+    states = chain.sample(rng, num_samples, seq_len)
+    heldout = chain.sample(rng, heldout_samples, seq_len) if heldout_samples else None
+    return chain, states, heldout
 
 
-def causal_lm(*, num_states: int, seq_len: int, num_samples: int, seed: int) -> Dataset:
-    """Next-token prediction on Markov text; floor = Bayes loss -log P(s_t | s_{t-1}) on the samples."""
-    chain, states = _chain_and_states(num_states, seq_len, num_samples, seed)
+def causal_lm(*, num_states: int, seq_len: int, num_samples: int, seed: int, heldout_samples: int = 0) -> Dataset:
+    """Next-token prediction on Markov text; floor = Bayes loss -log P(s_t | s_{t-1}) on the samples.
+
+    Args:
+        heldout_samples: sequences of a held-out split from the same chain, never trained on.
+    """
+    chain, states, heldout = _chain_and_states(num_states, seq_len, num_samples, seed, heldout_samples)
+    train = _causal_split(chain, states)
+    return train.with_heldout(_causal_split(chain, heldout)) if heldout is not None else train
+
+
+def _causal_split(chain: MarkovChain, states: np.ndarray) -> Dataset:
+    num_samples, seq_len = states.shape
+    num_states = chain.num_states
     tokens = torch.from_numpy(states + FIRST_STATE_TOKEN)
     # The Bayes predictor knows the chain: its loss at each position is -log P[prev, next].
     bayes = -np.log(chain.transition[states[:, :-1], states[:, 1:]])
@@ -77,14 +92,26 @@ def masked_posteriors(chain: MarkovChain, states: np.ndarray, masked: np.ndarray
     return np.take_along_axis(posterior, states[..., None], axis=2)[..., 0]
 
 
-def masked_lm(*, num_states: int, seq_len: int, num_samples: int, seed: int, mask_prob: float = 0.15) -> Dataset:
+def masked_lm(*, num_states: int, seq_len: int, num_samples: int, seed: int, mask_prob: float = 0.15,
+              heldout_samples: int = 0) -> Dataset:
     """Masked-token prediction on Markov text (``mask_prob`` of positions replaced by [MASK]).
 
     At least one position per sequence is masked so every sample carries loss. Floor = mean
     -log posterior of the masked tokens given every visible token (exact, by forward-backward).
+
+    Args:
+        heldout_samples: sequences of a held-out split (their own masks), never trained on.
     """
-    chain, states = _chain_and_states(num_states, seq_len, num_samples, seed)
-    rng = np.random.default_rng([seed, 1])
+    chain, states, heldout = _chain_and_states(num_states, seq_len, num_samples, seed, heldout_samples)
+    train = _masked_split(chain, states, np.random.default_rng([seed, 1]), mask_prob)
+    if heldout is None:
+        return train
+    return train.with_heldout(_masked_split(chain, heldout, np.random.default_rng([seed, 2]), mask_prob))
+
+
+def _masked_split(chain: MarkovChain, states: np.ndarray, rng: np.random.Generator, mask_prob: float) -> Dataset:
+    num_samples, seq_len = states.shape
+    num_states = chain.num_states
     masked = rng.random(states.shape) < mask_prob
     masked[np.arange(num_samples), rng.integers(0, seq_len, num_samples)] = True
     tokens = states + FIRST_STATE_TOKEN
