@@ -70,14 +70,22 @@ class Summary:
     final_heldout_loss: float | None = None
     final_heldout_accuracy: float | None = None
     best_heldout_accuracy: float | None = None
+    initial_heldout_loss: float | None = None
+    target_loss: float | None = None
+    steps_to_target: int | None = None
+    seconds_to_target: float | None = None
+    joules_to_target: float | None = None
 
     @classmethod
-    def of(cls, epochs: list[EpochRecord], total_seconds: float, *, untrained=None) -> Summary:
+    def of(cls, epochs: list[EpochRecord], total_seconds: float, *, untrained=None, floor: float | None = None
+           ) -> Summary:
         """Summarise ``epochs``; ``total_seconds`` includes building and warm-up.
 
         Args:
-            untrained: the held-out evaluation (``.loss``, ``.accuracy``) of a cell that trains nothing
-                (a zero-shot baseline), its only result; ignored when there are epochs.
+            untrained: the held-out evaluation (``.loss``, ``.accuracy``) of the model before training: the
+                start of time to target, and the only result of a cell that trains nothing (a zero-shot baseline).
+            floor: the held-out split's loss floor, where the target lies halfway to (see
+                :func:`gradeff.analysis.stats.target_loss`).
         """
         if not epochs:
             return cls(first_loss=None, final_loss=None, mean_loss=None, best_loss=None, mean_epoch_seconds=None,
@@ -85,10 +93,17 @@ class Summary:
                        targets_per_second=None,
                        final_heldout_loss=untrained.loss if untrained is not None else None,
                        final_heldout_accuracy=untrained.accuracy if untrained is not None else None,
-                       best_heldout_accuracy=untrained.accuracy if untrained is not None else None)
+                       best_heldout_accuracy=untrained.accuracy if untrained is not None else None,
+                       initial_heldout_loss=untrained.loss if untrained is not None else None)
         losses = [e.loss for e in epochs]
         seconds = sum(e.seconds for e in epochs)
         accuracies = [e.heldout_accuracy for e in epochs if e.heldout_accuracy is not None]
+        reached = target = None
+        if untrained is not None and untrained.loss is not None:
+            from gradeff.analysis.stats import target_loss, time_to_target
+
+            target = target_loss(untrained.loss, floor)
+            reached = time_to_target(epochs, target, joules=_epoch_joules)
         return cls(
             first_loss=losses[0], final_loss=losses[-1], mean_loss=sum(losses) / len(losses), best_loss=min(losses),
             mean_epoch_seconds=seconds / len(epochs), total_seconds=total_seconds,
@@ -99,7 +114,16 @@ class Summary:
             targets_per_second=sum(e.targets for e in epochs) / seconds if seconds > 0 else None,
             final_heldout_loss=epochs[-1].heldout_loss, final_heldout_accuracy=epochs[-1].heldout_accuracy,
             best_heldout_accuracy=max(accuracies) if accuracies else None,
+            initial_heldout_loss=untrained.loss if untrained is not None else None, target_loss=target,
+            steps_to_target=reached.optimizer_steps if reached else None,
+            seconds_to_target=reached.seconds if reached else None,
+            joules_to_target=reached.joules if reached else None,
         )
+
+
+def _epoch_joules(epoch: EpochRecord) -> float | None:
+    energy = epoch.meters.get("energy") if isinstance(epoch.meters, dict) else None
+    return energy.get("joules") if isinstance(energy, dict) else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -253,6 +253,7 @@ class _Progress:
     plan: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     evaluations: list[Evaluation] = field(default_factory=list)
+    initial: Evaluation | None = None
     inference: InferenceCost | None = None
 
     def next_step(self) -> int | None:
@@ -286,10 +287,12 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
             progress.evaluations.append(evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size,
                                                  device=device, accuracy=classification))
 
+    if heldout is not None:
+        # The model before any training: where time to target starts from (and a zero-shot cell's result).
+        progress.initial = evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size, device=device,
+                                    accuracy=classification)
     if METHODS[cell.method].trains:
         _train_epochs(cell, config, hp, device, metering, timer, progress, evaluate_heldout)
-    else:
-        evaluate_heldout()
     if heldout is not None and classification:
         # What the classifier costs to use, on the held-out split: outside the epochs, like the rest.
         progress.inference = measure_inference(state.model, heldout, batch_size=hp.batch_size, device=device,
@@ -328,8 +331,9 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
     if progress.memory:
         meters["memory"] = progress.memory
     finished = time.time()
-    summary = Summary.of(list(epochs), finished - progress.started,
-                         untrained=progress.evaluations[-1] if progress.evaluations and not history else None)
+    heldout = state.dataset.heldout if state is not None else None
+    summary = Summary.of(list(epochs), finished - progress.started, untrained=progress.initial,
+                         floor=heldout.loss_floor if heldout is not None else None)
     return CellRecord(
         cell=cell.id, grid=cell.grid, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
         method=cell.method, dataset=cell.dataset, profile=config.profile, seed=config.seed, device=str(device),

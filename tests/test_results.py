@@ -114,3 +114,17 @@ def test_concurrent_appends_never_interleave(tmp_path):
     records = list(read_records(path))
     assert len(records) == 200
     assert all(set(r.detail) <= set("0123") and len(set(r.detail)) == 1 for r in records)
+
+
+def test_summary_times_the_target_from_the_untrained_evaluation():
+    """Untrained held-out loss 4.0, floor 1.0: target 2.5, reached in the second epoch (16 steps, 2 s, 3 J)."""
+    from types import SimpleNamespace
+
+    epochs = [EpochRecord(epoch=i, loss=1.0, seconds=1.0, optimizer_steps=8, closure_calls=8, samples=4, targets=4,
+                          heldout_loss=loss, meters={"energy": {"joules": 1.5}})
+              for i, loss in enumerate([3.0, 2.4, 2.0])]
+    summary = Summary.of(epochs, 4.0, untrained=SimpleNamespace(loss=4.0, accuracy=None), floor=1.0)
+    assert (summary.initial_heldout_loss, summary.target_loss) == (4.0, 2.5)
+    assert (summary.steps_to_target, summary.seconds_to_target, summary.joules_to_target) == (16, 2.0, 3.0)
+    never = Summary.of(epochs[:1], 1.0, untrained=SimpleNamespace(loss=4.0, accuracy=None), floor=1.0)
+    assert never.steps_to_target is None and never.target_loss == 2.5
