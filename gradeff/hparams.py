@@ -22,8 +22,8 @@ from gradeff.models import MODELS
 from gradeff.profiles import validate_profile
 
 __all__ = [
-    "DATASET_HPARAMS", "HPARAMS", "LORA_TARGET_MODULES", "MEMORY_BUDGETS", "MEMORY_MARGIN", "METHOD_HPARAMS",
-    "PRETRAIN_HPARAMS", "HParams",
+    "DATASET_HPARAMS", "HPARAMS", "LORA_TARGET_MODULES", "LR_CENTRES", "MEMORY_BUDGETS", "MEMORY_MARGIN",
+    "METHOD_HPARAMS", "PRETRAIN_HPARAMS", "HParams", "lr_grid",
     "MethodHParams", "PretrainHParams", "hparams_for", "method_hparams_for",
 ]
 
@@ -284,3 +284,28 @@ PRETRAIN_HPARAMS: dict[str, PretrainHParams] = {
 MEMORY_BUDGETS: dict[str, int] = {"tiny": 10 * 2**20, "small": 160 * 2**20, "paper": 2 * 2**30}
 # The share of the budget kept free: allocator fragmentation can run out of memory below the budget.
 MEMORY_MARGIN = 0.10
+
+
+# Fair tuning (``--gradeff-tune lr``): each optimizer's learning rate is searched on a log grid around its
+# own centre — the rate its authors or the usual practice start from — instead of sharing one rate across
+# optimizers as the main paper does, which favours the optimizers the shared rate happens to suit.
+LR_CENTRES: dict[str, float] = {
+    "sgd": 1e-1, "sgdm": 3e-2, "adam": 1e-3, "adamw": 1e-3, "adagrad": 1e-2, "adadelta": 1.0, "cgd": 1e-1,
+    "adafactor": 1e-2, "adamw8bit": 1e-3,
+}
+
+
+def lr_grid(optimizer: str, points: int = 5, spread: float = 2.0) -> tuple[float, ...]:
+    """``points`` learning rates spaced evenly in log10 over ``centre × 10^[−spread/2, +spread/2]``.
+
+    Args:
+        optimizer: optimizer key (its centre from ``LR_CENTRES``).
+        points: how many rates (an odd number keeps the centre on the grid).
+        spread: decades the grid spans.
+    """
+    if points < 1:
+        raise ValueError(f"a learning-rate grid needs at least one point, got {points}")
+    centre = LR_CENTRES[optimizer]
+    if points == 1:
+        return (centre,)
+    return tuple(centre * 10 ** (spread * (i / (points - 1) - 0.5)) for i in range(points))

@@ -124,6 +124,11 @@ def add_options(parser: pytest.Parser) -> None:
                          "fine-tuning study's backbones start from the suite's own cached pretraining")
     group.addoption("--gradeff-cache", default=None, metavar="DIR",
                     help="folder of the pretrained-backbone cache (default $GRADEFF_CACHE, else ~/.cache/gradeff)")
+    group.addoption("--gradeff-tune", choices=("lr",), default=None,
+                    help="search each cell's learning rate on a log grid around its optimizer's own centre and keep "
+                         "the best final held-out loss (fair comparison of optimizers; the search's cost is recorded)")
+    group.addoption("--gradeff-tune-points", type=_positive_int, default=5, metavar="N",
+                    help="learning rates the search tries, besides the profile's shared one (default 5)")
     group.addoption("--gradeff-allow-hub", action="store_true",
                     help="allow Hugging Face hub access (off by default: runs never download anything)")
     group.addoption("--gradeff-baseline", default=None, metavar="PATH",
@@ -164,6 +169,8 @@ class Settings:
     baseline: Path | None
     compare_args: str
     resume: bool
+    tune: str | None = None
+    tune_points: int = 5
     session: str = ""
     settled: dict[str, str] = field(default_factory=dict)
 
@@ -296,5 +303,6 @@ def read_settings(config: pytest.Config) -> Settings:
         cache_dir=_writable_folder("--gradeff-cache", config.getoption("gradeff_cache")),
         report=_report(config.getoption("gradeff_report")), baseline=baseline,
         compare_args=_compare_args(config.getoption("gradeff_compare_args"), baseline),
-        resume=config.getoption("gradeff_resume"),
+        resume=config.getoption("gradeff_resume"), tune=config.getoption("gradeff_tune"),
+        tune_points=config.getoption("gradeff_tune_points"),
     )

@@ -3,25 +3,46 @@
 A record is the complete result of one cell: what ran, how it ended, the per-epoch series and
 their summary, in raw units (seconds, bytes, joules). Records are frozen values that round-trip
 through JSON; each carries the schema version so old results files stay readable or fail loudly.
+
+The store is strict JSON, one object per line: any JSON reader (``jq``, a browser, another language)
+reads every line. JSON has no NaN or infinity, so a non-finite number (a diverged cell's loss, a
+meter's failed reading) is written as ``null`` and named in the record's ``nonfinite`` object, a
+JSON Pointer (RFC 6901) per value with ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``::
+
+    {"schema_version": 3, ..., "epochs": [{"loss": null, ...}], "nonfinite": {"/epochs/0/loss": "NaN"}}
+
+Reading puts the value back, so a NaN survives the round trip as a NaN, never as ``None``.
+
+Appends are crash-safe: a line is written with one ``write`` and ``fsync``; a file whose last line
+was torn (a writer killed mid-line, a copy cut short) first gets its missing newline, so the torn line
+costs only itself and the next record starts a line of its own. Reading skips an unreadable line —
+bad JSON, a bad record, bytes that are not UTF-8 — and reports it with its line number.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = [
-    "FAILED_STATUSES", "FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord", "Summary",
-    "append_record", "latest_by_cell", "read_records",
+    "FAILED_STATUSES", "FINAL_STATUSES", "NONFINITE_KEY", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord",
+    "Summary", "append_record", "latest_by_cell", "read_records",
 ]
 
+# 3: strict JSON; non-finite numbers are null and listed under ``nonfinite`` (versions 1 and 2 wrote
+#    NaN/Infinity tokens, which are still read).
 # 2: grid, method, dataset, parameters, weights and held-out evaluation; version 1 records are read
-# as main-study cells (full training on the model's own task, no held-out split).
-SCHEMA_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+#    as main-study cells (full training on the model's own task, no held-out split).
+SCHEMA_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
+# The record-level object naming the values stored as null because they were NaN or infinite.
+NONFINITE_KEY = "nonfinite"
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 # ok: trained all epochs · diverged: NaN/Inf loss · oom: out of memory (or over the memory budget) ·
 # error: any other failure · skipped: the cell is incompatible (the reason is in ``detail``) ·
 # interrupted: stopped by Ctrl-C.
@@ -147,6 +168,8 @@ class CellRecord:
         inference: what the trained classifier costs to use, on the held-out split: latency at batch 1,
             throughput, peak memory, energy per image, MACs, and the NetScore family at the final
             held-out accuracy (see :mod:`gradeff.inference`, :mod:`gradeff.netscore`).
+        tuning: with ``--gradeff-tune lr``: the rates tried, each trial's final held-out loss, the rate
+            chosen, the profile's shared rate and its result, and what the search cost (seconds, joules).
         plan: what the strategy decided: a budget strategy's budget, margin, checkpointed blocks and
             predicted peak (the measured one is ``meters.memory.peak_bytes``), a compiled model's
             activation budget and compile time, static checkpointing's block count.
@@ -180,6 +203,7 @@ class CellRecord:
     weights: dict = field(default_factory=dict)
     plan: dict = field(default_factory=dict)
     inference: dict = field(default_factory=dict)
+    tuning: dict = field(default_factory=dict)
     hparams: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     meters: dict = field(default_factory=dict)
@@ -202,15 +226,40 @@ class CellRecord:
             raise ValueError(f"cell {self.cell!r} does not match its axes (expected {expected!r})")
 
     def to_json(self) -> str:
-        """One line of JSON (no newline)."""
-        return json.dumps(asdict(self), separators=(",", ":"), allow_nan=True)
+        """One line of strict JSON (no newline); non-finite numbers as ``null``, named under ``nonfinite``."""
+        nonfinite: dict[str, str] = {}
+        data = _finite(asdict(self), "", nonfinite)
+        if nonfinite:
+            data[NONFINITE_KEY] = nonfinite
+        return json.dumps(data, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> CellRecord:
+        """Rebuild a record from one line of a results file.
+
+        Raises:
+            ValueError: not JSON, a NaN/Infinity token in a version-3 line (strict JSON), or any
+                reason of :meth:`from_dict`.
+        """
+        tokens: list[str] = []
+
+        def constant(name: str) -> float:
+            tokens.append(name)
+            return _NONFINITE[name]
+
+        data = json.loads(text, parse_constant=constant)
+        if tokens and isinstance(data, dict) and _version_at_least(data.get("schema_version"), 3):
+            raise ValueError(f"{tokens[0]} is not JSON: a version-3 record stores a non-finite number as null "
+                             f"and names it under {NONFINITE_KEY!r}")
+        return cls.from_dict(data)
 
     @classmethod
     def from_dict(cls, data: dict) -> CellRecord:
         """Rebuild a record from ``json.loads(record.to_json())``.
 
         Raises:
-            ValueError: the schema version is not this code's, or a field is missing or unknown.
+            ValueError: the schema version is not this code's, a field is missing or unknown, or
+                ``nonfinite`` names a value that is not there.
         """
         if not isinstance(data, dict):
             raise ValueError(f"a record is a JSON object, got {type(data).__name__}")
@@ -218,6 +267,8 @@ class CellRecord:
         if version not in _READABLE_VERSIONS:
             raise ValueError(f"record schema version {version!r}; this gradeff reads versions "
                              f"{', '.join(map(str, _READABLE_VERSIONS))}")
+        if NONFINITE_KEY in data and _version_at_least(version, 3):
+            data = _restore_nonfinite({k: v for k, v in data.items() if k != NONFINITE_KEY}, data[NONFINITE_KEY])
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
@@ -229,18 +280,70 @@ class CellRecord:
         return cls(**values)
 
 
+def _version_at_least(version: object, least: int) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and version >= least
+
+
+def _pointer_token(key: object) -> str:
+    # RFC 6901: "~" and "/" inside a key are escaped, so any key (a module path, a ratio "1/2") is safe.
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def _finite(value: object, pointer: str, found: dict[str, str]) -> object:
+    """``value`` with every non-finite float replaced by ``None``, its pointer and kind added to ``found``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        found[pointer] = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item, f"{pointer}/{_pointer_token(key)}", found) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item, f"{pointer}/{index}", found) for index, item in enumerate(value)]
+    return value
+
+
+def _restore_nonfinite(data: dict, flags: object) -> dict:
+    """A copy of ``data`` with the values ``flags`` names (pointer → kind) put back where they are ``null``."""
+    if not isinstance(flags, dict):
+        raise ValueError(f"{NONFINITE_KEY} must be an object of JSON Pointers, got {type(flags).__name__}")
+    data = copy.deepcopy(data)
+    for pointer, kind in flags.items():
+        if kind not in _NONFINITE:
+            raise ValueError(f"{NONFINITE_KEY}: {pointer!r} is {kind!r}; expected one of {', '.join(_NONFINITE)}")
+        if not pointer.startswith("/"):
+            raise ValueError(f"{NONFINITE_KEY}: {pointer!r} is not a JSON Pointer")
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+        parent: object = data
+        try:
+            for token in tokens[:-1]:
+                parent = parent[int(token)] if isinstance(parent, list) else parent[token]
+            last = int(tokens[-1]) if isinstance(parent, list) else tokens[-1]
+            if parent[last] is not None:
+                raise ValueError(f"{NONFINITE_KEY}: {pointer!r} holds {parent[last]!r}, not null")
+            parent[last] = _NONFINITE[kind]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ValueError(f"{NONFINITE_KEY}: {pointer!r} names no value ({type(exc).__name__}: {exc})") from None
+    return data
+
+
 def append_record(path: str | Path, record: CellRecord) -> None:
     """Append ``record`` as one line to ``path``, durably, as soon as a cell ends.
 
     One ``write`` on an ``O_APPEND`` descriptor puts the whole line at the end of the file even
-    when several pytest-xdist workers append at once; ``fsync`` keeps it through a crash.
+    when several pytest-xdist workers append at once; ``fsync`` keeps it through a crash. A file
+    that does not end with a newline (its last line was torn) gets one in the same write, so the
+    torn line stays a bad line of its own instead of swallowing this record.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (record.to_json() + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
+        size = os.fstat(fd).st_size
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        view = memoryview(line)
+        while view:  # a regular file takes the whole line at once; the loop only guards a short write
+            view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -263,17 +366,23 @@ def read_records(path: str | Path, *, errors: list[str] | None = None) -> Iterat
     Args:
         path: a JSON-lines results file.
         errors: if given, unreadable lines are described here (``path:line: reason``) and
-            skipped; if ``None`` the first unreadable line raises ``ValueError``.
+            skipped; if ``None`` the first unreadable line raises ``ValueError``. Bytes that are
+            not UTF-8 make only their own line unreadable.
     """
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+    # Bytes, decoded line by line: one corrupt byte must not cost the rest of the file.
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
             try:
-                yield CellRecord.from_dict(json.loads(line))
+                line = raw.decode("utf-8")
+                record = CellRecord.from_json(line) if line.strip() else None
             # RecursionError: absurdly nested JSON is a bad line, not a reason to stop reading.
             except (ValueError, TypeError, KeyError, RecursionError) as exc:
-                message = f"{path}:{number}: {exc}"
+                reason = (f"not UTF-8 text ({exc.reason} at byte {exc.start})" if isinstance(exc, UnicodeDecodeError)
+                          else str(exc))
+                message = f"{path}:{number}: {reason}"
                 if errors is None:
                     raise ValueError(message) from exc
                 errors.append(message)
+                continue
+            if record is not None:
+                yield record

@@ -13,7 +13,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
 import torch
@@ -56,6 +56,9 @@ class RunConfig:
         memory_margin: the fraction of the budget the budget strategies keep free.
         weights: model key → a local ``save_pretrained`` folder to start from.
         cache_dir: where the suite's pretrained backbones are cached (``None``: the default cache).
+        tune: ``"lr"``: search each cell's learning rate (see :func:`run_cell`); ``None``: the profile's rate.
+        tune_points: how many rates the search tries.
+        lr: a learning rate that replaces the profile's (what a tuning trial sets).
     """
 
     profile: str = "tiny"
@@ -68,6 +71,9 @@ class RunConfig:
     memory_margin: float = MEMORY_MARGIN
     weights: tuple[tuple[str, str], ...] = ()
     cache_dir: str | None = None
+    tune: str | None = None
+    tune_points: int = 5
+    lr: float | None = None
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -198,9 +204,15 @@ def _task_record(cell: Cell, dataset: Dataset) -> dict:
 def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) -> CellRecord:
     """Train one cell and return its record, whatever happens.
 
+    With ``config.tune == "lr"`` the cell is first trained at every rate of its optimizer's grid
+    (:func:`gradeff.hparams.lr_grid`) plus the profile's shared rate, under the same budget (epochs,
+    samples), and the rate with the lowest final held-out loss is kept (AlgoPerf's external tuning);
+    the record is then a full run at that rate, with the trials, the shared rate's result and the
+    search's cost under ``tuning``.
+
     Args:
         cell: the cell.
-        config: profile, seed, epochs, device, starting weights.
+        config: profile, seed, epochs, device, starting weights, tuning.
         timer: runs the epoch function ``epochs`` times and the held-out evaluation after each,
             untimed; pass pytest-benchmark's pedantic wrapper to time each epoch as a benchmark round.
 
@@ -208,12 +220,47 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         A record with status ``ok``, ``diverged``, ``oom``, ``error``, ``skipped`` or
         ``interrupted`` (Ctrl-C during the cell: the caller records it, then stops the run).
     """
+    if config.tune is None or not METHODS[cell.method].trains or incompatibility(cell) is not None:
+        return _run_once(cell, config, timer=timer)
+    return _run_tuned(cell, config, timer=timer)
+
+
+def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellRecord:
+    from gradeff.hparams import lr_grid
+
+    shared = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset).lr
+    rates = sorted({*lr_grid(cell.optimizer, config.tune_points), shared})
+    started = time.perf_counter()
+    trials = []
+    for lr in rates:
+        trial = _run_once(cell, replace(config, lr=lr))
+        if trial.status == "interrupted":
+            return trial
+        trials.append({"lr": lr, "status": trial.status, "heldout_loss": trial.summary.final_heldout_loss,
+                       "final_loss": trial.summary.final_loss, "seconds": trial.summary.total_seconds,
+                       "joules": (trial.meters.get("energy") or {}).get("joules")})
+    ranked = [t for t in trials if t["status"] == "ok" and t["heldout_loss"] is not None]
+    chosen = min(ranked, key=lambda t: t["heldout_loss"])["lr"] if ranked else shared
+    record = _run_once(cell, replace(config, lr=chosen), timer=timer)
+    joules = [t["joules"] for t in trials]
+    tuning = {"param": "lr", "chosen": chosen, "shared": shared, "trials": trials,
+              "shared_heldout_loss": next(t["heldout_loss"] for t in trials if t["lr"] == shared),
+              "seconds": time.perf_counter() - started - record.summary.total_seconds,
+              "joules": None if any(j is None for j in joules) else sum(joules),
+              "picked_on": "final held-out loss" if ranked else "nothing ended ok: the shared rate"}
+    return replace(record, tuning=tuning)
+
+
+def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) -> CellRecord:
+    """One training of a cell (the body of :func:`run_cell`)."""
     # Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token)
     # run 10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a
     # cell's time (a tiny DINOv2 step: 2.4 s with them, 0.1 s without).
     torch.set_flush_denormal(True)
     progress = _Progress(started=time.time())
     hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
+    if config.lr is not None:
+        hp = replace(hp, lr=config.lr)
     method_hp = method_hparams_for(cell.method, cell.model, config.profile)
     reason = incompatibility(cell)
     device = resolve_device(config.device)

@@ -161,3 +161,17 @@ def test_a_method_that_trains_nothing_is_evaluated_once():
     assert 0 <= record.summary.final_heldout_accuracy <= 1 and record.summary.final_heldout_loss > 0
     assert record.parameters["trainable"] == 0 and record.inference["throughput_images"] == 256
     assert record.inference["scores"]["netscore"]["value"] is not None or record.summary.final_heldout_accuracy == 0
+
+
+def test_tuning_keeps_the_rate_with_the_best_heldout_loss():
+    """--gradeff-tune lr: every rate of the grid and the shared one is tried; the record trains at the best."""
+    config = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="t", tune="lr", tune_points=3)
+    record = run_cell(Cell("llm", "sgd", "standard"), config)
+    tuning = record.tuning
+    rates = [trial["lr"] for trial in tuning["trials"]]
+    assert rates == pytest.approx([1e-3, 0.01, 0.1, 1.0]) and tuning["shared"] == 1e-3
+    best = min(tuning["trials"], key=lambda t: t["heldout_loss"])
+    assert tuning["chosen"] == best["lr"] == record.hparams["lr"]
+    # The record is a full run at the chosen rate: deterministic on CPU, so it repeats the trial's result.
+    assert record.summary.final_heldout_loss == pytest.approx(best["heldout_loss"], rel=1e-6)
+    assert tuning["seconds"] > 0 and tuning["shared_heldout_loss"] == tuning["trials"][0]["heldout_loss"]
