@@ -129,6 +129,9 @@ def add_options(parser: pytest.Parser) -> None:
                          "the best final held-out loss (fair comparison of optimizers; the search's cost is recorded)")
     group.addoption("--gradeff-tune-points", type=_positive_int, default=5, metavar="N",
                     help="learning rates the search tries, besides the profile's shared one (default 5)")
+    group.addoption("--gradeff-isolate", action="store_true",
+                    help="train each cell in a fresh process, so per-cell RSS peaks are comparable (costs a process "
+                         "start per cell); without it RSS is the long-lived pytest process's and names no winner")
     group.addoption("--gradeff-allow-hub", action="store_true",
                     help="allow Hugging Face hub access (off by default: runs never download anything)")
     group.addoption("--gradeff-baseline", default=None, metavar="PATH",
@@ -171,6 +174,7 @@ class Settings:
     resume: bool
     tune: str | None = None
     tune_points: int = 5
+    isolate: bool = False
     session: str = ""
     settled: dict[str, str] = field(default_factory=dict)
 
@@ -304,5 +308,5 @@ def read_settings(config: pytest.Config) -> Settings:
         report=_report(config.getoption("gradeff_report")), baseline=baseline,
         compare_args=_compare_args(config.getoption("gradeff_compare_args"), baseline),
         resume=config.getoption("gradeff_resume"), tune=config.getoption("gradeff_tune"),
-        tune_points=config.getoption("gradeff_tune_points"),
+        tune_points=config.getoption("gradeff_tune_points"), isolate=config.getoption("gradeff_isolate"),
     )

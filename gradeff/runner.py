@@ -59,6 +59,8 @@ class RunConfig:
         tune: ``"lr"``: search each cell's learning rate (see :func:`run_cell`); ``None``: the profile's rate.
         tune_points: how many rates the search tries.
         lr: a learning rate that replaces the profile's (what a tuning trial sets).
+        isolate: train each cell in a fresh process of its own, so its RSS peak is its own.
+        process: ``isolated`` in such a process, ``shared`` otherwise (recorded with the environment).
     """
 
     profile: str = "tiny"
@@ -74,6 +76,8 @@ class RunConfig:
     tune: str | None = None
     tune_points: int = 5
     lr: float | None = None
+    isolate: bool = False
+    process: str = "shared"
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -220,9 +224,30 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         A record with status ``ok``, ``diverged``, ``oom``, ``error``, ``skipped`` or
         ``interrupted`` (Ctrl-C during the cell: the caller records it, then stops the run).
     """
+    if config.isolate:
+        return _run_isolated(cell, config)
     if config.tune is None or not METHODS[cell.method].trains or incompatibility(cell) is not None:
         return _run_once(cell, config, timer=timer)
     return _run_tuned(cell, config, timer=timer)
+
+
+def _run_isolated(cell: Cell, config: RunConfig) -> CellRecord:
+    """The cell in a fresh, spawned process: nothing of earlier cells in its address space, so the process's
+    RSS high-water mark is the cell's own. Costs the process's start (importing torch: seconds). Its epochs are
+    timed by the loop in that process; Ctrl-C reaches it too and it records ``interrupted`` as usual."""
+    import json
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    child = replace(config, isolate=False, process="isolated")
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        line = pool.submit(_isolated_entry, cell, child).result()
+    return CellRecord.from_dict(json.loads(line))
+
+
+def _isolated_entry(cell: Cell, config: RunConfig) -> str:
+    # A record crosses the process boundary as its JSON line, the form every reader already trusts.
+    return run_cell(cell, config).to_json()
 
 
 def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellRecord:
@@ -390,6 +415,7 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
         parameters=parameter_counts(state.model) if state is not None else {},
         weights=progress.weights.to_record() if progress.weights is not None else {}, plan=progress.plan,
         inference=_inference_record(progress.inference, summary.final_heldout_accuracy),
-        hparams=asdict(hp) | {"method": asdict(method_hp)}, environment=environment(str(device)), meters=meters,
+        hparams=asdict(hp) | {"method": asdict(method_hp)},
+        environment=environment(str(device)) | {"process": config.process}, meters=meters,
         session=config.session, code_version=code_version(), started_at=progress.started, finished_at=finished,
     )

@@ -175,3 +175,16 @@ def test_tuning_keeps_the_rate_with_the_best_heldout_loss():
     # The record is a full run at the chosen rate: deterministic on CPU, so it repeats the trial's result.
     assert record.summary.final_heldout_loss == pytest.approx(best["heldout_loss"], rel=1e-6)
     assert tuning["seconds"] > 0 and tuning["shared_heldout_loss"] == tuning["trials"][0]["heldout_loss"]
+
+
+def test_an_isolated_cell_runs_in_a_process_of_its_own():
+    """--gradeff-isolate: the record comes back whole from a spawned process and says so; RSS is measured there."""
+    import os
+
+    config = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="t", isolate=True)
+    record = run_cell(Cell("llm", "adam", "standard"), config)
+    assert record.status == "ok" and record.environment["process"] == "isolated"
+    assert record.meters["ram"]["peak_rss_bytes"] > 0
+    shared = run_cell(Cell("llm", "adam", "standard"), CONFIG)
+    assert shared.environment["process"] == "shared" and os.getpid() > 0
+    assert [e.loss for e in record.epochs] == [e.loss for e in shared.epochs]  # the same training, elsewhere

@@ -22,7 +22,7 @@ from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "MEMORY_METRICS", "MEMORY_PARTS", "METRICS", "OBJECTIVES", "Metric", "Recommendation", "best_cell",
-    "best_value", "comparable", "group_by_model", "latest_records", "memory_metric_for", "memory_parts",
+    "best_value", "comparable", "isolated", "group_by_model", "latest_records", "memory_metric_for", "memory_parts",
     "meter_section", "meter_value", "metric_value",
     "order_keys", "pareto_cells", "pareto_front", "recommendations", "sort_records", "strategy_ratios",
     "tally_wins", "training_memory_bytes",
@@ -301,13 +301,23 @@ def pareto_cells(
     return [by_cell[cell] for cell in pareto_front(points)]
 
 
+def isolated(record: CellRecord) -> bool:
+    """Whether the cell ran in a process of its own (``--gradeff-isolate``): only then is its RSS its own."""
+    return isinstance(record.environment, Mapping) and record.environment.get("process") == "isolated"
+
+
 def memory_metric_for(records: Iterable[CellRecord]) -> str | None:
     """The first of :data:`MEMORY_METRICS` that some comparable record measured, else ``None``.
 
-    One model's cells are all compared on the same memory metric, never a mix.
+    One model's cells are all compared on the same memory metric, never a mix. The process RSS
+    competes only when every cell ran isolated: in one long pytest process the first cell of a
+    model pays for the imports and every later one inherits its high-water mark, so the RSS
+    "winner" would be whichever cell ran first.
     """
     records = [r for r in records if comparable(r)]
     for key in MEMORY_METRICS:
+        if key == "ram_peak" and not all(isolated(r) for r in records):
+            continue
         if any(metric_value(r, key) is not None for r in records):
             return key
     return None
