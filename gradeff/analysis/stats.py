@@ -105,9 +105,14 @@ def winners(samples: Mapping[K, Sequence[float]], *, goal: str = "min", level: f
     if not present:
         return None
     sign = 1 if goal == "min" else -1
-    best = min(present, key=lambda key: sign * statistics.fmean(present[key]))
+    means = {key: statistics.fmean(values) for key, values in present.items()}
+    best = min(present, key=lambda key: sign * means[key])
+    confirmed = any(len(v) > 1 for v in present.values())
+    if not confirmed:
+        # One draw each: no spread to test against; only exactly equal means share the place.
+        return Winners(best=best, ties=tuple(key for key in present if means[key] == means[best]), confirmed=False)
     ties = tuple(key for key in present if key == best or not differs(present[key], present[best], level))
-    return Winners(best=best, ties=ties, confirmed=any(len(v) > 1 for v in present.values()))
+    return Winners(best=best, ties=ties, confirmed=True)
 
 
 def target_loss(initial: float, floor: float | None) -> float:
