@@ -14,6 +14,7 @@ in common, cells run with another profile or seed).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -219,8 +220,8 @@ def load_results(path: str | Path, *, strict: bool = False) -> tuple[list[CellRe
     return records, warnings
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser = parser_class(
         prog="gradeff compare", description="Compare two gradeff results files cell by cell and metric by metric; "
         "exit 0 without regression, 1 with one, 2 on unusable input.")
     parser.add_argument("baseline", type=Path, help="results file of the reference run (JSON lines)")
@@ -262,6 +263,28 @@ def _rules(args: argparse.Namespace) -> tuple[Rule, ...]:
     if unknown:
         raise ValueError(f"--ignore: unknown metric {sorted(unknown)}; metrics: {', '.join(r.metric for r in rules)}")
     return tuple(r for r in rules if r.metric not in args.ignore)
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """A parser that raises ``ValueError`` instead of printing usage and exiting."""
+
+    def error(self, message: str):
+        raise ValueError(message)
+
+
+def parse_compare_args(text: str) -> tuple[Rule, ...]:
+    """Check the options part of a ``gradeff compare`` command line (``--gradeff-compare-args``).
+
+    The two file arguments are filled in with placeholders, so only the options are judged.
+
+    Returns:
+        The rules those options select.
+
+    Raises:
+        ValueError: an unknown option, a bad value or an unknown metric, in argparse's words.
+    """
+    args = _parser(_RaisingParser).parse_args(["baseline", "current", *shlex.split(text)])
+    return _rules(args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -203,8 +203,8 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
                     for axis, value in given.items()}
             cell = Cell(cell, **axes, grid=grid)
         if cell.id in settings.settled:
-            pytest.skip(f"--gradeff-resume: already recorded as {settings['settled'][cell.id]} "
-                        f"in {settings['results']}")
+            pytest.skip(f"--gradeff-resume: already recorded as {settings.settled[cell.id]} "
+                        f"in {settings.results}")
         benchmark.group = cell.model
         record = run_cell(cell, config, timer=timer)
         append_record(settings.results, record)

@@ -2,6 +2,7 @@
 
 import fnmatch
 import json
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,19 @@ def test_bad_options_are_usage_errors(grid_pytester, args, message):
     assert any(fnmatch.fnmatch(line, message) for line in outcome.errlines + outcome.outlines)
 
 
+@pytest.mark.parametrize(("compare_args", "message"), [
+    ("--bogus", "*--gradeff-compare-args '--bogus': unrecognized arguments: --bogus*"),
+    ("--ignore nope", "*unknown metric [[]'nope']; metrics: status, final_loss*"),
+    ("--time-ratio x", "*time_per_epoch:ratio=x*"),
+])
+def test_bad_compare_args_are_refused_before_any_cell(grid_pytester, compare_args, message):
+    """Gate options that `gradeff compare` would reject stop the session first, so the gate cannot silently not run."""
+    baseline = Path(__file__).parents[1] / "baselines" / "tiny-cpu.jsonl"
+    outcome = grid_pytester.runpytest(*PLUGIN, f"--gradeff-baseline={baseline}", f"--gradeff-compare-args={compare_args}")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    assert any(fnmatch.fnmatch(line, message) for line in outcome.errlines + outcome.outlines)
+
+
 def test_bad_paths_are_refused_before_any_cell(grid_pytester):
     """A folder as results or report file, a missing or empty baseline, a file as cache folder: usage errors."""
     folder = grid_pytester.mkdir("a_folder")
@@ -122,10 +136,11 @@ def test_baseline_gate_fails_the_session_on_a_regression(grid_pytester):
     """--gradeff-baseline: same loss passes; a baseline with a better loss makes the session fail."""
     results = grid_pytester.path / "r.jsonl"
     args = (*PLUGIN, "-k", "llm-sgd-standard", "--gradeff-epochs", "1", f"--gradeff-results={results}",
-            "--benchmark-disable", "--gradeff-compare-args=--ignore time_per_epoch")
+            "--benchmark-disable")
     grid_pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
     baseline = grid_pytester.path / "baseline.jsonl"
     baseline.write_text(results.read_text())
+    args = (*args, "--gradeff-compare-args=--ignore time_per_epoch")
     same = grid_pytester.runpytest_subprocess(*args, f"--gradeff-baseline={baseline}")
     assert same.ret == 0
     same.stdout.fnmatch_lines(["*gradeff compare with*: no regression*"])

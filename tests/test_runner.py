@@ -37,8 +37,9 @@ def test_out_of_memory_in_forward_is_an_oom_record(monkeypatch):
         forward = model.forward
 
         def failing_forward(*args, **kwargs):
-            calls["n"] += 1
-            if calls["n"] == 4:  # 1 warm-up pass + 2 good steps, then the third step fails
+            # Held-out evaluations run in eval mode and are not steps: count training forwards only.
+            calls["n"] += model.training
+            if model.training and calls["n"] == 4:  # 1 warm-up pass + 2 good steps, then the third fails
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             return forward(*args, **kwargs)
 
