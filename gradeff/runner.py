@@ -31,6 +31,7 @@ from gradeff.meters import parameter_counts
 from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS, build_optimizer
+from gradeff.optim.cg import cg_stats
 from gradeff.pretrain import StartingWeights, starting_weights
 from gradeff.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, micro_batches_per_step
@@ -327,6 +328,9 @@ class _Progress:
     evaluations: list[Evaluation] = field(default_factory=list)
     initial: Evaluation | None = None
     inference: InferenceCost | None = None
+    # Conjugate gradient's counters over the timed epochs (restarts and why, closure calls, line-search
+    # trials): whether CG ran as CG or as restarted steepest descent. None for other optimizers.
+    cg: dict | None = None
 
     def next_step(self) -> int | None:
         return self.state.global_step + 1 if self.state is not None else None
@@ -383,6 +387,7 @@ def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     warm_up(state)
     with metering:
         timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs, evaluate_heldout)
+    progress.cg = cg_stats(state.optimizer)  # before the breakdown's extra step below
     # One more step, after the timed epochs, under the memory meters: the breakdown and the live peak
     # cost the measured epochs nothing.
     progress.memory = memory_breakdown(state.model, state.optimizer,
@@ -402,6 +407,8 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
     meters = aggregate(metering.epochs, config.meters.grid_gco2_per_kwh)
     if progress.memory:
         meters["memory"] = progress.memory
+    if progress.cg is not None:
+        meters["cg"] = progress.cg
     finished = time.time()
     heldout = state.dataset.heldout if state is not None else None
     summary = Summary.of(list(epochs), finished - progress.started, untrained=progress.initial,
