@@ -1,5 +1,6 @@
 """Analysis of the PEFT study's records: which study a record belongs to, the study's metrics, winners,
-each method against full fine-tuning, checkpoint / standard ratios and the backbones' pretraining.
+each method against full fine-tuning, checkpoint / standard ratios, the backbones' pretraining, and the
+foundation-model baselines, inference cost and NetScore family that every classification record carries.
 
 Pure functions over :class:`~gradeff.results.CellRecord` values in raw units, under
 :mod:`gradeff.analysis`'s rules: only cells that ended ``ok`` compete or enter a ratio, a missing
@@ -19,14 +20,16 @@ from gradeff.formatting import as_number
 from gradeff.grid import GRIDS
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
+from gradeff.netscore import Score
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "ACCURACY_FOCUS", "MEMORY_METRICS", "OBJECTIVES", "TRAINABLE", "Versus", "Winner", "bayes_accuracy",
-    "checkpoint_ratios", "focus_of", "group_by_backbone", "memory_metric_for", "pretraining_by_backbone",
-    "ratio", "sort_peft", "split_studies", "total_parameters", "trainable_parameters", "trainable_percent",
-    "versus_full", "winners",
+    "ACCURACY_FOCUS", "BASELINE_GRIDS", "MEMORY_METRICS", "OBJECTIVES", "TRAINABLE", "Versus", "Winner",
+    "bayes_accuracy", "checkpoint_ratios", "focus_of", "group_by_backbone", "inference_number", "inference_of",
+    "is_baseline", "memory_metric_for", "netscore_ranking", "pretraining_by_backbone", "ratio", "score_of",
+    "sort_peft", "split_baselines", "split_studies", "total_parameters", "trainable_parameters",
+    "trainable_percent", "training_seconds", "versus_full", "weights_source", "winners",
 ]
 
 ACCURACY_FOCUS = "accuracy"
@@ -244,3 +247,76 @@ def pretraining_by_backbone(records: Iterable[CellRecord]) -> dict[str, list[tup
         if weights.get("source") == "pretrained" and isinstance(info, Mapping):
             result.setdefault(record.model, []).append((record, info))
     return result
+
+
+# --- Baselines, inference cost and the NetScore family -------------------------------------------
+
+BASELINE_GRIDS = frozenset({"baselines"})
+
+
+def is_baseline(record: CellRecord) -> bool:
+    """Whether the record is a foundation-model baseline (its grid is one of :data:`BASELINE_GRIDS`), not a
+    fine-tuning cell."""
+    return record.grid in BASELINE_GRIDS
+
+
+def split_baselines(records: Iterable[CellRecord]) -> tuple[list[CellRecord], list[CellRecord]]:
+    """``(fine-tuning records, baseline records)``, each in the order given."""
+    tuned, baselines = [], []
+    for record in records:
+        (baselines if is_baseline(record) else tuned).append(record)
+    return tuned, baselines
+
+
+def weights_source(record: CellRecord) -> str | None:
+    """Where the record's starting weights came from (``random``, ``pretrained``, ``local``), or ``None``."""
+    weights = record.weights if isinstance(record.weights, Mapping) else {}
+    source = weights.get("source")
+    return source if isinstance(source, str) and source else None
+
+
+def training_seconds(record: CellRecord) -> float | None:
+    """Seconds of the record's training epochs together (a linear probe's too), or ``None`` without epochs
+    (a zero-shot cell) or where an epoch's time is missing."""
+    seconds = [as_number(epoch.seconds) for epoch in record.epochs]
+    return None if not seconds or None in seconds else sum(seconds)
+
+
+def inference_of(record: CellRecord) -> Mapping:
+    """The record's ``inference`` mapping, or an empty one where it has none or it is not a mapping."""
+    return record.inference if isinstance(record.inference, Mapping) else {}
+
+
+def inference_number(record: CellRecord, name: str) -> float | None:
+    """One figure of the record's inference cost, or ``None`` if absent or not a finite number."""
+    return as_number(inference_of(record).get(name))
+
+
+def score_of(record: CellRecord, key: str) -> Score | None:
+    """One score of the NetScore family as recorded (``key``: a key of :data:`gradeff.netscore.LABELS`).
+
+    Returns:
+        The score; ``None`` where the record carries no such score (an older record, or a cell that
+        ended before its inference was measured). A recorded value that is not a finite number reads
+        as missing, never as 0.
+    """
+    scores = inference_of(record).get("scores")
+    entry = scores.get(key) if isinstance(scores, Mapping) else None
+    if not isinstance(entry, Mapping):
+        return None
+    value = as_number(entry.get("value"))
+    missing = entry.get("missing")
+    missing = tuple(str(m) for m in missing) if isinstance(missing, (list, tuple)) else ()
+    if value is None:
+        return Score(None, False, missing or ("value",))
+    return Score(value, entry.get("estimated") is True, ())
+
+
+def netscore_ranking(records: Iterable[CellRecord], key: str) -> list[tuple[CellRecord, Score]]:
+    """The ``ok`` records that have a value of score ``key``, highest first (a tie keeps the order given).
+
+    Scores compare only between passes over the same images: rank one dataset's cells at a time.
+    """
+    scored = [(record, score_of(record, key)) for record in records if analysis.comparable(record)]
+    kept = [(record, score) for record, score in scored if score is not None and score.value is not None]
+    return sorted(kept, key=lambda pair: -pair[1].value)

@@ -4,10 +4,11 @@ Everything the page shows is decided in Python: which cells, in which order, whi
 how each number reads (units, ``n/a``, "diverged at step 37"). This module assembles the view
 (:mod:`gradeff.report.view`) from the tables (:mod:`gradeff.report.tables`), figures
 (:mod:`gradeff.report.figures`), context (:mod:`gradeff.report.context`) and the sections of the
-PEFT study (:mod:`gradeff.report.peft`) and the memory study (:mod:`gradeff.report.memory`), and
-renders it (:mod:`gradeff.report.render`) with the Jinja templates of ``reports/templates/``, which
-only loop and print; they run with autoescape on and ``StrictUndefined``, so a field name typo fails
-a test instead of printing nothing. :mod:`gradeff.report.csv_export` writes the flat CSV table instead.
+PEFT study (:mod:`gradeff.report.peft`, :mod:`gradeff.report.inference`), the memory study
+(:mod:`gradeff.report.memory`) and the papers' claims (:mod:`gradeff.report.claims`), and renders it
+(:mod:`gradeff.report.render`) with the Jinja templates of ``reports/templates/``, which only loop and
+print; they run with autoescape on and ``StrictUndefined``, so a field name typo fails a test instead of
+printing nothing. :mod:`gradeff.report.csv_export` writes the flat CSV table instead.
 
 :func:`write_report` is the entry point for the pytest plugin and the CLI.
 """
@@ -27,12 +28,14 @@ from gradeff.formatting import NA
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
+from gradeff.analysis import peft as peft_analysis
 from gradeff.report import context, figures, tables
+from gradeff.report.claims import build_claims_view
 from gradeff.report.memory import build_memory_view
 from gradeff.report.peft import build_peft_view
 from gradeff.report.render import TEMPLATE, jinja_environment, render_html
 from gradeff.report.view import (
-    SECTIONS, ModelView, ReportView, Table, display_name, distinct_text, html_id, status_text,
+    SECTIONS, ClaimsView, ModelView, ReportView, Table, display_name, distinct_text, html_id, status_text,
 )
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
@@ -88,11 +91,12 @@ def build_view(
             curves=figures.loss_curves_figure(slug, name, group, optimizers, strategies),
             pareto=pareto, pareto_cells=front, memory=figures.memory_figure(slug, name, group)))
     recommended, wins = tables.recommendation_table(models, main)
+    claims = build_claims_view(kept)
     return ReportView(
         title=title,
         generated_at=generated_at or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         sections=SECTIONS, section_by_id={section.id: section for section in SECTIONS},
-        overview=_overview(kept, sources, superseded, skipped_lines),
+        overview=_overview(kept, sources, superseded, skipped_lines, claims),
         notices=_notices(kept, superseded, skipped_lines),
         recommendations=recommended, wins=wins,
         best_loss=tables.best_loss_table(models, groups), best=tables.best_table(models, groups),
@@ -102,6 +106,7 @@ def build_view(
         main_note="" if main else MAIN_MISSING_NOTE,
         peft=build_peft_view(peft_records),
         memory_strategies=build_memory_view(memory_records, peft_records),
+        claims=claims,
         failures=context.failures_table(kept),
         skipped_lines=tuple(skipped_lines), superseded=superseded,
         runs=context.runs_table(kept), environments=context.environment_tables(kept),
@@ -111,7 +116,7 @@ def build_view(
 
 
 def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded: int,
-              skipped_lines: Sequence[str]) -> tuple[tuple[str, str], ...]:
+              skipped_lines: Sequence[str], claims: ClaimsView) -> tuple[tuple[str, str], ...]:
     counts = Counter(r.status for r in records)
     return (
         ("results files", ", ".join(sources) or NA),
@@ -122,9 +127,30 @@ def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded:
         ("profile", distinct_text(r.profile for r in records) if records else NA),
         ("seed", distinct_text(r.seed for r in records) if records else NA),
         ("device", distinct_text(r.device for r in records) if records else NA),
+        ("inference cost", _inference_text(records)),
+        ("claims", _claims_text(claims)),
         ("superseded records", str(superseded)),
         ("unreadable lines", str(len(skipped_lines))),
     )
+
+
+def _inference_text(records: Sequence[CellRecord]) -> str:
+    carried = sum(bool(peft_analysis.inference_of(r)) for r in records)
+    if not carried:
+        return f"{NA}: no record carries it"
+    estimated = sum(peft_analysis.inference_of(r).get("energy_source") == "estimate" for r in records)
+    return (f"{carried} of {len(records)} cells: latency at batch 1, throughput, peak inference memory, energy per "
+            "image and MACs, with the NetScore family (NetScore, NS-E, NS-M, NS#) in dB in the papers' units: "
+            "compare scores, never read one alone"
+            + (f"; {estimated} cell(s) on estimated energy, so their NS-E and NS# are estimated (est.)" if estimated
+               else "") + " (see 'Fine-tuning methods' and 'How each number was measured')")
+
+
+def _claims_text(claims: ClaimsView) -> str:
+    if not claims.summary:
+        return NA
+    return (f"{claims.summary}: each claim's measured median held against the paper's range widened by a "
+            "tolerance, on ok cells only (see 'Claims')")
 
 
 def _hparams_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:

@@ -184,6 +184,11 @@ def _hparams_note(keys: Sequence[str]) -> str:
     return "; ".join(notes) + "."
 
 
+def _carried(records: Sequence[CellRecord]) -> str:
+    carried = sum(isinstance(r.inference, Mapping) and bool(r.inference) for r in records)
+    return f"{carried} of the {len(records)} cells here carry it."
+
+
 def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
     """How each number was measured, naming the energy sources these records actually used.
 
@@ -246,6 +251,37 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
                              "starts from that copy with a fresh head (the one-off cost is listed in the PEFT "
                              "study's pretraining table, not in any cell's time); local: a save_pretrained folder "
                              f"given with --gradeff-weights. In these records: {weights_used}."),
+        ("Inference cost", "After training, the classifier runs on the held-out split in eval mode without "
+                           "autograd: latency is the median (and 90th percentile) of single-image forwards; "
+                           "throughput, energy and mean power come from one pass over the split in batches "
+                           "(energy per image = its joules / its images, from the same energy sources as training, "
+                           "an 'estimate' marked (est.)); peak inference memory is the live-tensor peak of one "
+                           "forward at the batch size, parameters and inputs included (with the GPU allocator's "
+                           "peak where on CUDA); MACs per image are counted by PyTorch's FLOP counter (matrix "
+                           "products, convolutions, attention kernels; element-wise ops and normalisations are not "
+                           f"counted). {_carried(records)}"),
+        ("NetScore family", "NetScore = 20·log10(a² / (p^0.5 · m^0.5)) with accuracy a in %, parameters p "
+                            "and MACs per image m in millions (Wong 2018); NS-E = 20·log10(A² / (t·P)^(1/8)), "
+                            "NS-M = 20·log10(A² / r^(1/8)), NS# = 20·log10(A² / (r·t·P)^(1/8)) with A in %, the "
+                            "inference pass's time t in s and mean power P in W, peak inference memory r in MiB. "
+                            "Units: the papers', kept so figures compare with published ones; they make the "
+                            "absolute value (even its sign: under 1 million parameters or MACs, 1 s, 1 W or 1 MiB "
+                            "a cost term raises the score) depend on the units, while differences and rankings do "
+                            "not. Compare scores of one dataset, never read one alone. A score is computed from "
+                            "measured inputs only: a missing, zero or non-finite input makes it n/a (the input "
+                            "named in the tooltip), never 0. NS-E and NS# from an estimated energy are estimated "
+                            "(est.)."),
+        ("Baselines", "Foundation models used without fine-tuning on the same datasets and held-out splits: "
+                      "zero-shot CLIP and SigLIP (one text prompt per class), DINOv2 read by a linear probe (head "
+                      "only, frozen features), two small autoregressive VLMs (SmolVLM, vlm_prompt) prompted to "
+                      "classify. A zero-shot cell has no epochs: its accuracy is one evaluation of the held-out "
+                      "split. A baseline from random weights scores at chance by construction: give real weights "
+                      "with --gradeff-weights MODEL=PATH."),
+        ("Claims", "Each claim of the papers is checked on cells that ended ok; where the paper gives a range, the "
+                   "median of the measured cases is held against it, widened by a tolerance: reproduced (inside), "
+                   "not reproduced (outside, the right way), contradicted (the effect goes against the claim), not "
+                   "measurable here (the cells or measurements it needs are missing). Each row states its rule; a "
+                   "verdict on a CPU profile carries a scale caveat."),
         ("Status", "ok: trained every epoch; diverged: NaN/Inf loss (with the optimizer step); oom: out of "
                    "memory; error: another exception; skipped: the cell is incompatible. Only ok cells compete."),
     )

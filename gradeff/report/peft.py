@@ -2,9 +2,11 @@
 
 Per backbone and dataset, method × strategy tables of accuracy, trainable parameters, training
 memory, time per epoch and energy; which method to pick; each method against full fine-tuning;
-checkpoint / standard and budget / standard ratios; accuracy curves; and the backbones' one-off pretraining. Numbers are
-formatted here (the analysis is :mod:`gradeff.analysis.peft`); a failed cell shows its status, an
-unmeasured one ``n/a`` with the reason in its tooltip or the table's note.
+checkpoint / standard and budget / standard ratios; accuracy curves; and the backbones' one-off pretraining.
+The foundation-model baselines, every cell's inference cost and NetScore family, and their ranking are
+built by :mod:`gradeff.report.inference`. Numbers are formatted here (the analysis is
+:mod:`gradeff.analysis.peft`); a failed cell shows its status, an unmeasured one ``n/a`` with the reason
+in its tooltip or the table's note.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from gradeff.data import TASKS
 from gradeff.formatting import NA, as_number, format_percent, format_ratio, format_seconds, format_value
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
-from gradeff.report import figures
+from gradeff.report import figures, inference
 from gradeff.report.tables import metric_cell
 from gradeff.report.view import (
     Cell, FigureView, PeftGroupView, PeftView, Row, Table, display_name, distinct_text, energy_sources, first_word,
@@ -27,9 +29,19 @@ from gradeff.report.view import (
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
-__all__ = ["MISSING_NOTE", "build_peft_view", "format_count", "format_points", "method_label"]
+__all__ = [
+    "BASELINES_NOTE", "MISSING_NOTE", "TUNED_MISSING_NOTE", "build_peft_view", "format_count", "format_points",
+    "method_label",
+]
 
 MISSING_NOTE = "No records of the PEFT study (a grid read by held-out accuracy) in these results."
+TUNED_MISSING_NOTE = ("No fine-tuning records of the PEFT study in these results: only its foundation-model "
+                      "baselines, below.")
+BASELINES_NOTE = ("Foundation models used without fine-tuning, on the same datasets and held-out splits: CLIP and "
+                  "SigLIP zero-shot (one text prompt per class), DINOv2 read by a linear probe (its head trained on "
+                  "frozen features), two small autoregressive VLMs (SmolVLM, vlm_prompt) prompted to classify (each "
+                  "class name's likelihood after a fixed prompt). A zero-shot cell has no epochs: its accuracy comes "
+                  "from one evaluation of the held-out split. They are not cells of the method × strategy tables.")
 _OBJECTIVE_TITLES = {"accuracy": "Highest accuracy", "memory": "Least memory", "time": "Fastest epoch",
                      "energy": "Least energy"}
 _MEMORY_READS = {
@@ -319,6 +331,10 @@ def _pretraining_table(records: Sequence[CellRecord]) -> Table:
 def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
     """The PEFT study's section from its records.
 
+    Fine-tuning cells fill the method × strategy tables, winners, ratios and curves; the foundation-model
+    baselines (:func:`gradeff.analysis.peft.is_baseline`) are set against the best fine-tuned cells instead,
+    and both enter the inference-cost tables and the NetScore-family ranking.
+
     Args:
         records: the records of grids read by held-out accuracy, one per cell (a cell's latest).
 
@@ -327,23 +343,37 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
     """
     if not records:
         empty = Table(id="peft-pick-table", caption="", header=(), rows=())
-        return PeftView(missing_note=MISSING_NOTE, pick=empty, versus_full=(), groups=(), ratios=(), budget_ratios=(),
-                        curves=FigureView(id="peft-curves", caption="", svg=None), pretraining=empty)
+        return PeftView(missing_note=MISSING_NOTE, tuned_note="", pick=empty, versus_full=(), groups=(), ratios=(),
+                        budget_ratios=(), curves=FigureView(id="peft-curves", caption="", svg=None),
+                        pretraining=empty, baselines=(), baselines_note="", inference=(), ranking=(),
+                        ranking_note="")
     records = peft.sort_peft(records)
-    groups = peft.group_by_backbone(records)
-    strategies = analysis.order_keys((r.strategy for r in records), STRATEGIES)
+    tuned, baselines = peft.split_baselines(records)
+    groups = peft.group_by_backbone(tuned)
+    strategies = analysis.order_keys((r.strategy for r in tuned), STRATEGIES)
     slugs = {key: html_id(f"{key[0]}-{key[1]}", index, prefix="p") for index, key in enumerate(groups)}
+    baseline_groups = peft.group_by_backbone(baselines)
+    baseline_slugs = {key: html_id(f"{key[0]}-{key[1]}", index, prefix="b")
+                      for index, key in enumerate(baseline_groups)}
     return PeftView(
         missing_note="",
+        tuned_note="" if tuned else TUNED_MISSING_NOTE,
         pick=_pick_table(groups),
         versus_full=tuple(_versus_table(slugs[key], *key, group) for key, group in groups.items()),
         groups=tuple(PeftGroupView(slug=slugs[key], title=_group_title(*key), summary=_group_summary(group),
                                    tables=_group_tables(slugs[key], group, strategies))
                      for key, group in groups.items()),
-        ratios=_ratio_tables(groups, records),
+        ratios=_ratio_tables(groups, tuned),
         # Only where the study ran the budget strategy: older results have no such column to divide.
-        budget_ratios=_ratio_tables(groups, records, "budget") if any(r.strategy == "budget" for r in records)
+        budget_ratios=_ratio_tables(groups, tuned, "budget") if any(r.strategy == "budget" for r in tuned)
         else (),
         curves=figures.accuracy_curves_figure(groups),
         pretraining=_pretraining_table(records),
+        baselines=inference.baselines_views(tuned, baselines),
+        baselines_note=BASELINES_NOTE if baselines else inference.BASELINES_MISSING_NOTE,
+        inference=(*(inference.inference_table(slugs[key], _group_title(*key), group) for key, group in groups.items()),
+                   *(inference.inference_table(baseline_slugs[key], _group_title(*key), group)
+                     for key, group in baseline_groups.items())),
+        ranking=inference.ranking_tables(records),
+        ranking_note=inference.RANKING_NOTE,
     )

@@ -21,8 +21,8 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "SECTIONS", "Cell", "FigureView", "MemoryGroupView", "MemoryView", "ModelView", "PeftGroupView", "PeftView",
-    "ReportView", "Row", "Section",
+    "SECTIONS", "BaselinesView", "Cell", "ClaimGroupView", "ClaimsView", "FigureView", "MemoryGroupView", "MemoryView",
+    "ModelView", "PeftGroupView", "PeftView", "ReportView", "Row", "Section",
     "Table", "config_label", "display_name", "distinct_text", "energy_sources", "first_word", "html_id",
     "short_label", "status_text", "text_or_na",
 ]
@@ -49,6 +49,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("memory", "Memory breakdown", ""),
     Section("peft", "Fine-tuning methods (PEFT study)", ""),
     Section("memory-strategies", "Memory strategies (peak memory vs time)", ""),
+    Section("claims", "Claims", ""),
     Section("failures", "Failed and skipped cells", ""),
     Section("skipped-lines", "Unreadable lines", ""),
     Section("environment", "Environment", ""),
@@ -121,21 +122,45 @@ class PeftGroupView:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BaselinesView:
+    """One dataset's foundation-model baselines next to the best fine-tuned cell of each backbone.
+
+    Attributes:
+        slug: HTML id prefix.
+        title: heading.
+        table: one row per baseline, then one per backbone's best fine-tuned cell.
+        weights: one line per baseline: how its weights were obtained, and what that makes of its accuracy.
+    """
+
+    slug: str
+    title: str
+    table: Table
+    weights: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PeftView:
     """The PEFT study's section; ``missing_note`` alone is printed when there are no records of it.
 
     Attributes:
         missing_note: the one line shown instead of the section's content, ``""`` when there are records.
+        tuned_note: why the fine-tuning parts are empty (only baselines ran), ``""`` otherwise.
         pick: winners per backbone × dataset for accuracy, memory, time and energy.
         versus_full: per backbone × dataset, each method against full fine-tuning.
-        groups: the method × strategy tables per backbone × dataset.
+        groups: the method × strategy tables per backbone × dataset (fine-tuning cells only).
         ratios: checkpoint / standard ratios per backbone × method.
         budget_ratios: budget / standard ratios the same way (empty when no cell used the ``budget`` strategy).
         curves: held-out accuracy per epoch.
         pretraining: the one-off pretraining of each backbone.
+        baselines: per dataset, the foundation-model baselines against the best fine-tuned cells.
+        baselines_note: what the baselines are, or why there are none.
+        inference: per backbone × dataset (baselines included), every cell's inference cost and NetScore family.
+        ranking: per dataset, the cells ranked by each score of the NetScore family.
+        ranking_note: what the scores' units are, which are estimated, and which cells are left out.
     """
 
     missing_note: str
+    tuned_note: str
     pick: Table
     versus_full: tuple[Table, ...]
     groups: tuple[PeftGroupView, ...]
@@ -143,6 +168,37 @@ class PeftView:
     budget_ratios: tuple[Table, ...]
     curves: FigureView
     pretraining: Table
+    baselines: tuple[BaselinesView, ...]
+    baselines_note: str
+    inference: tuple[Table, ...]
+    ranking: tuple[Table, ...]
+    ranking_note: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimGroupView:
+    """One study's claims: a table of claim, measured figures, verdict, why and scale caveat."""
+
+    id: str
+    title: str
+    table: Table
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimsView:
+    """The claims section: one group per study that has claims, in the order the claims are listed.
+
+    Attributes:
+        groups: per study, its claims table.
+        summary: how many claims got each verdict, in words (``""`` without claims).
+        rules: how a verdict is reached, in words.
+        verdicts: ``(verdict, CSS class, meaning)`` for the legend.
+    """
+
+    groups: tuple[ClaimGroupView, ...]
+    summary: str
+    rules: str
+    verdicts: tuple[tuple[str, str, str], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,7 +252,7 @@ class ReportView:
 
     ``main_note`` is the one line the main study's sections show instead of their content when
     no record belongs to it (``""`` otherwise); ``peft`` is the PEFT study's section and
-    ``memory_strategies`` the memory study's.
+    ``memory_strategies`` the memory study's; ``claims`` the papers' claims as measured, per study.
     """
 
     title: str
@@ -215,6 +271,7 @@ class ReportView:
     main_note: str
     peft: PeftView
     memory_strategies: MemoryView
+    claims: ClaimsView
     failures: Table
     skipped_lines: tuple[str, ...]
     superseded: int
