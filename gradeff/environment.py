@@ -61,9 +61,18 @@ def environment(device: str = "cpu") -> dict:
         "device": device,
         "device_name": None,
         "gpu_driver": None,
+        # Which GPU, when there is one: torch's index (relative to CUDA_VISIBLE_DEVICES) and the UUID,
+        # which names the physical device whatever the numbering.
+        "gpu_index": None,
+        "gpu_uuid": None,
     }
     if device.startswith("cuda") and torch.cuda.is_available():
-        info["device_name"] = torch.cuda.get_device_name(torch.device(device))
+        index = torch.device(device).index
+        info["gpu_index"] = index if index is not None else torch.cuda.current_device()
+        info["device_name"] = torch.cuda.get_device_name(info["gpu_index"])
+        from gradeff.meters._nvml import torch_device_uuid
+
+        info["gpu_uuid"] = torch_device_uuid(info["gpu_index"], torch.cuda.get_device_properties)
         from gradeff.meters._nvml import close_nvml, load_nvml
 
         nvml = load_nvml()

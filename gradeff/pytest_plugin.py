@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.devices import resolve_device
+from gradeff.devices import pin_worker_device, resolve_device
 from gradeff.grid import GRIDS, PLURALS, cells
 from gradeff.models import MODELS
 from gradeff.options import DEFAULT_RESULTS, Settings, add_options, read_settings
@@ -98,6 +98,8 @@ def pytest_configure(config: pytest.Config) -> None:
     session = workerinput[_SESSION_KEY] if workerinput and _SESSION_KEY in workerinput else uuid.uuid4().hex[:12]
     if workerinput is not None:
         _share_cores_between_workers()
+        # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).
+        settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
     settled = _settled_cells(settings.results, profile=settings.profile, seed=settings.seed,
                              epochs=settings.epochs) if settings.resume else {}
     config.stash[_CONFIG] = dataclasses.replace(settings, session=session, settled=settled)

@@ -290,6 +290,10 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer)
     method_hp = method_hparams_for(cell.method, cell.model, config.profile)
     reason = incompatibility(cell)
     device = resolve_device(config.device)
+    if device.type == "cuda" and device.index is not None:
+        # Calls that take no device (empty_cache, library kernels) then use this cell's GPU, and a pinned
+        # xdist worker opens no context on GPU 0.
+        torch.cuda.set_device(device)
     status, detail, failed_step = "ok", "", None
     metering = EpochMetering(device=device, settings=config.meters)
     try:
