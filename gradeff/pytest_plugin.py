@@ -18,6 +18,7 @@ from gradeff.grid import GRIDS, PLURALS, cells
 from gradeff.models import MODELS
 from gradeff.options import DEFAULT_RESULTS, Settings, add_options, read_settings
 from gradeff.results import FINAL_STATUSES, append_record, read_records
+from gradeff.shard import ShardPlan
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
 _SESSION_KEY = "gradeff_session"
@@ -25,6 +26,9 @@ _CONFIG = pytest.StashKey[Settings]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from gradeff.shard import add_options as add_shard_options
+
+    add_shard_options(parser)
     add_options(parser)
 
 
@@ -103,6 +107,9 @@ def pytest_configure(config: pytest.Config) -> None:
     settled = _settled_cells(settings.results, profile=settings.profile, seed=settings.seed,
                              epochs=settings.epochs) if settings.resume else {}
     config.stash[_CONFIG] = dataclasses.replace(settings, session=session, settled=settled)
+    from gradeff.shard import read_shard
+
+    config.stash[_SHARD] = read_shard(config, settings.profile)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -139,6 +146,32 @@ def grid_params(grid: str = "main", **axes) -> list:
         ]
         params.append(pytest.param(cell, id=cell.id, marks=marks))
     return params
+
+
+_SHARD = pytest.StashKey[ShardPlan | None]()
+_SHARD_LINE = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """--gradeff-shard I/N: keep shard I's cells of what -k, -m and the axis options selected; deselect the rest."""
+    plan = config.stash.get(_SHARD, None)
+    if plan is None:
+        return
+    from gradeff.shard import shard_items
+
+    kept, deselected = shard_items(items, plan.shard, plan.costs)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+    balance = f"balanced by recorded wall time from {plan.costs_path}" if plan.costs else "balanced by cell count"
+    config.stash[_SHARD_LINE] = (f"gradeff shard {plan.shard}: {len(kept)} of {len(kept) + len(deselected)} selected "
+                                 f"tests, {len(deselected)} deselected ({balance})")
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    line = config.stash.get(_SHARD_LINE, None)
+    return [line] if line else []
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
