@@ -1,8 +1,9 @@
-"""The ``gradeff`` command: ``gradeff report RESULTS… -o report.html``, ``gradeff compare``, ``gradeff list``.
+"""The ``gradeff`` command: ``gradeff report RESULTS… -o report.html``, ``gradeff compare``, ``gradeff list``,
+``gradeff launch N [pytest args]``.
 
 Exit codes: 0 success; 2 a results file is missing, unreadable or has no readable record, or the
-command line is wrong (argparse's convention); 1 the output cannot be written. Messages go to stderr and name the
-file (and line) at fault.
+command line is wrong (argparse's convention); 1 the output cannot be written (``launch``: a shard failed, or the gate
+found a regression). Messages go to stderr and name the file (and line) at fault.
 """
 
 from __future__ import annotations
@@ -57,7 +58,84 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("arguments", nargs=argparse.REMAINDER, help="BASELINE CURRENT [options]")
     compare.set_defaults(func=_run_compare)
 
+    _add_launch_parser(commands)
     return parser
+
+
+def _add_launch_parser(commands) -> None:
+    launch = commands.add_parser(
+        "launch", help="run a pytest selection as N shards (Slurm when available, else local processes) and merge "
+        "their results", description="Submit N shards of the same pytest command (each with --gradeff-shard I/N and "
+        "its own results file) with submitit, wait for them, merge the results files into one (every cell once) and "
+        "optionally render the report and run the regression gate on it. Example: gradeff launch 4 --executor local "
+        "-- benchmarks -m main --gradeff-epochs 1")
+    launch.add_argument("shards", type=int, metavar="N", help="number of shards (jobs)")
+    launch.add_argument("--executor", choices=("auto", "local", "slurm"), default="auto",
+                        help="auto: Slurm when srun is available, else local processes (default auto)")
+    launch.add_argument("--folder", metavar="DIR",
+                        help="jobs, logs and the shards' results files (default results/launch-<time>)")
+    launch.add_argument("-o", "--output", metavar="PATH", help="merged results file (default <folder>/results.jsonl)")
+    launch.add_argument("--costs", metavar="PATH", help="earlier results file: balance the shards by its wall times")
+    launch.add_argument("--report", metavar="PATH", help="write the report of the merged records (.html or .csv)")
+    launch.add_argument("--baseline", metavar="PATH", help="run the regression gate of the merged records against it")
+    launch.add_argument("--compare-args", default="", metavar="ARGS", help="extra gate options, e.g. \"--time-ratio 3\"")
+    launch.add_argument("--timeout-min", type=int, default=24 * 60, help="time limit of each job (default 1440)")
+    launch.add_argument("--partition", help="Slurm partition")
+    launch.add_argument("--gpus-per-node", type=int, help="GPUs per Slurm job")
+    launch.add_argument("--cpus-per-task", type=int, help="CPUs per Slurm job")
+    launch.add_argument("--mem-gb", type=float, help="memory per Slurm job, GB")
+    launch.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
+                        help="the selection and options every shard runs, after -- (e.g. -- benchmarks -m main)")
+    launch.set_defaults(func=_run_launch)
+
+
+def _run_launch(args: argparse.Namespace) -> int:
+    import shlex
+    import time
+    from pathlib import Path
+
+    from gradeff.launch import LaunchError, LaunchOptions, launch
+
+    pytest_args = args.pytest_args
+    named = {"slurm_partition": args.partition, "gpus_per_node": args.gpus_per_node,
+             "cpus_per_task": args.cpus_per_task, "mem_gb": args.mem_gb}
+    if args.compare_args and not args.baseline:
+        _error("--compare-args: given without --baseline, which it configures")
+        return EXIT_BAD_INPUT
+    options = LaunchOptions(
+        shards=args.shards, pytest_args=tuple(pytest_args),
+        folder=Path(args.folder or f"results/launch-{time.strftime('%Y%m%d-%H%M%S')}"),
+        output=Path(args.output) if args.output else None, costs=Path(args.costs) if args.costs else None,
+        executor=args.executor, timeout_min=args.timeout_min, report=Path(args.report) if args.report else None,
+        baseline=Path(args.baseline) if args.baseline else None, compare_args=args.compare_args,
+        parameters={key: value for key, value in named.items() if value is not None})
+    started = time.perf_counter()
+    try:
+        outcomes, merged = launch(options, echo=lambda line: print(line, file=sys.stderr))
+    except LaunchError as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    from gradeff.results import read_records
+
+    records = list(read_records(merged))
+    failed = [o for o in outcomes if o.returncode not in (0, 5)]
+    print(f"gradeff launch: {len(records)} records from {len(outcomes)} shards merged into {merged} "
+          f"in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    for outcome in failed:
+        _error(f"shard {outcome.index} failed ({outcome.error or f'pytest exit code {outcome.returncode}'}); "
+               f"see {outcome.log}")
+    code = EXIT_OUTPUT if failed else EXIT_OK
+    if not records:
+        _error("no shard recorded a cell: does the selection select any?")
+        return EXIT_BAD_INPUT
+    if options.report is not None:
+        code = max(code, _run_report(argparse.Namespace(results=[str(merged)], output=str(options.report), format=None,
+                                                        title="gradeff report", templates=None)))
+    if options.baseline is not None:
+        gate = _run_compare(argparse.Namespace(
+            arguments=[str(options.baseline), str(merged), *shlex.split(options.compare_args)]))
+        code = max(code, gate)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,7 +152,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The gate parses its own options, --help included; argparse's REMAINDER would not pass
         # an option-looking first argument through.
         return _run_compare(argparse.Namespace(arguments=argv[1:]))
-    args = build_parser().parse_args(argv)
+    if argv[:1] == ["launch"] and "--" in argv:
+        # Launch's own options may follow N; everything after the first -- belongs to pytest.
+        cut = argv.index("--")
+        args = build_parser().parse_args(argv[:cut])
+        args.pytest_args = argv[cut + 1:]
+    else:
+        args = build_parser().parse_args(argv)
     return args.func(args)
 
 
