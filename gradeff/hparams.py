@@ -132,6 +132,18 @@ DATASET_HPARAMS: dict[tuple[str, str], dict] = {
 }
 
 
+def _task_default(task: str, profile: str) -> HParams:
+    """The hyper-parameters of the first built-in model of ``task`` (else of its kind): a registered model's default."""
+    from gradeff.data import TASKS
+
+    rows = [(model, hp) for (model, row_profile), hp in HPARAMS.items() if row_profile == profile]
+    for same in (lambda m: MODELS[m].task == task, lambda m: TASKS[MODELS[m].task].kind == TASKS[task].kind):
+        for model, hp in rows:
+            if same(model):
+                return hp
+    raise KeyError(f"no built-in model trains on {task!r} data: a model registered for it must give its own hparams")
+
+
 def hparams_for(model: str, profile: str, *, epochs: int | None = None, dataset: str | None = None) -> HParams:
     """The hyper-parameters of a cell's model and profile, optionally with another epoch count.
 
@@ -139,9 +151,9 @@ def hparams_for(model: str, profile: str, *, epochs: int | None = None, dataset:
         dataset: the dataset the cell trains on; its own sizes (``DATASET_HPARAMS``) replace the
             model's. ``None``: the model's own task.
     """
-    MODELS[model]
+    spec = MODELS[model]
     validate_profile(profile)
-    hp = HPARAMS[(model, profile)]
+    hp = HPARAMS.get((model, profile)) or (spec.hparams or {}).get(profile) or _task_default(spec.task, profile)
     sizes = DATASET_HPARAMS.get((dataset or MODELS[model].task, profile), {})
     if epochs is not None:
         sizes = sizes | {"epochs": epochs}
@@ -226,10 +238,10 @@ METHOD_HPARAMS: dict[tuple[str, str], MethodHParams] = {
 
 def method_hparams_for(method: str, model: str, profile: str) -> MethodHParams:
     """The settings of ``method`` on ``model`` at ``profile``, with the model's LoRA targets."""
-    MODELS[model]
+    spec = MODELS[model]
     validate_profile(profile)
     hp = METHOD_HPARAMS[(method, profile)]
-    return replace(hp, target_modules=LORA_TARGET_MODULES[model])
+    return replace(hp, target_modules=LORA_TARGET_MODULES.get(model, spec.lora_targets))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

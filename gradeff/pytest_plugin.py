@@ -26,10 +26,19 @@ _CONFIG = pytest.StashKey[Settings]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from gradeff.extend import add_options as add_extension_options
     from gradeff.shard import add_options as add_shard_options
 
     add_shard_options(parser)
     add_options(parser)
+    add_extension_options(parser)
+
+
+def pytest_addhooks(pluginmanager) -> None:
+    """``pytest_gradeff_register``: a conftest or plugin adds its own models, optimizers, strategies, ..."""
+    from gradeff import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -> dict[str, str]:
@@ -84,6 +93,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # Models are built from configs or local folders; nothing may reach for a hub mid-run.
         for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
             os.environ.setdefault(variable, "1")
+    from gradeff.extend import register_all
+
+    # The user's entries first: markers, option checks and the grids below all see them.
+    model_paths = register_all(config)
     for key, spec in MODELS.items():
         config.addinivalue_line("markers", f"{key}: cells of the {spec.name} model")
     for family in sorted({spec.family for spec in MODELS.values()}):
@@ -95,6 +108,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gradeff_grid(key): parametrize the test's `cell` argument with the grid's "
                             "cells (after --gradeff-<axis> options)")
     settings = read_settings(config)
+    if model_paths:
+        # A model-path model starts from its folder's weights, recorded as --gradeff-weights would be.
+        settings = dataclasses.replace(settings, weights=(*settings.weights, *model_paths))
     _stop_like_ctrl_c()
     # The controller names the session; xdist workers inherit the name so the summary can find
     # exactly this session's records in an append-only file that may hold earlier runs.
@@ -110,6 +126,13 @@ def pytest_configure(config: pytest.Config) -> None:
     from gradeff.shard import read_shard
 
     config.stash[_SHARD] = read_shard(config, settings.profile)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from gradeff.extend import reset
+
+    # Registered entries belong to this session; another session in this process (pytester) starts clean.
+    reset()
 
 
 @pytest.hookimpl(optionalhook=True)

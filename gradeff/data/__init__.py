@@ -11,6 +11,7 @@ and a task's builder is imported only when a cell builds its data.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,8 @@ class TaskSpec:
         key: registry key; the ``dataset`` axis of a cell.
         name: human-readable name used in reports.
         description: what a sample is and what the loss floor means.
-        builder: ``"module:function"`` called as ``function(num_samples=, seed=, **fields, **options)``.
+        builder: ``"module:function"`` (or the function itself, for a dataset registered from a user's
+            project) called as ``function(num_samples=, seed=, **fields, **options)``.
         fields: the task sizes it reads from the cell's hyper-parameters.
         options: fixed keyword arguments of the builder (what makes this dataset this dataset).
         kind: what it asks of a model (``image_classification``, ``causal_lm``, ``masked_lm``,
@@ -53,7 +55,7 @@ class TaskSpec:
     key: str
     name: str
     description: str
-    builder: str
+    builder: str | Callable[..., Dataset]
     fields: tuple[str, ...]
     kind: str
     options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
@@ -63,6 +65,8 @@ class TaskSpec:
 
     def build(self, **kwargs) -> Dataset:
         """Import the builder and build the dataset."""
+        if callable(self.builder):
+            return self.builder(**kwargs, **self.options)
         module, _, function = self.builder.partition(":")
         return getattr(importlib.import_module(module), function)(**kwargs, **self.options)
 

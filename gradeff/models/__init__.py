@@ -7,9 +7,10 @@ light (the builders are imported by name only when a cell is built).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gradeff.profiles import validate_profile
 from gradeff.registry import Registry
@@ -29,7 +30,9 @@ class ModelSpec:
         name: human-readable name used in reports.
         family: architecture family, also a pytest marker (``-m decoder``).
         task: key of its own task (see ``gradeff.data.TASKS``); it can train on any task of that kind.
-        module: module that defines ``build(profile, *, vocab_size, num_labels, weights_dir)``.
+        module: module that defines ``build(profile, *, vocab_size, num_labels, weights_dir, device)``.
+        builder: that ``build`` function itself, instead of a module (a model registered from a user's
+            conftest or package); one of ``module`` and ``builder`` is required.
         supports_checkpointing: whether activation checkpointing can be enabled.
         fine_tunes: whether its cells start from pretrained weights (the PEFT study fine-tunes;
             the main study trains from random initialisation).
@@ -45,13 +48,18 @@ class ModelSpec:
             the install hint.
         methods: the fine-tuning methods that make sense for it (a foundation-model baseline is
             evaluated with its own: ``zero_shot``, ``linear_probe``); empty: every method.
+        hparams: profile → :class:`gradeff.hparams.HParams` of a registered model; a profile it does
+            not give uses the hyper-parameters of the first built-in model of the same task.
+        lora_targets: module-name suffixes LoRA adapts in a registered model (built-in models' are in
+            :data:`gradeff.hparams.LORA_TARGET_MODULES`).
     """
 
     key: str
     name: str
     family: str
     task: str
-    module: str
+    module: str = ""
+    builder: Callable[..., torch.nn.Module] | None = None
     supports_checkpointing: bool = True
     fine_tunes: bool = False
     has_biases: bool = True
@@ -59,6 +67,8 @@ class ModelSpec:
     batch_norm: bool = False
     requires: tuple[tuple[str, str], ...] = ()
     methods: tuple[str, ...] = ()
+    hparams: Mapping[str, Any] | None = None
+    lora_targets: tuple[str, ...] = ()
 
 
 MODELS: Registry[ModelSpec] = Registry(
@@ -126,8 +136,8 @@ def build_model(
     """
     spec = MODELS[key]
     validate_profile(profile)
-    module = importlib.import_module(spec.module)
-    model = module.build(profile, vocab_size=vocab_size, num_labels=num_labels, weights_dir=weights_dir,
+    build = spec.builder if spec.builder is not None else importlib.import_module(spec.module).build
+    model = build(profile, vocab_size=vocab_size, num_labels=num_labels, weights_dir=weights_dir,
                          device=device)
     model.train()
     return model

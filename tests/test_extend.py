@@ -1,0 +1,138 @@
+"""A user's own models, optimizers and strategies on the grid: hooks, entry points and --gradeff-model-path."""
+
+import fnmatch
+import textwrap
+
+import pytest
+
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.registry import Registry, RegistryClosedError, open_for_registration
+from gradeff.results import read_records
+
+PLUGIN = ("-p", "gradeff.pytest_plugin")
+
+REGISTER = """
+from gradeff.models import ModelSpec
+from gradeff.optim import OptimizerSpec
+from gradeff.strategies import StrategySpec
+
+
+def build_tiny(profile, **kwargs):
+    from gradeff.models.llm import build
+
+    return build(profile, **kwargs)
+
+
+def pytest_gradeff_register(registries):
+    registries.models.register(ModelSpec(key="mymodel", name="My decoder", family="mine", task="causal_lm",
+                                         builder=build_tiny, has_biases=False))
+    registries.models.register(ModelSpec(key="nockpt", name="No-checkpointing decoder", family="mine",
+                                         task="causal_lm", builder=build_tiny, supports_checkpointing=False))
+    registries.optimizers.register(OptimizerSpec(key="rmsprop", name="RMSprop", target="torch.optim:RMSprop",
+                                                 state_per_param=1, step_counter=True))
+    registries.strategies.register(StrategySpec(key="accum_ckpt", name="Accumulation + checkpointing",
+                                                accumulate=True, checkpointing=True))
+"""
+
+
+@pytest.fixture
+def user_project(grid_pytester):
+    grid_pytester.makeconftest(REGISTER)
+    return grid_pytester
+
+
+def test_registry_takes_entries_only_while_open():
+    registry = Registry("model", [MODELS["llm"]])
+    with pytest.raises(RegistryClosedError, match="pytest_gradeff_register"):
+        registry.register(MODELS["vit"], source="here")
+    with open_for_registration([registry]):
+        registry.register(MODELS["vit"], source="here")
+        with pytest.raises(ValueError, match="duplicate model key 'llm': already registered by gradeff"):
+            registry.register(MODELS["llm"], source="there")
+    assert list(registry) == ["llm", "vit"] and registry.added() == ["vit"] and registry.source("vit") == "here"
+    registry.reset()
+    assert list(registry) == ["llm"]
+
+
+def test_registered_entries_are_grid_cells_with_ids_and_markers(user_project):
+    """The conftest's model, optimizer and strategy join the main study; the markers select them exactly."""
+    outcome = user_project.runpytest(*PLUGIN, "--collect-only", "-q", "-m", "main")
+    outcome.stdout.fnmatch_lines(["*test_cell[[]vit-adam-accum_ckpt[]]*", "*test_cell[[]llm-rmsprop-standard[]]*",
+                                  "*test_cell[[]mymodel-rmsprop-accum_ckpt[]]*", "*test_cell[[]nockpt-sgd-standard[]]*"])
+    # 6 models × 7 optimizers × 4 strategies.
+    outcome.stdout.fnmatch_lines(["168/* tests collected*"])
+    outcome = user_project.runpytest(*PLUGIN, "--collect-only", "-q", "-m", "mine and cell(optimizer='rmsprop')")
+    outcome.stdout.fnmatch_lines(["8/* tests collected*"])
+    outcome = user_project.runpytest(*PLUGIN, "--collect-only", "-q", "-m", "main", "--gradeff-models", "mymodel",
+                                     "--gradeff-optimizers", "rmsprop,adam")
+    outcome.stdout.fnmatch_lines(["8/* tests collected*"])
+    # Another session in this process starts from the built-in entries again.
+    assert "mymodel" not in MODELS and "rmsprop" not in OPTIMIZERS
+
+
+def test_registered_cells_run_record_report_and_gate(user_project, tmp_path):
+    """A registered cell trains and records; it is in the summary, the report and the gate like a built-in one."""
+    results, report = tmp_path / "r.jsonl", tmp_path / "report.html"
+    args = (*PLUGIN, "-m", "main", "-k", "mymodel-rmsprop-accum_ckpt or nockpt-sgd-checkpoint", "--gradeff-epochs",
+            "1", "-p", "no:randomly")
+    outcome = user_project.runpytest_subprocess(*args, f"--gradeff-results={results}", f"--gradeff-report={report}")
+    outcome.assert_outcomes(passed=1, skipped=1)
+    records = {r.cell: r for r in read_records(results)}
+    assert records["mymodel-rmsprop-accum_ckpt"].status == "ok"
+    assert records["mymodel-rmsprop-accum_ckpt"].meters["memory"]["optimizer_state_bytes"] > 0
+    # The capability check and its reason, as for a built-in model.
+    assert records["nockpt-sgd-checkpoint"].status == "skipped"
+    assert "does not support activation checkpointing" in records["nockpt-sgd-checkpoint"].detail
+    outcome.stdout.fnmatch_lines(["*mymodel-rmsprop-accum_ckpt*ok*"])
+    assert "My decoder" in report.read_text()
+    gated = user_project.runpytest_subprocess(*args, f"--gradeff-results={tmp_path / 'again.jsonl'}",
+                                   f"--gradeff-baseline={results}", "--gradeff-compare-args=--time-ratio 100")
+    gated.stdout.fnmatch_lines(["*gradeff compare with*no regression*"])
+    assert gated.ret == 0
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("registries.models.register(ModelSpec(key='llm', name='x', family='decoder', task='causal_lm', builder=len))",
+     "*registration from *conftest.py: model 'llm': duplicate model key 'llm': already registered by gradeff*"
+     "registered models: vit, modernbert, llm*"),
+    ("registries.models.register(ModelSpec(key='nobuild', name='x', family='decoder', task='causal_lm'))",
+     "*registration from *conftest.py: model 'nobuild': missing builder*registered models: vit*"),
+    ("registries.models.register(ModelSpec(key='gone', name='x', family='decoder', task='causal_lm', "
+     "module='no_such_module_here'))", "*model 'gone': missing builder: no module 'no_such_module_here'*"),
+    ("registries.optimizers.register({'key': 'rmsprop'})",
+     "*conftest.py: optimizer 'rmsprop': expected a gradeff.optim.OptimizerSpec, got dict; registered optimizers: sgd*"),
+    ("registries.models.register(ModelSpec(key='Bad-Key', name='x', family='decoder', task='causal_lm', builder=len))",
+     "*model 'Bad-Key': invalid key*"),
+    ("registries.models.register(ModelSpec(key='odd', name='x', family='decoder', task='speech', builder=len))",
+     "*model 'odd': unknown task 'speech'; valid datasets: causal_lm*"),
+    ("OptimizerSpec(key='x', name='x', target='torch.optim:SGD', state_law='magic')",
+     "*registration from *conftest.py: ValueError: optimizer 'x': unknown state law 'magic'*"),
+])
+def test_bad_registration_is_a_usage_error_naming_the_conftest_and_key(grid_pytester, body, message):
+    grid_pytester.makeconftest(f"""
+        from gradeff.models import ModelSpec
+        from gradeff.optim import OptimizerSpec
+
+        def pytest_gradeff_register(registries):
+            {body}
+    """)
+    outcome = grid_pytester.runpytest(*PLUGIN, "--collect-only", "-q")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    lines = outcome.errlines + outcome.outlines
+    assert any(fnmatch.fnmatch(line, message) for line in lines), "\n".join(lines)
+    assert "llm" in MODELS and "nobuild" not in MODELS
+
+
+def test_registries_are_read_only_outside_registration(grid_pytester):
+    """An entry added from a test module, after collection started, is refused with where to add it instead."""
+    grid_pytester.makepyfile(test_late=textwrap.dedent("""
+        import pytest
+        from gradeff.models import MODELS
+        from gradeff.registry import RegistryClosedError
+
+        def test_late():
+            with pytest.raises(RegistryClosedError, match="pytest_gradeff_register"):
+                MODELS.register(MODELS["llm"], source="test", replace=True)
+    """))
+    grid_pytester.runpytest(*PLUGIN, "test_late.py").assert_outcomes(passed=1)
