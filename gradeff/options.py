@@ -23,7 +23,7 @@ from gradeff.hparams import MEMORY_MARGIN
 from gradeff.models import MODELS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
 
-__all__ = ["DEFAULT_RESULTS", "Settings", "add_options", "read_settings"]
+__all__ = ["DEFAULT_RESULTS", "Settings", "add_options", "parse_seeds", "read_settings"]
 
 DEFAULT_RESULTS = "results/results.jsonl"
 # A sampler faster than this spends more time reading /proc and NVML than the cell spends training.
@@ -104,6 +104,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--gradeff-epochs", type=_positive_int, default=None,
                     help="epochs per cell (default: the profile's)")
     group.addoption("--gradeff-seed", type=_seed, default=0, help="seed of weights, data and order (default 0)")
+    group.addoption("--gradeff-seeds", default=None, metavar="N|S1,S2,...",
+                    help="run every cell once per seed: a count N (seeds --gradeff-seed … --gradeff-seed+N-1) or a "
+                         "comma-separated list of seeds (0,1,2); with several seeds test ids end in -seedS and the "
+                         "summary and report give each cell's mean with a 95 %% t-interval")
     group.addoption("--gradeff-device", default="auto",
                     help=f"device to train on: {', '.join(DEVICES)} or cuda:N (default auto)")
     group.addoption("--gradeff-sample-hz", type=_sample_hz, default=10.0, metavar="HZ",
@@ -153,7 +157,8 @@ class Settings:
     Attributes:
         selection: axis → the keys ``--gradeff-<axis>`` names (absent: each grid's own).
         weights: ``(model, folder)`` pairs of ``--gradeff-weights``.
-        settled: cells ``--gradeff-resume`` skips → their recorded status (filled by the plugin).
+        seeds: the seeds every cell runs with (``--gradeff-seeds``; else ``(seed,)``), ``seed`` being the first.
+        settled: ``(cell id, seed)`` pairs ``--gradeff-resume`` skips → their recorded status (filled by the plugin).
     """
 
     profile: str
@@ -176,7 +181,12 @@ class Settings:
     tune_points: int = 5
     isolate: bool = False
     session: str = ""
-    settled: dict[str, str] = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()
+    settled: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.seeds:
+            object.__setattr__(self, "seeds", (self.seed,))
 
 
 def _usage(option: str, value: object, problem: str) -> pytest.UsageError:
@@ -289,6 +299,55 @@ def _compare_args(text: str, baseline: Path | None) -> str:
     return text
 
 
+_SEEDS_FORMS = "a count N >= 1 (e.g. 3: seeds 0, 1, 2) or a comma-separated list of seeds >= 0 (e.g. 0,1,2)"
+
+
+def parse_seeds(text: str | None, seed: int = 0) -> tuple[int, ...]:
+    """The seeds of ``--gradeff-seeds``: a count (``3`` → ``seed``, ``seed + 1``, ``seed + 2``) or a list (``0,1,2``).
+
+    A lone number is a count, so that ``--gradeff-seeds 3`` repeats each cell three times from ``--gradeff-seed``;
+    one explicit seed is ``--gradeff-seed S`` (or the list ``S,``). A list replaces ``--gradeff-seed``, which must
+    then be left at its default or be the list's first seed, so the two options never disagree silently.
+
+    Raises:
+        ValueError: anything else, with the valid forms.
+    """
+    if text is None:
+        return (seed,)
+    text = text.strip()
+    if "," not in text:
+        try:
+            count = int(text)
+        except ValueError:
+            raise ValueError(f"expected {_SEEDS_FORMS}") from None
+        if count < 1:
+            raise ValueError(f"a count must be >= 1; expected {_SEEDS_FORMS}")
+        return tuple(range(seed, seed + count))
+    parts = [part.strip() for part in text.split(",")]
+    if parts[-1] == "":
+        parts.pop()  # "3," names the single seed 3
+    try:
+        seeds = tuple(int(part) for part in parts)
+    except ValueError:
+        raise ValueError(f"expected {_SEEDS_FORMS}") from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise ValueError(f"seeds must be >= 0; expected {_SEEDS_FORMS}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"a seed is repeated; expected {_SEEDS_FORMS}")
+    if seed not in (0, seeds[0]):
+        raise ValueError(f"a list of seeds replaces --gradeff-seed {seed}; give one of them, or a count "
+                         f"(--gradeff-seed {seed} --gradeff-seeds {len(seeds)}: seeds {seed}..{seed + len(seeds) - 1})")
+    return seeds
+
+
+def _seeds(config: pytest.Config) -> tuple[int, ...]:
+    text = config.getoption("gradeff_seeds")
+    try:
+        return parse_seeds(text, config.getoption("gradeff_seed"))
+    except ValueError as exc:
+        raise _usage("--gradeff-seeds", text, str(exc)) from None
+
+
 def read_settings(config: pytest.Config) -> Settings:
     """Every gradeff option, validated (a ``pytest.UsageError`` names the first bad one)."""
     device = config.getoption("gradeff_device")
@@ -297,9 +356,10 @@ def read_settings(config: pytest.Config) -> Settings:
     except ValueError as exc:
         raise pytest.UsageError(f"--gradeff-device: {exc}") from None
     baseline = _baseline(config.getoption("gradeff_baseline"))
+    seeds = _seeds(config)
     return Settings(
         profile=config.getoption("gradeff_profile"), epochs=config.getoption("gradeff_epochs"),
-        seed=config.getoption("gradeff_seed"), device=device,
+        seed=seeds[0], seeds=seeds, device=device,
         results=_writable_file("--gradeff-results", Path(config.getoption("gradeff_results"))),
         sample_hz=config.getoption("gradeff_sample_hz"), grid_intensity=config.getoption("gradeff_grid_intensity"),
         memory_budget=config.getoption("gradeff_memory_budget"), memory_margin=config.getoption("gradeff_memory_margin"),

@@ -31,7 +31,7 @@ from pathlib import Path
 
 __all__ = [
     "FAILED_STATUSES", "FINAL_STATUSES", "NONFINITE_KEY", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord",
-    "Summary", "append_record", "latest_by_cell", "read_records",
+    "Summary", "append_record", "latest_by_cell", "latest_by_run", "read_records",
 ]
 
 # 3: strict JSON; non-finite numbers are null and listed under ``nonfinite`` (versions 1 and 2 wrote
@@ -357,6 +357,18 @@ def latest_by_cell(records: Iterable[CellRecord]) -> dict[str, CellRecord]:
     latest: dict[str, CellRecord] = {}
     for record in records:
         latest[record.cell] = record  # a dict keeps the first insertion's position
+    return latest
+
+
+def latest_by_run(records: Iterable[CellRecord]) -> dict[tuple[str, int], CellRecord]:
+    """The last record of each cell and seed, keyed by ``(cell id, seed)`` in order of first appearance.
+
+    A cell repeated over seeds (``--gradeff-seeds``) has one record per seed; each is a draw of its own,
+    and only a rerun with the same seed supersedes an earlier record.
+    """
+    latest: dict[tuple[str, int], CellRecord] = {}
+    for record in records:
+        latest[(record.cell, record.seed)] = record
     return latest
 
 
