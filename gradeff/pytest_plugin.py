@@ -41,8 +41,9 @@ def pytest_addhooks(pluginmanager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -> dict[str, str]:
-    """Cells with a final record for this profile, seed, epoch count and code version → status."""
+def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
+                   epochs: int | None) -> dict[tuple[str, int], str]:
+    """``(cell id, seed)`` pairs with a final record for this profile, epoch count and code version → status."""
     from gradeff.environment import code_version
     from gradeff.hparams import hparams_for
 
@@ -53,10 +54,10 @@ def _settled_cells(path: Path, *, profile: str, seed: int, epochs: int | None) -
     for record in read_records(path, errors=[]):
         # Cheap tests first: hparams_for is only asked about records that could settle a cell.
         if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
-                and record.seed == seed and record.code_version == version
+                and record.seed in seeds and record.code_version == version
                 and record.hparams.get("epochs")
                 == hparams_for(record.model, profile, epochs=epochs, dataset=record.dataset or None).epochs):
-            settled[record.cell] = record.status
+            settled[(record.cell, record.seed)] = record.status
     return settled
 
 
@@ -120,7 +121,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _share_cores_between_workers()
         # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).
         settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
-    settled = _settled_cells(settings.results, profile=settings.profile, seed=settings.seed,
+    settled = _settled_cells(settings.results, profile=settings.profile, seeds=settings.seeds,
                              epochs=settings.epochs) if settings.resume else {}
     config.stash[_CONFIG] = dataclasses.replace(settings, session=session, settled=settled)
     from gradeff.shard import read_shard
@@ -206,8 +207,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("gradeff_grid")
     if marker is None or "cell" not in metafunc.fixturenames:
         return
-    selection = metafunc.config.stash[_CONFIG].selection
+    settings = metafunc.config.stash[_CONFIG]
+    selection = settings.selection
     metafunc.parametrize("cell", grid_params(*marker.args, **{PLURALS[axis]: keys for axis, keys in selection.items()}))
+    if len(settings.seeds) > 1:
+        # Repeats: one call per cell and seed (llm-adam-accum-seed1). With one seed the ids stay the cells' own,
+        # so -k selections and baselines keep working.
+        metafunc.parametrize("gradeff_seed", settings.seeds, ids=[f"seed{seed}" for seed in settings.seeds])
 
 
 def _share_cores_between_workers() -> None:
@@ -222,7 +228,13 @@ def _share_cores_between_workers() -> None:
 
 
 @pytest.fixture
-def gradeff_cell(request: pytest.FixtureRequest, benchmark):
+def gradeff_seed(request: pytest.FixtureRequest) -> int:
+    """The seed a cell runs with: ``--gradeff-seed``, or one of ``--gradeff-seeds`` (grid tests are parametrized)."""
+    return request.config.stash[_CONFIG].seed
+
+
+@pytest.fixture
+def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
     """Run a cell (a :class:`~gradeff.grid.Cell`, or its keys: ``gradeff_cell(model, optimizer, strategy,
     method=, dataset=, grid=)``): time each epoch with ``benchmark``, append the record, return it.
 
@@ -234,7 +246,7 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
     from gradeff.runner import RunConfig, run_cell
 
     settings = request.config.stash[_CONFIG]
-    config = RunConfig(profile=settings.profile, seed=settings.seed, epochs=settings.epochs,
+    config = RunConfig(profile=settings.profile, seed=gradeff_seed, epochs=settings.epochs,
                        device=settings.device, session=settings.session,
                        meters=MeterSettings(hz=settings.sample_hz, grid_gco2_per_kwh=settings.grid_intensity),
                        memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
@@ -260,8 +272,8 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark):
             axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, cell)
                     for axis, value in given.items()}
             cell = Cell(cell, **axes, grid=grid)
-        if cell.id in settings.settled:
-            pytest.skip(f"--gradeff-resume: already recorded as {settings.settled[cell.id]} "
+        if (cell.id, gradeff_seed) in settings.settled:
+            pytest.skip(f"--gradeff-resume: already recorded as {settings.settled[cell.id, gradeff_seed]} "
                         f"in {settings.results}")
         benchmark.group = cell.model
         record = run_cell(cell, config, timer=timer)
