@@ -3,6 +3,11 @@
 The main study's table reads losses against the task's floor; the PEFT study's reads held-out
 accuracy against the Bayes classifier's, with the parameters a method trains and the memory a
 training step holds. Unmeasured figures print ``n/a``; a failed cell's reason follows its row.
+
+Cells repeated over seeds (``--gradeff-seeds``) get one row per seed (``llm-adam-accum-seed1``), then a
+table of each cell's mean with the half-width of its 95 % Student-t interval over the seeds that ended
+``ok`` (``n``), and per model the winners of the grid's main figure by Welch's t-test at 5 % (the best
+cell and every cell not significantly worse, see :mod:`gradeff.analysis.stats`).
 """
 
 from __future__ import annotations
@@ -47,11 +52,11 @@ def _train_memory(record: CellRecord):
     return None if any(p is None for p in parts) else sum(parts)
 
 
-def _loss_row(r: CellRecord) -> str:
+def _loss_row(r: CellRecord, name: str) -> str:
     s = r.summary
     memory, ram, energy = (_section(r, k) for k in ("memory", "ram", "energy"))
     loss = f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}"
-    return (f"{r.cell:<30} {r.status:<9} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
+    return (f"{name:<30} {r.status:<9} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
             f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} {s.closure_calls:>5} "
             f"{_fmt(_mib(memory.get('activation_bytes')), '.2f'):>8} "
             f"{_fmt(_mib(memory.get('optimizer_state_bytes')), '.2f'):>9} "
@@ -62,12 +67,12 @@ _LOSS_HEADER = (f"{'cell':<30} {'status':<9} {'loss first → last':>20} {'floor
                 f"{'f+b':>5} {'act MiB':>8} {'state MiB':>9} {'RSS MiB':>8} {'J':>7}")
 
 
-def _accuracy_row(r: CellRecord) -> str:
+def _accuracy_row(r: CellRecord, name: str) -> str:
     s, parameters = r.summary, r.parameters if isinstance(r.parameters, dict) else {}
     accuracy = None if s.final_heldout_accuracy is None else 100 * s.final_heldout_accuracy
     bayes = r.task.get("bayes_accuracy") if isinstance(r.task, dict) else None
     trained = f"{_count(parameters.get('trainable'))}/{_count(parameters.get('total'))}"
-    return (f"{r.cell:<34} {r.status:<7} {_fmt(accuracy, '.1f'):>6} {_fmt(bayes and 100 * bayes, '.1f'):>6} "
+    return (f"{name:<34} {r.status:<7} {_fmt(accuracy, '.1f'):>6} {_fmt(bayes and 100 * bayes, '.1f'):>6} "
             f"{_fmt(s.final_heldout_loss, '.3f'):>7} {trained:>15} {_fmt(_mib(_train_memory(r)), '.2f'):>8} "
             f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {_fmt(_section(r, 'energy').get('joules'), '.1f'):>7}")
 
@@ -85,11 +90,11 @@ def _plan_text(plan: dict) -> str:
     return "-"
 
 
-def _memory_row(r: CellRecord) -> str:
+def _memory_row(r: CellRecord, name: str) -> str:
     plan = r.plan if isinstance(r.plan, dict) else {}
     memory = _section(r, "memory")
     budget, predicted = (_mib(as_number(plan.get(k))) for k in ("budget_bytes", "predicted_peak_bytes"))
-    return (f"{r.cell:<26} {r.status:<7} {_plan_text(plan):>11} {_fmt(budget, '.2f'):>8} {_fmt(predicted, '.2f'):>9} "
+    return (f"{name:<26} {r.status:<7} {_plan_text(plan):>11} {_fmt(budget, '.2f'):>8} {_fmt(predicted, '.2f'):>9} "
             f"{_fmt(_mib(as_number(memory.get('peak_bytes'))), '.2f'):>9} {_fmt(r.summary.mean_epoch_seconds, '.3f'):>8} "
             f"{_fmt(as_number(_section(r, 'energy').get('joules')), '.1f'):>7}")
 
@@ -99,9 +104,87 @@ _MEMORY_HEADER = (f"{'cell':<26} {'status':<7} {'plan':>11} {'budget':>8} {'pred
 
 # How each grid's cells read: the main study by loss, the PEFT study by held-out accuracy, the memory
 # study by peak memory against time.
-_TABLES: dict[str, tuple[str, Callable[[CellRecord], str]]] = {
+_TABLES: dict[str, tuple[str, Callable[[CellRecord, str], str]]] = {
     "loss": (_LOSS_HEADER, _loss_row), "accuracy": (_ACCURACY_HEADER, _accuracy_row),
     "memory": (_MEMORY_HEADER, _memory_row)}
+
+
+def _repeated_cells(records: Iterable[CellRecord]) -> set[str]:
+    """Cells with records of more than one seed."""
+    seeds: dict[str, set[int]] = {}
+    for r in records:
+        seeds.setdefault(r.cell, set()).add(r.seed)
+    return {cell for cell, found in seeds.items() if len(found) > 1}
+
+
+def _accuracy_percent(r: CellRecord):
+    value = as_number(r.summary.final_heldout_accuracy)
+    return None if value is None else 100 * value
+
+
+# Per focus: the columns of the over-seeds table (title, value, format) and the figure winners are named by
+# (title, value, goal); a main-study cell without a held-out split is judged by its final training loss.
+_OVER_SEEDS: dict[str, tuple[tuple[str, Callable[[CellRecord], float | None], str], ...]] = {
+    "loss": (("final loss", lambda r: as_number(r.summary.final_loss), ".4f"),
+             ("held-out loss", lambda r: as_number(r.summary.final_heldout_loss), ".4f"),
+             ("s/epoch", lambda r: as_number(r.summary.mean_epoch_seconds), ".3f"),
+             ("J", lambda r: as_number(_section(r, "energy").get("joules")), ".1f")),
+    "accuracy": (("acc %", _accuracy_percent, ".1f"),
+                 ("held-out loss", lambda r: as_number(r.summary.final_heldout_loss), ".4f"),
+                 ("s/epoch", lambda r: as_number(r.summary.mean_epoch_seconds), ".3f"),
+                 ("J", lambda r: as_number(_section(r, "energy").get("joules")), ".1f")),
+    "memory": (("peak MiB", lambda r: _mib(as_number(_section(r, "memory").get("peak_bytes"))), ".2f"),
+               ("s/epoch", lambda r: as_number(r.summary.mean_epoch_seconds), ".3f"),
+               ("J", lambda r: as_number(_section(r, "energy").get("joules")), ".1f")),
+}
+_WINNER_BY = {"loss": (("final held-out loss", lambda r: as_number(r.summary.final_heldout_loss), "min"),
+                       ("final loss", lambda r: as_number(r.summary.final_loss), "min")),
+              "accuracy": (("held-out accuracy", _accuracy_percent, "max"),),
+              "memory": (("peak memory", lambda r: as_number(_section(r, "memory").get("peak_bytes")), "min"),)}
+
+
+def _over_seeds_lines(records: list[CellRecord], focus: str) -> list[str]:
+    """Each cell's mean ± 95 % t-interval half-width over its ok seeds, then the winners per model."""
+    from gradeff.analysis.stats import interval, winners
+
+    columns = _OVER_SEEDS[focus]
+    ok: dict[str, list[CellRecord]] = {}
+    for r in records:
+        if r.status == "ok":
+            ok.setdefault(r.cell, []).append(r)
+    lines = ["over seeds: mean ± half-width of the 95 % Student-t interval, n = seeds that ended ok",
+             f"{'cell':<30} {'n':>2} " + " ".join(f"{title:>19}" for title, _, _ in columns)]
+    for cell in dict.fromkeys(r.cell for r in records):
+        runs = ok.get(cell, [])
+        texts = []
+        for _, value, spec in columns:
+            values = [v for v in (value(r) for r in runs) if v is not None]
+            if not values:
+                texts.append(f"{'n/a':>19}")
+                continue
+            found = interval(values)
+            texts.append(f"{format(found.mean, spec) + ' ± ' + format(found.half_width, spec):>19}")
+        lines.append(f"{cell:<30} {len(runs):>2} " + " ".join(texts))
+    by_model: dict[str, list[CellRecord]] = {}
+    for runs in ok.values():
+        by_model.setdefault(runs[0].model, []).extend(runs)
+    for model, runs in by_model.items():
+        for title, value, goal in _WINNER_BY[focus]:
+            samples = {cell: [v for v in (value(r) for r in runs if r.cell == cell) if v is not None]
+                       for cell in dict.fromkeys(r.cell for r in runs)}
+            found = winners(samples, goal=goal)
+            if found is None:
+                continue
+            if not found.confirmed:
+                verdict = f"{found.best} (one seed each: unconfirmed)"
+            elif found.tie:
+                verdict = f"tie between {', '.join(found.ties)} (no significant difference from {found.best})"
+            else:
+                verdict = f"{found.best} (significantly better than every other cell)"
+            lines.append(f"{model}: {'highest' if goal == 'max' else 'lowest'} {title}: {verdict}")
+            break  # the first figure the model measured
+    lines.append("winners: Welch's t-test at 5 % against the best mean; cells it cannot tell apart tie")
+    return lines
 
 
 def summary_lines(records: Iterable[CellRecord]) -> list[str]:
@@ -115,15 +198,19 @@ def summary_lines(records: Iterable[CellRecord]) -> list[str]:
     lines: list[str] = []
     grids = dict.fromkeys(r.grid for r in records)
     for grid in grids:
-        group = sorted((r for r in records if r.grid == grid), key=lambda r: r.cell)
-        header, row = _TABLES[GRIDS[grid].focus if grid in GRIDS else "loss"]
+        group = sorted((r for r in records if r.grid == grid), key=lambda r: (r.cell, r.seed))
+        focus = GRIDS[grid].focus if grid in GRIDS else "loss"
+        header, row = _TABLES[focus]
         if len(grids) > 1:
             lines.append(f"[{grid}] {GRIDS[grid].name if grid in GRIDS else grid}")
         lines.append(header)
+        repeated = _repeated_cells(group)
         for record in group:
-            lines.append(row(record))
+            lines.append(row(record, f"{record.cell}-seed{record.seed}" if record.cell in repeated else record.cell))
             if record.status not in ("ok", "skipped"):
                 lines.append(f"    {record.detail[:150]}")
+        if repeated:
+            lines += _over_seeds_lines(group, focus)
     counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
     span = max(r.finished_at for r in records) - min(r.started_at for r in records)
     lines.append(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")

@@ -29,11 +29,11 @@ def test_bad_seeds_name_the_valid_forms(text, seed, problem):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--gradeff-seeds", "0"), "*--gradeff-seeds 0: a count must be >= 1; expected a count N >= 1 (e.g. 3: seeds 0, "
-                               "1, 2) or a comma-separated list of seeds >= 0 (e.g. 0,1,2)*"),
+    (("--gradeff-seeds", "0"), ("*--gradeff-seeds 0: a count must be >= 1; expected a count N >= 1 (e.g. 3: seeds "
+                                "0, 1, 2) or a comma-separated list of seeds >= 0 (e.g. 0,1,2)*")),
     (("--gradeff-seeds", "a,b"), "*--gradeff-seeds a,b: expected a count N >= 1*"),
-    (("--gradeff-seed", "2", "--gradeff-seeds", "0,1"), "*--gradeff-seeds 0,1: a list of seeds replaces "
-                                                         "--gradeff-seed 2*"),
+    (("--gradeff-seed", "2", "--gradeff-seeds", "0,1"),
+     "*--gradeff-seeds 0,1: a list of seeds replaces --gradeff-seed 2*"),
 ])
 def test_bad_seeds_are_usage_errors(grid_pytester, args, message):
     outcome = grid_pytester.runpytest(*PLUGIN, "--collect-only", *args)
@@ -73,3 +73,37 @@ def test_two_seeds_write_two_records_and_resume_skips_both(grid_pytester):
     # A third seed is not settled by the first two.
     third = grid_pytester.runpytest_subprocess(*args, "--gradeff-seeds", "0,1,2", "--gradeff-resume")
     third.assert_outcomes(passed=1, skipped=2)
+
+
+def _runs(make_record, cell, finals, **overrides):
+    return [make_record(cell, losses=(2.0, final), seed=seed, **overrides) for seed, final in enumerate(finals)]
+
+
+def test_summary_gives_rows_per_seed_then_intervals_and_welch_winners(make_record):
+    from gradeff.summary import summary_lines
+
+    records = [*_runs(make_record, "llm-adam-standard", (1.50, 1.52)),
+               *_runs(make_record, "llm-sgd-standard", (1.90, 1.92)),
+               *_runs(make_record, "llm-adamw-standard", (1.4, 1.7))]
+    lines = summary_lines(records)
+    assert [line.split()[0] for line in lines[1:7]] == [
+        "llm-adam-standard-seed0", "llm-adam-standard-seed1", "llm-adamw-standard-seed0",
+        "llm-adamw-standard-seed1", "llm-sgd-standard-seed0", "llm-sgd-standard-seed1"]
+    start = lines.index("over seeds: mean ± half-width of the 95 % Student-t interval, n = seeds that ended ok")
+    adam = lines[start + 2].split()
+    # mean 1.51, s = 0.01414, t(0.975, 1) = 12.706: half-width 0.1271
+    assert adam[:5] == ["llm-adam-standard", "2", "1.5100", "±", "0.1271"]
+    assert "n/a" in lines[start + 2]  # no held-out split in these records
+    assert any(line == "llm: lowest final loss: tie between llm-adam-standard, llm-adamw-standard "
+                       "(no significant difference from llm-adam-standard)" for line in lines)
+    # Without adamw's spread, adam is clearly best.
+    lines = summary_lines(records[:4])
+    assert "llm: lowest final loss: llm-adam-standard (significantly better than every other cell)" in lines
+
+
+def test_summary_of_one_seed_is_unchanged(make_record):
+    from gradeff.summary import summary_lines
+
+    lines = summary_lines([make_record("llm-adam-standard"), make_record("llm-sgd-standard")])
+    assert [line.split()[0] for line in lines[1:3]] == ["llm-adam-standard", "llm-sgd-standard"]
+    assert not any(line.startswith("over seeds") for line in lines)
