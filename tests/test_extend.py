@@ -136,3 +136,66 @@ def test_registries_are_read_only_outside_registration(grid_pytester):
                 MODELS.register(MODELS["llm"], source="test", replace=True)
     """))
     grid_pytester.runpytest(*PLUGIN, "test_late.py").assert_outcomes(passed=1)
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    """A tiny LlamaForCausalLM saved with save_pretrained (vocabulary 128: the tiny text task's ids)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                         tie_word_embeddings=True, bos_token_id=2, eos_token_id=2, pad_token_id=0)
+    folder = tmp_path_factory.mktemp("models") / "Tiny-Llama"
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def test_model_path_is_a_main_study_model(grid_pytester, llama_folder):
+    """--gradeff-model-path: the folder's name is the key, every optimizer × strategy of the main study is a cell."""
+    outcome = grid_pytester.runpytest(*PLUGIN, "--collect-only", "-q", "-m", "main and decoder",
+                                      f"--gradeff-model-path={llama_folder}")
+    ids = [line.split("[")[1].rstrip("]") for line in outcome.outlines if "test_cell[tiny_llama-" in line]
+    assert ids == [f"tiny_llama-{o}-{s}" for o in ("sgd", "adam", "adamw", "adagrad", "adadelta", "cgd")
+                   for s in ("standard", "checkpoint", "accum")]
+    # KEY= names it; its key is a marker like a built-in model's.
+    outcome = grid_pytester.runpytest(*PLUGIN, "--collect-only", "-q", "-m", "mine",
+                                      f"--gradeff-model-path=mine={llama_folder}:causal_lm")
+    outcome.stdout.fnmatch_lines(["*test_cell[[]mine-sgd-standard[]]*", "18/* tests collected*"])
+    outcome = grid_pytester.runpytest(*PLUGIN, "--collect-only", "-q", "-m", "main", "--gradeff-models", "mine",
+                                      f"--gradeff-model-path=mine={llama_folder}:causal_lm")
+    outcome.stdout.fnmatch_lines(["*test_cell[[]mine-sgd-standard[]]*", "18/* tests collected*"])
+
+
+def test_model_path_cells_train_from_the_folders_weights(grid_pytester, llama_folder, tmp_path):
+    results = tmp_path / "r.jsonl"
+    outcome = grid_pytester.runpytest_subprocess(
+        *PLUGIN, "-m", "main", "-k", "tiny_llama-adam-standard or tiny_llama-cgd-checkpoint or tiny_llama-sgd-accum",
+        "--gradeff-epochs", "1", f"--gradeff-model-path={llama_folder}", f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=3)
+    records = list(read_records(results))
+    assert {r.cell for r in records} == {"tiny_llama-adam-standard", "tiny_llama-cgd-checkpoint",
+                                         "tiny_llama-sgd-accum"}
+    for record in records:
+        assert record.status == "ok" and record.grid == "main" and record.dataset == "causal_lm"
+        assert record.weights["source"] == "local" and record.weights["path"] == str(llama_folder)
+        # The folder's model, not the suite's tiny Llama (hidden 64, 2 layers).
+        assert record.parameters["total"] == sum(
+            p.numel() for p in __import__("transformers").LlamaForCausalLM.from_pretrained(llama_folder).parameters())
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("{missing}", "*--gradeff-model-path {missing}: no such folder*"),
+    ("{empty}", "*--gradeff-model-path {empty}: not a save_pretrained folder*"),
+    ("{llama}:speech", "*--gradeff-model-path {llama}:speech: unknown task 'speech'; valid tasks: causal_lm*"),
+    ("llm={llama}", "*--gradeff-model-path llm={llama}: model 'llm': duplicate model key 'llm'*"),
+])
+def test_bad_model_path_is_a_usage_error(grid_pytester, llama_folder, tmp_path, value, message):
+    (tmp_path / "empty").mkdir()
+    paths = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "llama": llama_folder}
+    outcome = grid_pytester.runpytest(*PLUGIN, "--collect-only", f"--gradeff-model-path={value.format(**paths)}")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    pattern = message.format(**paths)
+    assert any(fnmatch.fnmatch(line, pattern) for line in outcome.errlines + outcome.outlines), outcome.errlines
