@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradeff.data.dataset import Dataset
+from gradeff.data.dataset import IGNORE_INDEX, Dataset
 from gradeff.loop import move_batch, sync
 
 __all__ = ["Evaluation", "evaluate"]
@@ -23,7 +23,7 @@ class Evaluation:
 
     Attributes:
         loss: mean cross-entropy per target (the training loss's unit).
-        accuracy: top-1 accuracy (classification tasks; ``None`` otherwise).
+        accuracy: top-1 accuracy (classification; next-token top-1 on real text; ``None`` otherwise).
         samples: samples evaluated.
         seconds: wall time of the pass.
     """
@@ -36,18 +36,20 @@ class Evaluation:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, data: Dataset, *, batch_size: int, device: torch.device,
-             accuracy: bool) -> Evaluation:
+             accuracy: bool | str) -> Evaluation:
     """Evaluate ``model`` on every sample of ``data``.
 
     Args:
         batch_size: samples per forward pass.
-        accuracy: also count top-1 hits (``logits.argmax(-1) == labels``; the task is classification).
+        accuracy: also count top-1 hits: ``True`` for classification (``logits.argmax(-1) == labels``),
+            ``"token"`` for a causal language model (the prediction at each position against the next
+            token, over the positions that carry loss).
     """
     was_training = model.training
     model.eval()
     sync(device)
     start = time.perf_counter()
-    loss_sum, correct, targets = 0.0, 0, 0
+    loss_sum, correct, targets, scored_total = 0.0, 0, 0, 0
     try:
         for indices in torch.arange(len(data)).split(batch_size):
             batch = move_batch(data.batch(indices), device)
@@ -56,10 +58,16 @@ def evaluate(model: torch.nn.Module, data: Dataset, *, batch_size: int, device: 
             # transformers losses are means over the batch's targets: weight them back to sums.
             loss_sum += float(output.loss) * count
             targets += count
-            if accuracy:
+            if accuracy == "token":
+                predicted, following = output.logits[:, :-1].argmax(dim=-1), batch["labels"][:, 1:]
+                scored = following != IGNORE_INDEX
+                correct += int(((predicted == following) & scored).sum())
+                scored_total += int(scored.sum())
+            elif accuracy:
                 correct += int((output.logits.argmax(dim=-1) == batch["labels"]).sum())
     finally:
         model.train(was_training)
     sync(device)
-    return Evaluation(loss=loss_sum / targets, accuracy=correct / len(data) if accuracy else None,
+    hits_of = scored_total if accuracy == "token" else len(data)
+    return Evaluation(loss=loss_sum / targets, accuracy=correct / max(hits_of, 1) if accuracy else None,
                       samples=len(data), seconds=time.perf_counter() - start)

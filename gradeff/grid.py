@@ -111,6 +111,11 @@ GRIDS: Registry[GridSpec] = Registry(
                                                                    for kind in ("budget", "compile_budget")
                                                                    for percent in (80, 60, 40, 20))),
                  id_axes=("model", "strategy"), focus="memory"),
+        # Real data every machine has (scikit-learn's digits, Python's help text) through the same datasets path as
+        # a local CIFAR-100 or MM-IMDb copy (--gradeff-data): adaptive against plain gradient descent.
+        GridSpec(key="real", name="Real data (digits, Python help text)", models=("vit", "llm"),
+                 optimizers=("adamw", "sgd"), strategies=("standard",), datasets=("digits", "pydoc"),
+                 id_axes=("model", "optimizer", "dataset")),
     ),
 )
 

@@ -129,6 +129,13 @@ DATASET_HPARAMS: dict[tuple[str, str], dict] = {
     ("dtd", "small"): dict(num_classes=47),
     # DTD: 47 textures, 1,880 images per split (training: 1,792 = 7 steps of 64 × 4).
     ("dtd", "paper"): dict(num_classes=47, train_samples=1_792, heldout_samples=1_880),
+    # The real data every machine has: enough steps at tiny for a random-initialised model to learn something
+    # (vit on 512 digits, ~1 s; llm on 256 windows of help text), all the data at the larger profiles.
+    ("digits", "tiny"): dict(num_classes=10, train_samples=512, heldout_samples=256),
+    ("digits", "small"): dict(num_classes=10, train_samples=1_408, heldout_samples=360),
+    ("digits", "paper"): dict(num_classes=10, train_samples=1_280, heldout_samples=360),
+    ("pydoc", "tiny"): dict(train_samples=256, heldout_samples=64),
+    ("pydoc", "small"): dict(train_samples=1_024, heldout_samples=256),
 }
 
 

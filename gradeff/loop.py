@@ -33,7 +33,11 @@ class Diverged(RuntimeError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpochStats:
-    """What one epoch did. ``loss`` is the mean cross-entropy per target (token or image)."""
+    """What one epoch did. ``loss`` is the mean cross-entropy per target (token or image).
+
+    ``data_seconds`` is the part of ``seconds`` spent waiting for data (gathering each micro-batch and
+    moving it to the device); the rest is compute.
+    """
 
     epoch: int
     loss: float
@@ -42,6 +46,7 @@ class EpochStats:
     closure_calls: int
     samples: int
     targets: int
+    data_seconds: float = 0.0
 
 
 @dataclass(kw_only=True)
@@ -67,6 +72,8 @@ class TrainState:
     epoch: int = 0
     global_step: int = 0
     history: list[EpochStats] = field(default_factory=list)
+    # Seconds spent getting micro-batches (gather + move to the device) since the epoch began.
+    data_seconds: float = 0.0
 
     def step_groups(self, epoch: int) -> list[list[torch.Tensor]]:
         """This epoch's sample indices: micro-batches, grouped by optimizer step."""
@@ -107,7 +114,9 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float,
         for idx, count in zip(group, counts):
             # Micro-batches are gathered and moved one at a time: under accumulation only one
             # micro-batch's inputs and activations are alive at once, as with the standard batch.
+            waited = time.perf_counter()
             batch = move_batch(data.batch(idx), state.device)
+            state.data_seconds += time.perf_counter() - waited
             # transformers losses are means over a micro-batch's targets; weighting each by its
             # share of the step's targets makes the accumulated gradient the gradient of the
             # mean over all k·b samples' targets, exactly as one large batch would give.
@@ -137,6 +146,7 @@ def train_epoch(state: TrainState) -> EpochStats:
     samples_seen = 0
     steps = 0
     sync(state.device)
+    state.data_seconds = 0.0
     start = time.perf_counter()
     for group in state.step_groups(epoch):
         value, closure_calls_of_step, total = optimizer_step(state, group)
@@ -152,7 +162,7 @@ def train_epoch(state: TrainState) -> EpochStats:
     sync(state.device)
     stats = EpochStats(epoch=epoch, loss=loss_sum / targets_seen, seconds=time.perf_counter() - start,
                        optimizer_steps=steps, closure_calls=closure_calls, samples=samples_seen,
-                       targets=targets_seen)
+                       targets=targets_seen, data_seconds=state.data_seconds)
     state.history.append(stats)
     state.epoch += 1
     return stats

@@ -138,6 +138,16 @@ def add_options(parser: pytest.Parser) -> None:
                          "start per cell); without it RSS is the long-lived pytest process's and names no winner")
     group.addoption("--gradeff-allow-hub", action="store_true",
                     help="allow Hugging Face hub access (off by default: runs never download anything)")
+    group.addoption("--gradeff-data", action="append", default=[], metavar="KEY=PATH",
+                    help="train the KEY task on a local dataset read with Hugging Face datasets (repeatable): a "
+                         "save_to_disk folder, an imagefolder, a folder of or one parquet/csv/json/txt file; keys: "
+                         "cifar100, dtd (replace the synthetic stand-ins), images, text, mmimdb")
+    group.addoption("--gradeff-data-columns", action="append", default=[], metavar="[KEY:]ROLE=COLUMN,...",
+                    help="the columns holding each role (image, label, text) where they are not the key's usual "
+                         "ones, e.g. cifar100:label=coarse_label (repeatable; without KEY: every source)")
+    group.addoption("--gradeff-tokenizer", default=None, metavar="DIR",
+                    help="a local tokenizer folder (AutoTokenizer, local files only) for real text; without it a "
+                         "byte-level BPE is trained on the training split and cached")
     group.addoption("--gradeff-baseline", default=None, metavar="PATH",
                     help="compare this session's cells with a baseline results file after the summary and fail "
                          "the session on a regression (see `gradeff compare`)")
@@ -180,6 +190,7 @@ class Settings:
     tune: str | None = None
     tune_points: int = 5
     isolate: bool = False
+    data: tuple = ()
     session: str = ""
     seeds: tuple[int, ...] = ()
     settled: dict[tuple[str, int], str] = field(default_factory=dict)
@@ -348,6 +359,49 @@ def _seeds(config: pytest.Config) -> tuple[int, ...]:
         raise _usage("--gradeff-seeds", text, str(exc)) from None
 
 
+def _data_sources(config: pytest.Config) -> tuple:
+    """``--gradeff-data`` sources, each opened and checked (path, format, splits, columns) before any cell."""
+    given, columns = config.getoption("gradeff_data"), config.getoption("gradeff_data_columns")
+    tokenizer = config.getoption("gradeff_tokenizer")
+    selected = _selection(config).get("dataset", set())
+    if not (given or columns or tokenizer or selected):
+        return ()
+    from gradeff.data import real
+
+    try:
+        paths = real.parse_sources(given)
+        overrides = real.parse_columns(columns)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gradeff-data: {exc}") from None
+    needing = sorted(key for key in selected if key in real.KNOWN and key not in real.BUILTIN
+                     and key not in real.SYNTHETIC_TOO and key not in paths)
+    if needing:
+        raise pytest.UsageError(f"--gradeff-datasets {','.join(needing)}: real data only; give "
+                                f"{' '.join(f'--gradeff-data {key}=PATH' for key in needing)}")
+    stray = sorted(key for key in overrides if key is not None and key not in paths and key not in real.BUILTIN)
+    if stray:
+        raise pytest.UsageError(f"--gradeff-data-columns: no --gradeff-data source for {', '.join(stray)}; "
+                                f"sources: {', '.join(paths) or '(none)'}")
+    if tokenizer is not None and not Path(tokenizer).is_dir():
+        raise _usage("--gradeff-tokenizer", tokenizer, "no such folder")
+    from gradeff.pretrain import cache_root
+
+    root = cache_root(config.getoption("gradeff_cache"))
+    builtin = {key: "" for key in real.BUILTIN if key in overrides or tokenizer is not None}
+    sources = []
+    for key, path in (paths | builtin).items():
+        text = real.KNOWN[key].kind != "image_classification"
+        source = real.DataSource(key=key, path=path, tokenizer=tokenizer if text else None,
+                                 columns=tuple(sorted((overrides.get(None, {}) | overrides.get(key, {})).items())),
+                                 allow_hub=config.getoption("gradeff_allow_hub"))
+        try:
+            real.validate_source(source, root)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--gradeff-data {key}={path or '(built in)'}: {exc}") from None
+        sources.append(source)
+    return tuple(sources)
+
+
 def read_settings(config: pytest.Config) -> Settings:
     """Every gradeff option, validated (a ``pytest.UsageError`` names the first bad one)."""
     device = config.getoption("gradeff_device")
@@ -369,4 +423,5 @@ def read_settings(config: pytest.Config) -> Settings:
         compare_args=_compare_args(config.getoption("gradeff_compare_args"), baseline),
         resume=config.getoption("gradeff_resume"), tune=config.getoption("gradeff_tune"),
         tune_points=config.getoption("gradeff_tune_points"), isolate=config.getoption("gradeff_isolate"),
+        data=_data_sources(config),
     )

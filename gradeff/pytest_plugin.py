@@ -251,7 +251,7 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
                        meters=MeterSettings(hz=settings.sample_hz, grid_gco2_per_kwh=settings.grid_intensity),
                        memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
                        weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
-                       tune_points=settings.tune_points, isolate=settings.isolate)
+                       tune_points=settings.tune_points, isolate=settings.isolate, data=settings.data)
 
     def timer(epoch_fn, rounds, after_epoch):
         if benchmark.disabled:

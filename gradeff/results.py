@@ -59,6 +59,8 @@ class EpochRecord:
 
     ``heldout_loss`` / ``heldout_accuracy`` are measured on the task's held-out split after the
     epoch, outside its timing (``None`` without a held-out split; accuracy only for classification).
+    ``data_seconds`` is the part of ``seconds`` spent waiting for data, the rest being compute (``None`` in
+    records written before it was measured).
     """
 
     epoch: int
@@ -72,6 +74,7 @@ class EpochRecord:
     heldout_loss: float | None = None
     heldout_accuracy: float | None = None
     eval_seconds: float | None = None
+    data_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -62,6 +62,7 @@ class RunConfig:
         lr: a learning rate that replaces the profile's (what a tuning trial sets).
         isolate: train each cell in a fresh process of its own, so its RSS peak is its own.
         process: ``isolated`` in such a process, ``shared`` otherwise (recorded with the environment).
+        data: local real datasets (``--gradeff-data KEY=PATH``) that replace or fill the tasks they name.
     """
 
     profile: str = "tiny"
@@ -79,6 +80,7 @@ class RunConfig:
     lr: float | None = None
     isolate: bool = False
     process: str = "shared"
+    data: tuple = ()
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -98,6 +100,43 @@ _EVAL_BATCHES = 4
 def _dataset(task: str, hp: HParams, seed: int) -> Dataset:
     # Cells of one model share their data; building it once per session keeps it out of every cell.
     return make_dataset(task, hp, seed)
+
+
+@lru_cache(maxsize=8)
+def _real_dataset(source, **settings) -> Dataset:
+    from gradeff.data.real import load_real
+
+    return load_real(source, **settings)
+
+
+def _cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HParams]:
+    """The cell's data, and its hyper-parameters with the sizes real data sets.
+
+    Real data has the rows it has: a cell trains on at most the profile's training samples, in whole steps of
+    ``batch_size × accum_steps`` (so every strategy sees the same samples), and the head has the data's classes.
+    """
+    from gradeff.data.real import BPE_VOCAB, source_for
+
+    source = source_for(cell.dataset, config.data)
+    if source is None:
+        return _dataset(cell.dataset, hp, config.seed), hp
+    from gradeff.pretrain import cache_root
+
+    # The caps come from the profile alone, so every cell of a session asks for (and caches) the same tensors.
+    caps = hparams_for(cell.model, config.profile, dataset=cell.dataset)
+    data = _real_dataset(source, kind=TASKS[cell.dataset].kind, image_size=hp.image_size, seq_len=hp.seq_len,
+                         caption_len=hp.caption_len, vocab_size=BPE_VOCAB[config.profile],
+                         train_cap=caps.train_samples, heldout_cap=caps.heldout_samples,
+                         cache_root=cache_root(config.cache_dir), task=cell.dataset)
+    step = hp.batch_size * hp.accum_steps
+    usable = len(data) // step * step
+    if usable == 0:
+        raise ValueError(f"{cell.dataset}: {len(data)} training samples make no whole step of "
+                         f"{hp.batch_size} × {hp.accum_steps}")
+    if usable < len(data):
+        data = data.head(usable)
+    return data, replace(hp, train_samples=usable, heldout_samples=len(data.heldout),
+                         num_classes=data.info.get("num_classes", hp.num_classes))
 
 
 def _loop_timer(epoch_fn: Callable[[], object], rounds: int, after_epoch: Callable[[], object]) -> None:
@@ -121,13 +160,14 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     The strategy's own preparation of the model (:func:`gradeff.strategies.prepare.prepare`) follows.
     """
     model_spec = MODELS[cell.model]
-    dataset = _dataset(cell.dataset, hp, config.seed)
+    dataset, hp = _cell_data(cell, config, hp)
     method_hp = method_hp or method_hparams_for(cell.method, cell.model, config.profile)
     # Same seed before building: every optimizer, strategy and method of a model starts from the same
     # weights (and the same fresh head when a pretrained backbone meets a new dataset).
     torch.manual_seed(config.seed)
     weights_dir = weights.path if weights is not None else None
-    model = build_model(cell.model, config.profile, num_labels=hp.num_classes, weights_dir=weights_dir).to(device)
+    model = build_model(cell.model, config.profile, num_labels=hp.num_classes, weights_dir=weights_dir,
+                        vocab_size=dataset.info.get("vocab_size")).to(device)
     k = micro_batches_per_step(cell.strategy, hp.accum_steps)
     steps = len(dataset) // (hp.batch_size * k) * hp.epochs
     adapted = apply_method(cell.method, model, method_hp, total_steps=steps, head=model_spec.head)
@@ -300,6 +340,7 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer)
         if reason is not None:
             status, detail = "skipped", reason
         else:
+            hp = _cell_data(cell, config, hp)[1]
             _train(cell, config, hp, method_hp, device, metering, timer, progress)
     except Diverged as exc:
         status, detail, failed_step = "diverged", str(exc), exc.step
@@ -361,16 +402,18 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
     state = progress.state = prepare_state(cell, config, hp, device, weights=progress.weights, method_hp=method_hp)
     heldout = state.dataset.heldout
     classification = TASKS[cell.dataset].kind == "image_classification"
+    # Real text is scored by next-token top-1 too; synthetic text by its loss against the floor alone.
+    scored = "token" if TASKS[cell.dataset].kind == "causal_lm" and state.dataset.info.get("real") else classification
 
     def evaluate_heldout():
         if heldout is not None:
             progress.evaluations.append(evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size,
-                                                 device=device, accuracy=classification))
+                                                 device=device, accuracy=scored))
 
     if heldout is not None:
         # The model before any training: where time to target starts from (and a zero-shot cell's result).
         progress.initial = evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size, device=device,
-                                    accuracy=classification)
+                                    accuracy=scored)
     if METHODS[cell.method].trains:
         _train_epochs(cell, config, hp, device, metering, timer, progress, evaluate_heldout)
     if heldout is not None and classification:

@@ -103,6 +103,21 @@ TASKS: Registry[TaskSpec] = Registry(
                  description="47 classes of fine, texture-like noisy templates, with a held-out split",
                  builder=f"{_IMAGES}:image_classification", fields=_CLASSIFICATION_FIELDS,
                  kind="image_classification", options={"template_grid": 8, "snr": 32.0, "salt": "dtd", "task": "dtd"}),
+        # Real data (gradeff.data.real), read with Hugging Face datasets from local files. digits and pydoc are
+        # on every machine (scikit-learn's digits, Python's own help topics); the others need
+        # --gradeff-data KEY=PATH, as do cifar100 and dtd to replace their synthetic stand-ins.
+        *(TaskSpec(key=key, name=name, description=description, builder="gradeff.data.real:build_task",
+                   fields=(), kind=kind, options={"key": key})
+          for key, name, kind, description in (
+              ("digits", "Digits (real, 8×8 handwritten)", "image_classification",
+               "scikit-learn's 1,797 handwritten digits, 10 classes; 20 % held out"),
+              ("pydoc", "Python help topics (real text)", "causal_lm",
+               "next token of the English help text that ships with Python (pydoc_data), BPE-tokenised"),
+              ("images", "Local images (real)", "image_classification", "--gradeff-data images=PATH"),
+              ("text", "Local text (real)", "causal_lm", "--gradeff-data text=PATH"),
+              ("mmimdb", "MM-IMDb (real, poster → plot)", "image_captioning",
+               "--gradeff-data mmimdb=PATH: a poster captioned with its plot"),
+          )),
     ),
 )
 

@@ -29,6 +29,9 @@ class Dataset:
         info: task parameters worth recording (vocabulary, classes, lengths).
         heldout: a split of the same task that is never trained on (evaluated after each epoch),
             with its own exact floor; ``None`` when the task has none.
+        decode: tensor name → ``(scale, offset)`` applied to a batch of it as ``x.float() * scale + offset``:
+            real images are kept as ``uint8`` (a quarter of the memory and of the cache file) and
+            normalised only for the batch a step reads.
     """
 
     task: str
@@ -38,6 +41,7 @@ class Dataset:
     floor_note: str
     info: dict = field(default_factory=dict)
     heldout: Dataset | None = None
+    decode: dict = field(default_factory=dict)
 
     def __post_init__(self):
         sizes = {name: t.shape[0] for name, t in self.tensors.items()} | {"targets": self.targets.shape[0]}
@@ -55,7 +59,15 @@ class Dataset:
 
     def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         """The model inputs of the samples at ``indices``."""
-        return {name: t[indices] for name, t in self.tensors.items()}
+        batch = {name: t[indices] for name, t in self.tensors.items()}
+        for name, (scale, offset) in self.decode.items():
+            batch[name] = batch[name].float() * scale + offset
+        return batch
+
+    def head(self, count: int) -> Dataset:
+        """The first ``count`` samples (the held-out split stays whole)."""
+        return replace(self, tensors={name: t[:count] for name, t in self.tensors.items()},
+                       targets=self.targets[:count])
 
 
 def epoch_order(num_samples: int, seed: int, epoch: int) -> torch.Tensor:

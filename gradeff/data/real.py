@@ -1,0 +1,586 @@
+"""Real data: local datasets read with Hugging Face ``datasets``, prepared once into the suite's tensors.
+
+A source is a task key and a path (``--gradeff-data cifar100=PATH``). The path is whatever
+``datasets`` reads without a network: a folder written by ``save_to_disk``, a folder of data files
+(class sub-folders of images, parquet/CSV/JSON/text files named by split), or one such file. Which
+columns hold the image, label or text comes from the key (CIFAR-100's ``img``/``fine_label``) and
+can be overridden per source. Images are resized to the model's size with torch ops and stored as
+``uint8`` (decoded to ``[-1, 1]`` per batch); text is tokenised with a local ``AutoTokenizer`` folder
+or, without one, a byte-level BPE trained on the training split. The prepared tensors are cached on
+disk under a key of the source's files and every setting, and memory-mapped when read back, so
+cells after the first (in this process or any other) do not prepare them again.
+
+The held-out split is the dataset's own ``test`` (or ``validation``) split when it has one, else a
+fixed seeded share of the training rows (the same for every cell and every ``--gradeff-seed``). A
+real task has no known loss floor: ``None``.
+
+Nothing here reaches a hub unless the source allows it (``--gradeff-allow-hub``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+__all__ = [
+    "BUILTIN", "KNOWN", "DataSource", "KnownData", "ROLES", "SUPPORTED_FORMATS", "builtin_path", "load_real",
+    "SYNTHETIC_TOO", "open_splits", "parse_columns", "parse_sources", "source_for", "validate_source",
+]
+
+# Bump when the prepared tensors change meaning: old cache entries are then never read.
+_PREP_VERSION = 1
+# The share of the training rows held out when a dataset has no test split of its own, and the seed that
+# draws it: fixed, so every cell and every --gradeff-seed is scored on the same rows.
+HELDOUT_FRACTION = 0.2
+_SPLIT_SEED = 1234
+# Split names read as the held-out split, in order of preference.
+_HELDOUT_SPLITS = ("test", "validation", "valid", "val")
+# Byte-level BPE vocabulary trained when no tokenizer folder is given, per profile: big enough to hold
+# the 256 bytes and common words, small enough for the profile's embedding.
+BPE_VOCAB = MappingProxyType({"tiny": 512, "small": 4096, "paper": 32000})
+_SPECIAL = ("<pad>", "<bos>", "<eos>")
+
+# What each kind of task reads from a row.
+ROLES = MappingProxyType({
+    "image_classification": ("image", "label"),
+    "causal_lm": ("text",),
+    "image_captioning": ("image", "text"),
+})
+
+_FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json", ".txt": "text"}
+SUPPORTED_FORMATS = (
+    "a folder written by save_to_disk",
+    "an imagefolder (one sub-folder of images per class, optionally under train/ and test/)",
+    "a folder of parquet, csv, json/jsonl or txt files (split by file name: train*, test*, validation*)",
+    "one .parquet, .csv, .json, .jsonl or .txt file",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KnownData:
+    """A dataset the suite knows: its kind and where its columns usually are.
+
+    Attributes:
+        columns: role → the column names tried in order (the first present is used).
+        builtin: for data every machine has, the function that writes it (``None``: the user gives a path).
+    """
+
+    key: str
+    name: str
+    kind: str
+    columns: MappingProxyType
+    builtin: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "columns", MappingProxyType(dict(self.columns)))
+
+
+_IMAGE_LABEL = {"image": ("image", "img", "pixel_values"), "label": ("label", "labels", "fine_label")}
+KNOWN: MappingProxyType = MappingProxyType({spec.key: spec for spec in (
+    # uoft-cs/cifar100 on the hub names its columns img / fine_label (coarse_label is the 20 super-classes).
+    KnownData(key="cifar100", name="CIFAR-100", kind="image_classification",
+              columns={"image": ("img", "image"), "label": ("fine_label", "label")}),
+    KnownData(key="dtd", name="DTD (Describable Textures)", kind="image_classification", columns=_IMAGE_LABEL),
+    # The main paper's VLM task: the poster captioned with its plot.
+    KnownData(key="mmimdb", name="MM-IMDb (poster → plot)", kind="image_captioning",
+              columns={"image": ("image", "poster", "img"), "text": ("plot", "text", "caption")}),
+    KnownData(key="images", name="Local images", kind="image_classification", columns=_IMAGE_LABEL),
+    KnownData(key="text", name="Local text", kind="causal_lm", columns={"text": ("text", "content")}),
+    KnownData(key="digits", name="Digits (scikit-learn, real)", kind="image_classification",
+              columns={"image": ("image",), "label": ("label",)}, builtin="_write_digits"),
+    KnownData(key="pydoc", name="Python docs topics (real English text)", kind="causal_lm",
+              columns={"text": ("text",)}, builtin="_write_pydoc"),
+)})
+BUILTIN = tuple(key for key, spec in KNOWN.items() if spec.builtin)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataSource:
+    """Where one task's real data is, and how to read it.
+
+    Attributes:
+        key: the task key it replaces or fills (``cifar100``, ``images``, ``text`` ...).
+        path: the local dataset (see :data:`SUPPORTED_FORMATS`).
+        columns: ``(role, column)`` overrides of the key's usual columns.
+        tokenizer: a local folder ``AutoTokenizer`` reads (``None``: a BPE trained on the training split).
+        allow_hub: let ``datasets`` and ``transformers`` reach the hub (off: no network call is made).
+    """
+
+    key: str
+    path: str
+    columns: tuple[tuple[str, str], ...] = ()
+    tokenizer: str | None = None
+    allow_hub: bool = False
+
+    @property
+    def spec(self) -> KnownData:
+        return KNOWN[self.key]
+
+
+def parse_sources(items: Iterable[str]) -> dict[str, str]:
+    """``KEY=PATH`` items → {key: path}; a bad item raises ``ValueError`` naming it and the valid keys."""
+    sources: dict[str, str] = {}
+    for item in items:
+        key, sep, path = item.partition("=")
+        key = key.strip()
+        if not sep or not path.strip():
+            raise ValueError(f"{item!r}: expected KEY=PATH (keys: {', '.join(k for k in KNOWN if k not in BUILTIN)})")
+        if key not in KNOWN or key in BUILTIN:
+            raise ValueError(f"unknown data key {key!r}; valid keys: {', '.join(k for k in KNOWN if k not in BUILTIN)}")
+        if key in sources:
+            raise ValueError(f"{key} is given twice")
+        sources[key] = path.strip()
+    return sources
+
+
+def parse_columns(items: Iterable[str]) -> dict[str | None, dict[str, str]]:
+    """``[KEY:]ROLE=COLUMN,...`` items → {key or None (every source): {role: column}}."""
+    roles = sorted({role for kind_roles in ROLES.values() for role in kind_roles})
+    parsed: dict[str | None, dict[str, str]] = {}
+    for item in items:
+        key, colon, rest = item.partition(":")
+        if not colon:
+            key, rest = None, item
+        elif key not in KNOWN:
+            raise ValueError(f"{item!r}: unknown data key {key!r}; valid keys: {', '.join(KNOWN)}")
+        for pair in rest.split(","):
+            role, sep, column = (part.strip() for part in pair.partition("="))
+            if not sep or not column or role not in roles:
+                raise ValueError(f"{pair.strip()!r}: expected ROLE=COLUMN with a role among {', '.join(roles)}")
+            parsed.setdefault(key, {})[role] = column
+    return parsed
+
+
+def source_for(task: str, given: Iterable[DataSource]) -> DataSource | None:
+    """The real data a task trains on: a given source, else the built-in data, else ``None`` (synthetic).
+
+    Raises:
+        ValueError: a task that only exists as real data (``images``, ``text``, ``mmimdb``) without a path.
+    """
+    for source in given:
+        if source.key == task:
+            return source
+    if task in BUILTIN:
+        return DataSource(key=task, path="")
+    if task in KNOWN and task not in SYNTHETIC_TOO:
+        raise ValueError(f"the {task!r} task needs a local copy: --gradeff-data {task}=PATH")
+    return None
+
+
+# Keys that are also synthetic tasks, used when no path is given.
+SYNTHETIC_TOO = ("cifar100", "dtd")
+
+
+def _hub_guard(allow_hub: bool) -> None:
+    """Keep ``datasets`` off the network unless the hub is allowed (read at import and at call time)."""
+    import datasets
+
+    # A cell's output is its record; per-split progress bars would interleave with pytest's.
+    datasets.disable_progress_bars()
+    if allow_hub:
+        return
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ[variable] = "1"
+    import datasets.config
+
+    datasets.config.HF_HUB_OFFLINE = True
+    if hasattr(datasets.config, "HF_DATASETS_OFFLINE"):
+        datasets.config.HF_DATASETS_OFFLINE = True
+
+
+def builtin_path(key: str, cache_root: Path) -> Path:
+    """The built-in dataset on disk, written on first use (a file ``datasets`` reads like any other)."""
+    folder = cache_root / "data" / "builtin"
+    folder.mkdir(parents=True, exist_ok=True)
+    return globals()[KNOWN[key].builtin](folder)
+
+
+def _atomic_write(path: Path, write) -> Path:
+    if path.exists():
+        return path
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write(tmp)
+    # Concurrent workers may both write; the rename makes whichever lands last the (identical) file.
+    os.replace(tmp, path)
+    return path
+
+
+def _write_digits(folder: Path) -> Path:
+    """scikit-learn's 1,797 8×8 handwritten digits (0–16 levels) as a parquet file of PNG images + labels."""
+
+    def write(tmp: Path) -> None:
+        import datasets
+        import numpy as np
+        from PIL import Image
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        images = [Image.fromarray((image * 255 / 16).round().astype(np.uint8), mode="L") for image in digits.images]
+        features = datasets.Features({"image": datasets.Image(),
+                                      "label": datasets.ClassLabel(names=[str(d) for d in range(10)])})
+        datasets.Dataset.from_dict({"image": images, "label": digits.target.tolist()},
+                                   features=features).to_parquet(str(tmp))
+
+    return _atomic_write(folder / "digits.parquet", write)
+
+
+def _write_pydoc(folder: Path) -> Path:
+    """The English help topics that ship with Python (``pydoc_data.topics``), one JSON line per topic."""
+
+    def write(tmp: Path) -> None:
+        from pydoc_data.topics import topics
+
+        with tmp.open("w", encoding="utf-8") as out:
+            for name in sorted(topics):
+                out.write(json.dumps({"topic": name, "text": topics[name]}) + "\n")
+
+    return _atomic_write(folder / "pydoc_topics.jsonl", write)
+
+
+def _resolve_path(source: DataSource, cache_root: Path) -> Path:
+    return builtin_path(source.key, cache_root) if source.key in BUILTIN else Path(source.path).expanduser()
+
+
+def _open(path: Path, key: str):
+    """The ``DatasetDict`` at ``path``, and the format it was read as."""
+    import datasets
+
+    label = f"{key}={path}"
+    if not path.exists():
+        raise ValueError(f"{label}: no such file or folder")
+    if path.is_dir():
+        if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+            try:
+                loaded, fmt = datasets.load_from_disk(str(path)), "save_to_disk"
+            except IndexError:
+                # What datasets raises when a saved split has no rows.
+                raise ValueError(f"{label}: a split saved in it is empty") from None
+        else:
+            try:
+                loaded = datasets.load_dataset(str(path))
+            except (datasets.exceptions.DataFilesNotFoundError, FileNotFoundError, ValueError) as exc:
+                empty = re.search(r'Instruction "(\w+)" corresponds to no data', str(exc))
+                if empty:
+                    raise ValueError(f"{label}: the {empty.group(1)!r} split is empty") from None
+                raise ValueError(f"{label}: no data files datasets can read ({str(exc).splitlines()[0]}); "
+                                 f"supported formats: {'; '.join(SUPPORTED_FORMATS)}") from None
+            fmt = "folder"
+    else:
+        builder = _FILE_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise ValueError(f"{label}: unsupported format {path.suffix or '(no extension)'!r}; "
+                             f"supported formats: {'; '.join(SUPPORTED_FORMATS)}")
+        loaded, fmt = datasets.load_dataset(builder, data_files=str(path)), builder
+    if isinstance(loaded, datasets.Dataset):
+        loaded = datasets.DatasetDict({"train": loaded})
+    return loaded, fmt
+
+
+def open_splits(source: DataSource, cache_root: Path):
+    """The training and held-out splits of a source, the format, and how the held-out split was chosen.
+
+    Raises:
+        ValueError: no such path, an unsupported format, no training split, or an empty split.
+    """
+    _hub_guard(source.allow_hub)
+    path = _resolve_path(source, cache_root)
+    loaded, fmt = _open(path, source.key)
+    label = f"{source.key}={path}"
+    if "train" not in loaded:
+        raise ValueError(f"{label}: no 'train' split; splits: {', '.join(loaded) or '(none)'}")
+    train = loaded["train"]
+    if len(train) == 0:
+        raise ValueError(f"{label}: the 'train' split is empty")
+    own = next((name for name in _HELDOUT_SPLITS if name in loaded), None)
+    if own is not None:
+        heldout, note = loaded[own], f"the dataset's own {own!r} split"
+        if len(heldout) == 0:
+            raise ValueError(f"{label}: the {own!r} split is empty")
+    else:
+        if len(train) < 2:
+            raise ValueError(f"{label}: the 'train' split has {len(train)} row; a held-out split needs at least 2")
+        parts = train.train_test_split(test_size=HELDOUT_FRACTION, seed=_SPLIT_SEED)
+        train, heldout = parts["train"], parts["test"]
+        note = f"{HELDOUT_FRACTION:.0%} of 'train' held out (seed {_SPLIT_SEED}): the dataset has no test split"
+    return train, heldout, fmt, note
+
+
+def _columns(source: DataSource, column_names: list[str]) -> dict[str, str]:
+    """Role → column for the source's kind; a missing one raises naming the role and the columns there are."""
+    spec = source.spec
+    given = dict(source.columns)
+    chosen = {}
+    for role in ROLES[spec.kind]:
+        if role in given:
+            if given[role] not in column_names:
+                raise ValueError(f"{source.key}: column {given[role]!r} (given for {role}) is not in the dataset; "
+                                 f"columns: {', '.join(column_names)}")
+            chosen[role] = given[role]
+            continue
+        found = next((c for c in spec.columns[role] if c in column_names), None)
+        if found is None:
+            raise ValueError(f"{source.key}: no {role} column (tried {', '.join(spec.columns[role])}); columns: "
+                             f"{', '.join(column_names)}; name it with --gradeff-data-columns {source.key}:{role}=COLUMN")
+        chosen[role] = found
+    return chosen
+
+
+def validate_source(source: DataSource, cache_root: Path) -> dict:
+    """Open a source and check its splits and columns, as a cell would; returns what was found."""
+    train, heldout, fmt, note = open_splits(source, cache_root)
+    columns = _columns(source, list(train.column_names))
+    missing = [c for c in columns.values() if c not in heldout.column_names]
+    if missing:
+        raise ValueError(f"{source.key}: the held-out split lacks column(s) {', '.join(missing)}")
+    return {"format": fmt, "columns": columns, "train_rows": len(train), "heldout_rows": len(heldout), "heldout": note}
+
+
+# ---------------------------------------------------------------------------------------------- preparation
+
+
+def _fingerprint(path: Path) -> list:
+    """What identifies the files' contents cheaply: every file's relative path, size and modification time."""
+    if path.is_file():
+        stat = path.stat()
+        return [[path.name, stat.st_size, stat.st_mtime_ns]]
+    entries = []
+    for root, _, files in sorted(os.walk(path)):
+        for name in sorted(files):
+            stat = (Path(root) / name).stat()
+            entries.append([os.path.relpath(Path(root) / name, path), stat.st_size, stat.st_mtime_ns])
+    return entries
+
+
+def _cache_key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _to_uint8_images(images, size: int):
+    """Images (PIL, arrays) → ``(N, 3, size, size)`` uint8, resized with antialiased bilinear interpolation."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    out = torch.empty((len(images), 3, size, size), dtype=torch.uint8)
+    for i, image in enumerate(images):
+        if hasattr(image, "convert"):
+            array = np.asarray(image.convert("RGB"))
+        else:
+            array = np.asarray(image)
+            if array.ndim == 2:
+                array = np.repeat(array[..., None], 3, axis=2)
+            elif array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3):
+                array = array.transpose(1, 2, 0)
+            if array.shape[2] == 1:
+                array = np.repeat(array, 3, axis=2)
+        pixels = torch.tensor(array).permute(2, 0, 1).float()[None]
+        if pixels.shape[-2:] != (size, size):
+            pixels = F.interpolate(pixels, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        out[i] = pixels[0].round().clamp(0, 255).to(torch.uint8)
+    return out
+
+
+def _label_ids(train, heldout, column: str):
+    """Integer labels of both splits and the class names (a ClassLabel's, else the sorted distinct values)."""
+    import datasets
+    import torch
+
+    feature = train.features[column]
+    if isinstance(feature, datasets.ClassLabel):
+        names = list(feature.names)
+        return torch.tensor(train[column]), torch.tensor(heldout[column]), names
+    values = list(train[column]) + list(heldout[column])
+    if any(isinstance(v, (list, tuple, dict)) or v is None for v in values):
+        raise ValueError(f"label column {column!r} holds {type(next(v for v in values if not isinstance(v, (int, str)))).__name__}"
+                         f" values; single-label classification needs one int or string per row")
+    names = sorted(set(values), key=lambda v: (isinstance(v, str), v))
+    if all(isinstance(v, int) for v in names) and names[0] >= 0:
+        names = list(range(max(names) + 1))
+    index = {name: i for i, name in enumerate(names)}
+    return (torch.tensor([index[v] for v in train[column]]), torch.tensor([index[v] for v in heldout[column]]),
+            [str(n) for n in names])
+
+
+def _texts(split, column: str) -> list[str]:
+    return [t for t in split[column] if isinstance(t, str) and t.strip()]
+
+
+class _Tokenizer:
+    """One interface over a local ``AutoTokenizer`` and a BPE trained here: ids, special ids, vocabulary size."""
+
+    def __init__(self, source: DataSource, train_texts: list[str], vocab_size: int, cache_root: Path, fingerprint):
+        if source.tokenizer:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(source.tokenizer, local_files_only=not source.allow_hub)
+            self.encode = lambda texts: tok(texts, add_special_tokens=False)["input_ids"]
+            self.bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+            self.eos = tok.eos_token_id if tok.eos_token_id is not None else self.bos
+            self.pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos
+            self.vocab_size = len(tok)
+            self.name = f"AutoTokenizer {source.tokenizer}"
+            if self.bos is None:
+                raise ValueError(f"tokenizer {source.tokenizer} has neither a BOS nor an EOS token")
+            return
+        tok = _bpe(train_texts, vocab_size, cache_root, fingerprint)
+        self.encode = lambda texts: [e.ids for e in tok.encode_batch(texts)]
+        self.pad, self.bos, self.eos = (tok.token_to_id(s) for s in _SPECIAL)
+        self.vocab_size = tok.get_vocab_size()
+        self.name = f"byte-level BPE ({self.vocab_size} tokens) trained on the training split"
+
+
+def _bpe(texts: list[str], vocab_size: int, cache_root: Path, fingerprint):
+    """A byte-level BPE trained on ``texts``, cached by the training data's fingerprint and the vocabulary size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    path = cache_root / "data" / "tokenizers" / f"bpe-{_cache_key(fingerprint, vocab_size, _PREP_VERSION)}.json"
+    if path.exists():
+        return Tokenizer.from_file(str(path))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(_SPECIAL), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, lambda tmp: tok.save(str(tmp)))
+    return tok
+
+
+def _lm_chunks(ids: list[list[int]], eos: int, seq_len: int, cap: int):
+    """Documents joined with EOS and cut into ``seq_len`` windows; at most ``cap`` of them, spread evenly."""
+    import torch
+
+    stream = [token for doc in ids for token in (*doc, eos)]
+    count = len(stream) // seq_len
+    if count == 0:
+        raise ValueError(f"{len(stream)} tokens make no window of {seq_len}")
+    windows = torch.tensor(stream[:count * seq_len]).view(count, seq_len)
+    if count > cap:
+        # Evenly spaced windows cover the whole text rather than its first documents only.
+        windows = windows[torch.linspace(0, count - 1, cap).round().long()]
+    return windows
+
+
+def _captions(ids: list[list[int]], tok: _Tokenizer, caption_len: int):
+    """``[BOS, t1..tL]`` inputs padded to ``caption_len + 1``, labels ignoring BOS and padding."""
+    import torch
+
+    from gradeff.data.dataset import IGNORE_INDEX
+
+    n = len(ids)
+    input_ids = torch.full((n, caption_len + 1), tok.pad, dtype=torch.long)
+    labels = torch.full((n, caption_len + 1), IGNORE_INDEX, dtype=torch.long)
+    input_ids[:, 0] = tok.bos
+    for i, doc in enumerate(ids):
+        doc = [*doc[:caption_len - 1], tok.eos][:caption_len]
+        input_ids[i, 1:len(doc) + 1] = torch.tensor(doc)
+        labels[i, 1:len(doc) + 1] = torch.tensor(doc)
+    return input_ids, labels
+
+
+def _prepare(source: DataSource, *, image_size, seq_len, caption_len, vocab_size, train_cap, heldout_cap,
+             cache_root: Path) -> dict:
+    """Read, preprocess and tensorise a source's splits (see :func:`load_real`): a dict of tensors + info."""
+    import torch
+
+    train, heldout, fmt, note = open_splits(source, cache_root)
+    columns = _columns(source, list(train.column_names))
+    kind = source.spec.kind
+    # Rows beyond what a cell can use are never decoded (CIFAR-100 at the tiny profile reads 256 of 50,000).
+    train = train.select(range(min(len(train), train_cap)))
+    heldout = heldout.select(range(min(len(heldout), heldout_cap)))
+    info = {"source": str(_resolve_path(source, cache_root)), "format": fmt, "columns": columns, "heldout_split": note,
+            "real": True}
+    splits: dict[str, dict] = {"train": {}, "heldout": {}}
+    if "image" in columns:
+        for name, split in (("train", train), ("heldout", heldout)):
+            splits[name]["pixel_values"] = _to_uint8_images(split[columns["image"]], image_size)
+        info["image_size"] = image_size
+    if kind == "image_classification":
+        train_labels, heldout_labels, names = _label_ids(train, heldout, columns["label"])
+        splits["train"]["labels"], splits["heldout"]["labels"] = train_labels, heldout_labels
+        info |= {"num_classes": len(names), "class_names": names[:200]}
+    else:
+        train_texts = _texts(train, columns["text"])
+        if not train_texts:
+            raise ValueError(f"{source.key}: the training split has no text in column {columns['text']!r}")
+        fingerprint = [_fingerprint(_resolve_path(source, cache_root)), columns, train_cap, heldout_cap]
+        tok = _Tokenizer(source, train_texts, vocab_size, cache_root, fingerprint)
+        info |= {"tokenizer": tok.name, "vocab_size": tok.vocab_size}
+        if kind == "causal_lm":
+            for name, split, cap in (("train", train, train_cap), ("heldout", heldout, heldout_cap)):
+                texts = train_texts if name == "train" else _texts(split, columns["text"])
+                windows = _lm_chunks(tok.encode(texts), tok.eos, seq_len, cap)
+                splits[name] |= {"input_ids": windows, "labels": windows.clone(),
+                                 "targets": torch.full((len(windows),), seq_len - 1)}
+            info["seq_len"] = seq_len
+        else:
+            for name, split in (("train", train), ("heldout", heldout)):
+                texts = [t if isinstance(t, str) else "" for t in split[columns["text"]]]
+                input_ids, labels = _captions(tok.encode(texts), tok, caption_len)
+                splits[name] |= {"input_ids": input_ids, "labels": labels,
+                                 "targets": (labels != -100).sum(dim=1).clamp(min=1)}
+            info["caption_len"] = caption_len
+    for name in splits:
+        if "targets" not in splits[name]:
+            splits[name]["targets"] = torch.ones(len(splits[name]["labels"]), dtype=torch.long)
+    return {"splits": splits, "info": info}
+
+
+def load_real(source: DataSource, *, kind: str, image_size: int | None = None, seq_len: int | None = None,
+              caption_len: int | None = None, vocab_size: int = 512, train_cap: int, heldout_cap: int,
+              cache_root: Path, task: str | None = None):
+    """A source's training split (with its held-out split attached) as the suite's :class:`Dataset`.
+
+    Args:
+        kind: the task kind the model expects; a source of another kind is refused.
+        image_size / seq_len / caption_len: the model's sizes (from the profile).
+        vocab_size: the BPE's vocabulary when no tokenizer folder is given.
+        train_cap / heldout_cap: at most this many samples per split (rows; text windows for a language model).
+        cache_root: where prepared tensors and trained tokenizers are kept.
+
+    The tensors are prepared once per (files, settings) and cached as a torch file read back memory-mapped.
+    """
+    import torch
+
+    from gradeff.data.dataset import Dataset
+
+    if source.spec.kind != kind:
+        raise ValueError(f"{source.key} is {source.spec.kind} data; this model takes {kind}")
+    path = _resolve_path(source, cache_root)
+    key = _cache_key(_PREP_VERSION, source.key, str(path.resolve()) if path.exists() else str(path),
+                     _fingerprint(path) if path.exists() else None, source.columns, source.tokenizer, image_size,
+                     seq_len, caption_len, vocab_size, train_cap, heldout_cap)
+    cached = cache_root / "data" / "prepared" / f"{source.key}-{key}.pt"
+    if cached.exists():
+        prepared = torch.load(cached, mmap=True, weights_only=True)
+        prepared["info"] = json.loads(prepared["info"])
+        prepared["info"]["cache"] = "hit"
+    else:
+        prepared = _prepare(source, image_size=image_size, seq_len=seq_len, caption_len=caption_len,
+                            vocab_size=vocab_size, train_cap=train_cap, heldout_cap=heldout_cap, cache_root=cache_root)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(cached, lambda tmp: torch.save(prepared | {"info": json.dumps(prepared["info"])}, tmp))
+        prepared["info"]["cache"] = "miss"
+    info = prepared["info"] | {"cache_file": str(cached)}
+    decode = {"pixel_values": (1 / 127.5, -1.0)} if "image_size" in info else {}
+    built = {}
+    for name in ("train", "heldout"):
+        split = dict(prepared["splits"][name])
+        targets = split.pop("targets")
+        built[name] = Dataset(task=task or source.key, tensors=split, targets=targets, loss_floor=None,
+                              floor_note="unknown: real data", info=info, decode=decode)
+    return built["train"].with_heldout(built["heldout"])
+
+
+def build_task(*, key: str, **_) -> None:
+    """The registry's builder of a real task: real data needs its source, which only the runner holds."""
+    raise ValueError(f"{key!r} is real data: it is read by gradeff.data.real.load_real from a DataSource "
+                     f"(--gradeff-data {key}=PATH{'' if key not in BUILTIN else ', or built in'})")

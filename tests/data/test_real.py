@@ -1,0 +1,263 @@
+"""Real data through Hugging Face datasets: every format on disk, the checks before any cell, no network, and tiny
+cells that learn on scikit-learn's digits and Python's help text."""
+
+import fnmatch
+import json
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+datasets = pytest.importorskip("datasets")
+from PIL import Image  # noqa: E402
+
+from gradeff.data import real  # noqa: E402
+from gradeff.data.real import DataSource, load_real, validate_source  # noqa: E402
+from gradeff.grid import Cell  # noqa: E402
+from gradeff.results import EpochRecord  # noqa: E402
+from gradeff.runner import RunConfig, run_cell  # noqa: E402
+
+PLUGIN = ("-p", "gradeff.pytest_plugin")
+
+
+def _pattern_image(label: int, rng: np.random.Generator, size=(12, 12)) -> Image.Image:
+    """A class-dependent bright quadrant plus noise: learnable in a few steps."""
+    pixels = rng.integers(0, 60, (*size, 3), dtype=np.uint8)
+    half = size[0] // 2
+    row, col = divmod(label % 4, 2)
+    pixels[row * half:(row + 1) * half, col * half:(col + 1) * half] += 180
+    return Image.fromarray(pixels)
+
+
+def _image_rows(n: int, classes: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    labels = [int(i % classes) for i in range(n)]
+    return {"image": [_pattern_image(label, rng) for label in labels], "label": labels}
+
+
+def _features(classes: int):
+    return datasets.Features({"image": datasets.Image(),
+                              "label": datasets.ClassLabel(names=[f"c{i}" for i in range(classes)])})
+
+
+_TEXT = ("The quick brown fox jumps over the lazy dog. " * 4 + "Numbers are written one two three four. ") * 3
+
+
+def _write_formats(root: Path) -> dict[str, tuple[str, Path]]:
+    """One small dataset per supported format: key → (task key, path)."""
+    out = {}
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict(_image_rows(64, 4, 0), features=_features(4)),
+                               "test": datasets.Dataset.from_dict(_image_rows(16, 4, 1), features=_features(4))})
+    dd.save_to_disk(str(root / "saved"))
+    out["save_to_disk"] = ("images", root / "saved")
+    rng = np.random.default_rng(2)
+    for split, n in (("train", 64), ("test", 16)):
+        for i in range(n):
+            folder = root / "imagefolder" / split / f"class{i % 4}"
+            folder.mkdir(parents=True, exist_ok=True)
+            _pattern_image(i % 4, rng).save(folder / f"{i}.png")
+    out["imagefolder"] = ("images", root / "imagefolder")
+    datasets.Dataset.from_dict(_image_rows(80, 4, 3), features=_features(4)).to_parquet(str(root / "images.parquet"))
+    out["parquet"] = ("images", root / "images.parquet")
+    docs = [f"{_TEXT} Document {i}." for i in range(40)]
+    datasets.Dataset.from_dict({"text": docs}).to_csv(str(root / "docs.csv"))
+    out["csv"] = ("text", root / "docs.csv")
+    (root / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    out["jsonl"] = ("text", root / "docs.jsonl")
+    (root / "docs.txt").write_text("\n".join(docs))
+    out["txt"] = ("text", root / "docs.txt")
+    (root / "textdir").mkdir()
+    (root / "textdir" / "train.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs[:32]))
+    (root / "textdir" / "test.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs[32:]))
+    out["json folder"] = ("text", root / "textdir")
+    return out
+
+
+@pytest.fixture(scope="module")
+def formats(tmp_path_factory) -> dict[str, tuple[str, Path]]:
+    return _write_formats(tmp_path_factory.mktemp("formats"))
+
+
+def _cell(model: str, dataset: str, source: DataSource | None, cache: Path, **config):
+    cell = Cell(model, "adamw", "standard", dataset=dataset, grid="main")
+    return run_cell(cell, RunConfig(data=(source,) if source else (), cache_dir=str(cache), **config))
+
+
+@pytest.mark.parametrize("fmt", ["save_to_disk", "imagefolder", "parquet", "csv", "jsonl", "txt", "json folder"])
+def test_every_format_trains_a_tiny_cell(formats, fmt, tmp_path):
+    """Each format is read by datasets alone and a tiny cell trains on it, with data-wait seconds recorded."""
+    key, path = formats[fmt]
+    record = _cell("vit" if key == "images" else "llm", key, DataSource(key=key, path=str(path)), tmp_path, epochs=1)
+    assert record.status == "ok", record.detail
+    assert record.loss_floor is None and record.task["loss_floor"] is None
+    assert record.task["info"]["real"] and record.task["info"]["source"] == str(path)
+    epoch = record.epochs[0]
+    assert 0 < epoch.data_seconds < epoch.seconds
+    assert epoch.heldout_accuracy is not None
+    if key == "images":
+        assert record.hparams["num_classes"] == 4
+        expected = "the dataset's own 'test' split" if fmt != "parquet" else "20% of 'train' held out"
+        assert record.task["info"]["heldout_split"].startswith(expected)
+
+
+def test_prepared_tensors_are_cached_and_reused(formats, tmp_path):
+    """The second load reads the cached file (memory-mapped), not the dataset, and gives the same tensors."""
+    source = DataSource(key="images", path=str(formats["parquet"][1]))
+    settings = dict(kind="image_classification", image_size=16, train_cap=32, heldout_cap=8, cache_root=tmp_path)
+    first, second = load_real(source, **settings), load_real(source, **settings)
+    assert (first.info["cache"], second.info["cache"]) == ("miss", "hit")
+    assert torch.equal(first.tensors["pixel_values"], second.tensors["pixel_values"])
+    batch = second.batch(torch.arange(4))
+    assert batch["pixel_values"].dtype == torch.float32 and batch["pixel_values"].shape == (4, 3, 16, 16)
+    assert -1.0 <= float(batch["pixel_values"].min()) and float(batch["pixel_values"].max()) <= 1.0
+    assert len(list((tmp_path / "data" / "prepared").iterdir())) == 1
+
+
+def test_no_network_call_is_attempted(formats, tmp_path, monkeypatch):
+    """With the hub disabled, reading every format (and the built-in data) never opens a connection."""
+    attempts = []
+
+    def refuse(self, address, *args, **kwargs):
+        attempts.append(address)
+        raise OSError("network disabled by the test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: refuse(None, address))
+    for key, path in formats.values():
+        source = DataSource(key=key, path=str(path))
+        kind = "image_classification" if key == "images" else "causal_lm"
+        load_real(source, kind=kind, image_size=8, seq_len=16, train_cap=8, heldout_cap=4, vocab_size=300,
+                  cache_root=tmp_path)
+    for key in real.BUILTIN:
+        validate_source(DataSource(key=key, path=""), tmp_path)
+    assert attempts == []
+
+
+def test_bad_sources_are_named_with_the_valid_choices(formats, tmp_path):
+    """Missing path, unsupported format, wrong column, empty split, no train split: the message says what and why."""
+    (tmp_path / "table.xlsx").write_text("x")
+    rows = datasets.Dataset.from_dict(_image_rows(8, 4, 0), features=_features(4))
+    (tmp_path / "empty_test").mkdir()
+    rows.to_parquet(str(tmp_path / "empty_test" / "train.parquet"))
+    rows.select([]).to_parquet(str(tmp_path / "empty_test" / "test.parquet"))
+    only_val = datasets.DatasetDict({"dev": datasets.Dataset.from_dict({"text": ["a b c"]})})
+    only_val.save_to_disk(str(tmp_path / "no_train"))
+    cases = [
+        (DataSource(key="images", path=str(tmp_path / "absent")), "*absent: no such file or folder"),
+        (DataSource(key="images", path=str(tmp_path / "table.xlsx")),
+         "*unsupported format '.xlsx'; supported formats: a folder written by save_to_disk*.parquet*"),
+        (DataSource(key="images", path=str(formats["parquet"][1]), columns=(("image", "img"),)),
+         "*column 'img' (given for image) is not in the dataset; columns: image, label"),
+        (DataSource(key="text", path=str(formats["parquet"][1])),
+         "*no text column (tried text, content); columns: image, label; name it with --gradeff-data-columns text:text=*"),
+        (DataSource(key="images", path=str(tmp_path / "empty_test")), "*the 'test' split is empty"),
+        (DataSource(key="text", path=str(tmp_path / "no_train")), "*no 'train' split; splits: dev"),
+    ]
+    for source, message in cases:
+        with pytest.raises(ValueError) as caught:
+            validate_source(source, tmp_path)
+        assert fnmatch.fnmatch(str(caught.value), message), str(caught.value)
+    with pytest.raises(ValueError, match="unknown data key 'imagenet'; valid keys: cifar100, dtd, mmimdb"):
+        real.parse_sources(["imagenet=/x"])
+    with pytest.raises(ValueError, match="expected ROLE=COLUMN with a role among image, label, text"):
+        real.parse_columns(["cifar100:colour=c"])
+
+
+def test_option_errors_stop_the_session_before_any_cell(pytester, formats, tmp_path):
+    """--gradeff-data problems are usage errors at session start, naming the option, the source and the problem."""
+    grid = Path(__file__).parents[2] / "benchmarks" / "test_real_grid.py"
+    pytester.makepyfile(test_real_grid=grid.read_text())
+    cache = f"--gradeff-cache={tmp_path}"
+    cases = [
+        ((f"--gradeff-data=cifar100={tmp_path / 'nowhere'}",), "*--gradeff-data cifar100=*nowhere: *no such file or folder*"),
+        (("--gradeff-data=imagenet=/x",), "*--gradeff-data: unknown data key 'imagenet'; valid keys: cifar100, dtd*"),
+        ((f"--gradeff-data=images={formats['parquet'][1]}", "--gradeff-data-columns=images:label=fine"),
+         "*--gradeff-data images=*column 'fine' (given for label) is not in the dataset; columns: image, label*"),
+        (("--gradeff-datasets=images",), "*--gradeff-datasets images: real data only; give --gradeff-data images=PATH*"),
+    ]
+    for args, message in cases:
+        outcome = pytester.runpytest(*PLUGIN, cache, *args)
+        assert outcome.ret == pytest.ExitCode.USAGE_ERROR, args
+        assert any(fnmatch.fnmatch(line, message) for line in outcome.errlines + outcome.outlines), outcome.errlines
+
+
+def test_old_epoch_records_without_data_seconds_still_read():
+    epoch = EpochRecord(epoch=0, loss=1.0, seconds=1.0, optimizer_steps=1, closure_calls=1, samples=8, targets=8)
+    assert epoch.data_seconds is None
+
+
+def _chance_next_token(record_info: dict, data) -> float:
+    """Accuracy of always predicting the training split's most frequent next token, on the held-out windows."""
+    counts = torch.bincount(data.tensors["labels"][:, 1:].reshape(-1))
+    following = data.heldout.tensors["labels"][:, 1:].reshape(-1)
+    return float((following == counts.argmax()).float().mean())
+
+
+def test_tiny_vit_learns_digits_and_tiny_llm_learns_python_help_text(tmp_path):
+    """The real data every machine has: loss goes down and held-out accuracy beats chance (1/10; the majority token)."""
+    torch.set_num_threads(1)
+    vit = _cell("vit", "digits", None, tmp_path)
+    assert vit.status == "ok", vit.detail
+    assert vit.summary.final_loss < vit.summary.first_loss
+    assert vit.summary.final_heldout_accuracy > 0.2  # chance: 0.1 on ten balanced classes
+    llm = _cell("llm", "pydoc", None, tmp_path)
+    assert llm.status == "ok", llm.detail
+    assert llm.summary.final_loss < llm.summary.first_loss
+    data = load_real(DataSource(key="pydoc", path=""), kind="causal_lm", seq_len=llm.hparams["seq_len"],
+                     vocab_size=real.BPE_VOCAB["tiny"], train_cap=256, heldout_cap=64, cache_root=tmp_path)
+    chance = _chance_next_token(llm.task["info"], data)
+    assert llm.summary.final_heldout_accuracy > chance, (llm.summary.final_heldout_accuracy, chance)
+
+
+def _cifar_shaped(root: Path) -> Path:
+    """CIFAR-100's layout on the hub: img (32×32 RGB), fine_label (100 names), coarse_label; train and test."""
+    rng = np.random.default_rng(5)
+    features = datasets.Features({"img": datasets.Image(),
+                                  "fine_label": datasets.ClassLabel(names=[f"fine{i}" for i in range(100)]),
+                                  "coarse_label": datasets.ClassLabel(names=[f"coarse{i}" for i in range(20)])})
+
+    def rows(n):
+        fine = rng.integers(0, 100, n)
+        return {"img": [Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)) for _ in range(n)],
+                "fine_label": fine.tolist(), "coarse_label": (fine // 5).tolist()}
+
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows(300), features=features),
+                          "test": datasets.Dataset.from_dict(rows(100), features=features)}).save_to_disk(str(root))
+    return root
+
+
+def _mmimdb_shaped(root: Path) -> Path:
+    """MM-IMDb's fields: a poster (portrait, sizes vary), the plot, the genres (several per film), an id."""
+    rng = np.random.default_rng(6)
+    genres = ["Drama", "Comedy", "Romance", "Thriller", "Action", "Horror"]
+    root.mkdir(parents=True)
+    for split, n in (("train", 200), ("test", 50)):
+        rows = {"poster": [Image.fromarray(rng.integers(0, 256, (int(rng.integers(40, 60)), 27, 3), dtype=np.uint8))
+                           for _ in range(n)],
+                "plot": [f"A {rng.choice(genres).lower()} about {rng.choice(['a detective', 'two friends', 'a town'])} "
+                         f"who {rng.choice(['find love', 'lose everything', 'solve a crime'])}." for _ in range(n)],
+                "genres": [sorted(set(rng.choice(genres, 2).tolist())) for _ in range(n)],
+                "imdb_id": [f"tt{i:07d}" for i in range(n)]}
+        datasets.Dataset.from_dict(rows, features=datasets.Features({
+            "poster": datasets.Image(), "plot": datasets.Value("string"),
+            "genres": datasets.Sequence(datasets.Value("string")), "imdb_id": datasets.Value("string"),
+        })).to_parquet(str(root / f"{split}.parquet"))
+    return root
+
+
+def test_cifar100_and_mmimdb_shaped_copies_train(tmp_path):
+    """A local CIFAR-100 replaces the synthetic stand-in (100 classes from the data); MM-IMDb captions posters."""
+    cifar = _cell("vit", "cifar100", DataSource(key="cifar100", path=str(_cifar_shaped(tmp_path / "cifar100"))),
+                  tmp_path, epochs=1)
+    assert cifar.status == "ok", cifar.detail
+    assert cifar.hparams["num_classes"] == 100 and cifar.task["info"]["columns"] == {"image": "img",
+                                                                                      "label": "fine_label"}
+    assert cifar.task["info"]["heldout_split"] == "the dataset's own 'test' split" and cifar.loss_floor is None
+    mmimdb = _cell("vlm", "mmimdb", DataSource(key="mmimdb", path=str(_mmimdb_shaped(tmp_path / "mmimdb"))),
+                   tmp_path, epochs=2)
+    assert mmimdb.status == "ok", mmimdb.detail
+    assert mmimdb.task["info"]["columns"] == {"image": "poster", "text": "plot"}
+    assert mmimdb.summary.final_loss < mmimdb.summary.first_loss
