@@ -58,6 +58,7 @@ class TrainState:
         scheduler: optional learning-rate scheduler, stepped once per optimizer step.
         after_step: called with the index of each optimizer step just taken, while its gradients
             are still there (a fine-tuning method's hook, e.g. AdaLoRA's rank re-allocation).
+        scaler: fp16's loss scaler (:func:`gradeff.precision.make_scaler`); ``None`` in fp32 and bf16.
     """
 
     model: torch.nn.Module
@@ -69,6 +70,7 @@ class TrainState:
     device: torch.device
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
     after_step: Callable[[int], object] | None = None
+    scaler: torch.amp.GradScaler | None = None
     epoch: int = 0
     global_step: int = 0
     history: list[EpochStats] = field(default_factory=list)
@@ -121,11 +123,18 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float,
             # share of the step's targets makes the accumulated gradient the gradient of the
             # mean over all k·b samples' targets, exactly as one large batch would give.
             loss = model(**batch).loss * (count / total)
-            loss.backward()
+            (loss if state.scaler is None else state.scaler.scale(loss)).backward()
             step_loss += loss.detach()
         return step_loss
 
-    loss = optimizer.step(closure)
+    if state.scaler is None:
+        loss = optimizer.step(closure)
+    else:
+        # fp16: backward ran on the scaled loss; the scaler unscales the gradients, skips a step whose
+        # gradients overflowed, and adapts the scale. (Line-search optimizers are refused in fp16.)
+        loss = closure()
+        state.scaler.step(optimizer)
+        state.scaler.update()
     if state.after_step is not None:
         state.after_step(state.global_step)
     state.global_step += 1

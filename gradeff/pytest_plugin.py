@@ -30,6 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from gradeff.shard import add_options as add_shard_options
 
     add_shard_options(parser)
+    from gradeff.precision import add_options as add_precision_options
+
+    add_precision_options(parser)
     add_options(parser)
     add_extension_options(parser)
 
@@ -42,7 +45,7 @@ def pytest_addhooks(pluginmanager) -> None:
 
 
 def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
-                   epochs: int | None) -> dict[tuple[str, int], str]:
+                   epochs: int | None, precision: str = "fp32") -> dict[tuple[str, int], str]:
     """``(cell id, seed)`` pairs with a final record for this profile, epoch count and code version → status."""
     from gradeff.environment import code_version
     from gradeff.hparams import hparams_for
@@ -55,6 +58,7 @@ def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
         # Cheap tests first: hparams_for is only asked about records that could settle a cell.
         if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
                 and record.seed in seeds and record.code_version == version
+                and record.hparams.get("precision", "fp32") == precision
                 and record.hparams.get("epochs")
                 == hparams_for(record.model, profile, epochs=epochs, dataset=record.dataset or None).epochs):
             settled[(record.cell, record.seed)] = record.status
@@ -122,11 +126,15 @@ def pytest_configure(config: pytest.Config) -> None:
         # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).
         settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
     settled = _settled_cells(settings.results, profile=settings.profile, seeds=settings.seeds,
-                             epochs=settings.epochs) if settings.resume else {}
+                             epochs=settings.epochs,
+                             precision=config.getoption("gradeff_precision")) if settings.resume else {}
     config.stash[_CONFIG] = dataclasses.replace(settings, session=session, settled=settled)
     from gradeff.shard import read_shard
 
     config.stash[_SHARD] = read_shard(config, settings.profile)
+    from gradeff.precision import read_precision
+
+    config.stash[_PRECISION] = read_precision(config, settings.device)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -174,6 +182,7 @@ def grid_params(grid: str = "main", **axes) -> list:
 
 _SHARD = pytest.StashKey[ShardPlan | None]()
 _SHARD_LINE = pytest.StashKey[str]()
+_PRECISION = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(trylast=True)
@@ -252,6 +261,7 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
                        memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
                        weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
                        tune_points=settings.tune_points, isolate=settings.isolate, data=settings.data)
+    config = dataclasses.replace(config, precision=request.config.stash[_PRECISION])
 
     def timer(epoch_fn, rounds, after_epoch):
         if benchmark.disabled:

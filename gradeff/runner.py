@@ -32,6 +32,7 @@ from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.optim.cg import cg_stats
+from gradeff.precision import autocast, make_scaler, precision_incompatibility
 from gradeff.pretrain import StartingWeights, starting_weights
 from gradeff.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, micro_batches_per_step
@@ -59,6 +60,7 @@ class RunConfig:
         cache_dir: where the suite's pretrained backbones are cached (``None``: the default cache).
         tune: ``"lr"``: search each cell's learning rate (see :func:`run_cell`); ``None``: the profile's rate.
         tune_points: how many rates the search tries.
+        precision: ``fp32``, ``bf16`` or ``fp16`` (autocast mixed precision; see :mod:`gradeff.precision`).
         lr: a learning rate that replaces the profile's (what a tuning trial sets).
         isolate: train each cell in a fresh process of its own, so its RSS peak is its own.
         process: ``isolated`` in such a process, ``shared`` otherwise (recorded with the environment).
@@ -77,6 +79,7 @@ class RunConfig:
     cache_dir: str | None = None
     tune: str | None = None
     tune_points: int = 5
+    precision: str = "fp32"
     lr: float | None = None
     isolate: bool = False
     process: str = "shared"
@@ -177,7 +180,7 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     return TrainState(model=adapted.model, optimizer=optimizer, dataset=dataset, batch_size=hp.batch_size,
                       micro_batches_per_step=k, seed=config.seed, device=device,
                       scheduler=_warmup_scheduler(optimizer, hp, steps) if optimizer is not None else None,
-                      after_step=adapted.after_step)
+                      after_step=adapted.after_step, scaler=make_scaler(device, config.precision))
 
 
 def _release(device: torch.device) -> None:
@@ -328,7 +331,7 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer)
     if config.lr is not None:
         hp = replace(hp, lr=config.lr)
     method_hp = method_hparams_for(cell.method, cell.model, config.profile)
-    reason = incompatibility(cell)
+    reason = incompatibility(cell) or precision_incompatibility(cell.optimizer, config.precision)
     device = resolve_device(config.device)
     if device.type == "cuda" and device.index is not None:
         # Calls that take no device (empty_cache, library kernels) then use this cell's GPU, and a pinned
@@ -415,7 +418,8 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
         progress.initial = evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size, device=device,
                                     accuracy=scored)
     if METHODS[cell.method].trains:
-        _train_epochs(cell, config, hp, device, metering, timer, progress, evaluate_heldout)
+        with autocast(device, config.precision):
+            _train_epochs(cell, config, hp, device, metering, timer, progress, evaluate_heldout)
     if heldout is not None and classification:
         # What the classifier costs to use, on the held-out split: outside the epochs, like the rest.
         progress.inference = measure_inference(state.model, heldout, batch_size=hp.batch_size, device=device,
@@ -469,7 +473,7 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
         parameters=parameter_counts(state.model) if state is not None else {},
         weights=progress.weights.to_record() if progress.weights is not None else {}, plan=progress.plan,
         inference=_inference_record(progress.inference, summary.final_heldout_accuracy),
-        hparams=asdict(hp) | {"method": asdict(method_hp)},
+        hparams=asdict(hp) | {"method": asdict(method_hp), "precision": config.precision},
         environment=environment(str(device)) | {"process": config.process}, meters=meters,
         session=config.session, code_version=code_version(), started_at=progress.started, finished_at=finished,
     )

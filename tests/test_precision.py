@@ -1,0 +1,80 @@
+"""Mixed precision: autocast in bf16 and fp16 (with loss scaling), recorded per cell; fp32 unchanged."""
+
+import math
+
+import pytest
+import torch
+
+from gradeff.grid import Cell
+from gradeff.precision import (
+    autocast,
+    make_scaler,
+    precision_incompatibility,
+    validate_precision,
+)
+from gradeff.runner import RunConfig, run_cell
+
+CPU = torch.device("cpu")
+PLUGIN = ("-p", "gradeff.pytest_plugin")
+
+
+def test_autocast_runs_matrix_products_in_the_lower_precision():
+    a = torch.randn(4, 4)
+    with autocast(CPU, "fp32"):
+        assert (a @ a).dtype == torch.float32
+    with autocast(CPU, "bf16"):
+        assert (a @ a).dtype == torch.bfloat16
+    with autocast(CPU, "fp16"):
+        assert (a @ a).dtype == torch.float16
+
+
+def test_only_fp16_scales_the_loss():
+    assert make_scaler(CPU, "fp32") is None and make_scaler(CPU, "bf16") is None
+    assert isinstance(make_scaler(CPU, "fp16"), torch.amp.GradScaler)
+
+
+def test_validation():
+    assert validate_precision("bf16", "cpu") == "bf16"
+    with pytest.raises(ValueError, match="valid: fp32, bf16, fp16"):
+        validate_precision("fp8", "cpu")
+
+
+def test_line_search_optimizers_are_refused_in_fp16_only():
+    assert "line search" in precision_incompatibility("cgd", "fp16")
+    assert precision_incompatibility("cgd", "bf16") is None and precision_incompatibility("adam", "fp16") is None
+
+
+def _run(cell: Cell, precision: str):
+    return run_cell(cell, RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="t", precision=precision))
+
+
+def test_a_tiny_cell_trains_in_bf16_on_cpu():
+    """The same cell in fp32 and bf16: both ok, precision recorded, and the bf16 losses are not fp32's."""
+    fp32, bf16 = _run(Cell("llm", "adam", "standard"), "fp32"), _run(Cell("llm", "adam", "standard"), "bf16")
+    assert fp32.status == bf16.status == "ok", bf16.detail
+    assert (fp32.hparams["precision"], bf16.hparams["precision"]) == ("fp32", "bf16")
+    assert math.isfinite(bf16.epochs[0].loss) and bf16.epochs[0].loss != fp32.epochs[0].loss
+    # Same start, same data: the lower precision moves the loss a little, not a lot.
+    assert bf16.epochs[0].loss == pytest.approx(fp32.epochs[0].loss, rel=0.05)
+
+
+def test_fp16_trains_with_loss_scaling_and_refuses_cg():
+    adam = _run(Cell("vit", "adam", "accum"), "fp16")
+    assert adam.status == "ok" and adam.hparams["precision"] == "fp16", adam.detail
+    assert adam.epochs[0].optimizer_steps > 0 and math.isfinite(adam.epochs[0].loss)
+    cg = _run(Cell("vit", "cgd", "standard"), "fp16")
+    assert cg.status == "skipped" and "line search" in cg.detail
+
+
+def test_precision_option_reaches_the_record(grid_pytester):
+    results = grid_pytester.path / "r.jsonl"
+    outcome = grid_pytester.runpytest_subprocess(*PLUGIN, "-k", "llm-sgd-standard", "--gradeff-epochs", "1",
+                                                 "--gradeff-precision", "bf16", f"--gradeff-results={results}",
+                                                 "--benchmark-disable")
+    outcome.assert_outcomes(passed=1)
+    from gradeff.results import read_records
+
+    (record,) = read_records(results)
+    assert record.hparams["precision"] == "bf16"
+    bad = grid_pytester.runpytest(*PLUGIN, "--gradeff-precision", "fp8")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
