@@ -17,15 +17,15 @@ from typing import TypeVar
 from gradeff.formatting import as_number
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
-from gradeff.results import CellRecord, latest_by_cell
+from gradeff.results import CellRecord, latest_by_run
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "MEMORY_METRICS", "MEMORY_PARTS", "METRICS", "OBJECTIVES", "Metric", "Recommendation", "best_cell",
     "best_value", "comparable", "isolated", "group_by_model", "latest_records", "memory_metric_for", "memory_parts",
     "meter_section", "meter_value", "metric_value",
-    "order_keys", "pareto_cells", "pareto_front", "recommendations", "sort_records", "strategy_ratios",
-    "tally_wins", "training_memory_bytes",
+    "TIE", "order_keys", "pareto_cells", "pareto_front", "recommendations", "runs_by_cell", "sort_records",
+    "strategy_ratios", "tally_wins", "training_memory_bytes",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -165,17 +165,27 @@ def comparable(record: CellRecord) -> bool:
 
 
 def latest_records(records: Iterable[CellRecord]) -> tuple[list[CellRecord], int]:
-    """One record per cell: the last one read wins (a re-run replaces the earlier result).
+    """One record per cell and seed: the last one read wins (a re-run replaces the earlier result).
+
+    A cell repeated over seeds keeps one record per seed: they are draws of the same cell, not re-runs.
 
     Args:
         records: records in reading order (files in the order given, lines in file order).
 
     Returns:
-        The kept records, in order of each cell's first appearance, and how many were superseded.
+        The kept records, in order of each (cell, seed)'s first appearance, and how many were superseded.
     """
     records = list(records)
-    latest = latest_by_cell(records)
+    latest = latest_by_run(records)
     return list(latest.values()), len(records) - len(latest)
+
+
+def runs_by_cell(records: Iterable[CellRecord]) -> dict[str, list[CellRecord]]:
+    """Each cell's records over seeds (one per seed, as :func:`latest_records` keeps them), cells in first order."""
+    runs: dict[str, list[CellRecord]] = {}
+    for record in records:
+        runs.setdefault(record.cell, []).append(record)
+    return runs
 
 
 def order_keys(keys: Iterable[str], registry: Iterable[str]) -> list[str]:
@@ -331,8 +341,12 @@ class Recommendation:
         model: model key.
         objective: a key of :data:`OBJECTIVES`.
         metric: the metric key compared (``None`` if the model has no measurement for it).
-        record: the winner, or ``None``.
-        value: the winner's raw value.
+        record: the winner (its last seed's record where it ran several), or ``None``.
+        value: the winner's raw value (its mean over seeds).
+        ties: a record of each cell Welch's t-test cannot tell from the winner, the winner's first (one
+            seed each: only exactly equal values tie).
+        confirmed: whether some cell had two seeds or more (else the winner is a single draw).
+        interval: the winner's mean and 95 % t-interval over its seeds.
     """
 
     model: str
@@ -340,34 +354,67 @@ class Recommendation:
     metric: str | None
     record: CellRecord | None
     value: float | None
+    ties: tuple[CellRecord, ...] = ()
+    confirmed: bool = False
+    interval: object = None
 
 
 def recommendations(records: Iterable[CellRecord]) -> dict[str, dict[str, Recommendation]]:
     """Which optimizer + strategy wins loss, time, memory and energy, per model (paper Figure 1).
 
+    A cell run with several seeds competes with its values over seeds: the winner has the best mean and
+    every cell Welch's t-test cannot tell from it ties with it (:func:`gradeff.analysis.stats.winners`).
+
     Args:
-        records: one record per cell.
+        records: one record per cell and seed.
 
     Returns:
         model key → objective → :class:`Recommendation`.
     """
+    from gradeff.analysis.stats import interval, winners
+
     result: dict[str, dict[str, Recommendation]] = {}
     for model, group in group_by_model(records).items():
         result[model] = {}
+        runs = runs_by_cell(group)
         for objective, metric in OBJECTIVES.items():
             metric = metric or memory_metric_for(group)
-            winner = best_cell(group, metric) if metric else None
-            value = metric_value(winner, metric) if winner is not None else None
-            result[model][objective] = Recommendation(model=model, objective=objective, metric=metric,
-                                                      record=winner, value=value)
+            samples = {cell: [v for v in (metric_value(r, metric) for r in cell_runs if comparable(r))
+                              if v is not None] for cell, cell_runs in runs.items()} if metric else {}
+            found = winners(samples, goal=METRICS[metric].goal) if metric else None
+            if found is None:
+                result[model][objective] = Recommendation(model=model, objective=objective, metric=metric,
+                                                          record=None, value=None)
+                continue
+            measured = {cell: [r for r in runs[cell] if comparable(r) and metric_value(r, metric) is not None][-1]
+                        for cell in found.ties}
+            spread = interval(samples[found.best])
+            result[model][objective] = Recommendation(
+                model=model, objective=objective, metric=metric, record=measured[found.best], value=spread.mean,
+                ties=tuple(measured[cell] for cell in (found.best, *(c for c in found.ties if c != found.best))),
+                confirmed=found.confirmed, interval=spread)
     return result
+
+
+TIE = "tie"
 
 
 def tally_wins(recs: Mapping[str, Mapping[str, Recommendation]]) -> tuple[Counter, Counter]:
     """How often each optimizer and each strategy is a recommendation (the paper's "best paths").
 
+    A recommendation whose tied cells differ in optimizer (strategy) counts as a :data:`TIE` for that
+    axis, not as a win of the cell that happened to have the best mean.
+
     Returns:
         ``(optimizer wins, strategy wins)`` counters.
     """
-    winners = [rec.record for per_model in recs.values() for rec in per_model.values() if rec.record]
-    return Counter(r.optimizer for r in winners), Counter(r.strategy for r in winners)
+    optimizers, strategies = Counter(), Counter()
+    for per_model in recs.values():
+        for rec in per_model.values():
+            if rec.record is None:
+                continue
+            tied = rec.ties or (rec.record,)
+            for counter, axis in ((optimizers, "optimizer"), (strategies, "strategy")):
+                keys = {getattr(r, axis) for r in tied}
+                counter[keys.pop() if len(keys) == 1 else TIE] += 1
+    return optimizers, strategies

@@ -60,7 +60,10 @@ def build_view(
     """Turn records into the report's view model.
 
     Args:
-        records: records in reading order; a cell read twice keeps its last record.
+        records: records in reading order; a cell read twice with the same seed keeps its last record. A cell
+            with records of several seeds shows its mean over seeds with a 95 % t-interval in the
+            optimizer × strategy tables, competes with its seeds in the recommendations and the claims, and
+            shows its last seed's record elsewhere.
         skipped_lines: ``path:line: reason`` of unreadable lines, listed in the report.
         sources: the results files read (for the overview).
         title: page title.
@@ -69,8 +72,12 @@ def build_view(
     Returns:
         The view model, ready for :func:`render_html`.
     """
-    kept, superseded = analysis.latest_records(records)
-    kept = analysis.sort_records(kept)
+    runs_kept, superseded = analysis.latest_records(records)
+    runs_kept = analysis.sort_records(runs_kept)
+    runs = analysis.runs_by_cell(runs_kept)
+    # One record per cell (its last seed's) for the sections that show a single run.
+    kept = [cell_runs[-1] for cell_runs in runs.values()]
+    main_runs = memory_analysis.split_studies(runs_kept)[0]
     # The main study's sections read its grids only; the PEFT and memory studies have sections of their own.
     main, peft_records, memory_records = memory_analysis.split_studies(kept)
     groups = group_by_model(main)
@@ -86,18 +93,18 @@ def build_view(
         model_views.append(ModelView(
             key=model, name=name, slug=slug,
             summary=f"{len(group)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
-            tables=tuple(tables.grid_table(slug, name, METRICS[k], group, optimizers_of[model], strategies)
+            tables=tuple(tables.grid_table(slug, name, METRICS[k], group, optimizers_of[model], strategies, runs)
                          for k in tables.grid_metrics_for(group)),
             curves=figures.loss_curves_figure(slug, name, group, optimizers, strategies),
             pareto=pareto, pareto_cells=front, memory=figures.memory_figure(slug, name, group)))
-    recommended, wins = tables.recommendation_table(models, main)
-    claims = build_claims_view(kept)
+    recommended, wins = tables.recommendation_table(models, main_runs)
+    claims = build_claims_view(runs_kept)
     return ReportView(
         title=title,
         generated_at=generated_at or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         sections=SECTIONS, section_by_id={section.id: section for section in SECTIONS},
-        overview=_overview(kept, sources, superseded, skipped_lines, claims),
-        notices=_notices(kept, superseded, skipped_lines),
+        overview=_overview(kept, sources, superseded, skipped_lines, claims, runs_kept),
+        notices=_notices(kept, superseded, skipped_lines, runs_kept),
         recommendations=recommended, wins=wins,
         best_loss=tables.best_loss_table(models, groups), best=tables.best_table(models, groups),
         ratios=tables.ratio_tables(models, optimizers, main),
@@ -107,25 +114,27 @@ def build_view(
         peft=build_peft_view(peft_records),
         memory_strategies=build_memory_view(memory_records, peft_records),
         claims=claims,
-        failures=context.failures_table(kept),
+        failures=context.failures_table(runs_kept),
         skipped_lines=tuple(skipped_lines), superseded=superseded,
-        runs=context.runs_table(kept), environments=context.environment_tables(kept),
+        runs=context.runs_table(runs_kept), environments=context.environment_tables(kept),
         hparams=_hparams_tables(kept),
         methods=context.methods(kept),
     )
 
 
 def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded: int,
-              skipped_lines: Sequence[str], claims: ClaimsView) -> tuple[tuple[str, str], ...]:
+              skipped_lines: Sequence[str], claims: ClaimsView,
+              runs: Sequence[CellRecord] = ()) -> tuple[tuple[str, str], ...]:
     counts = Counter(r.status for r in records)
+    repeats = f" ({len(runs)} runs over seeds)" if len(runs) > len(records) else ""
     return (
         ("results files", ", ".join(sources) or NA),
-        ("cells", str(len(records))),
+        ("cells", f"{len(records)}{repeats}"),
         ("statuses", ", ".join(f"{n} {s}" for s, n in counts.items()) or NA),
         ("grids", _grids_text(records)),
         ("models", ", ".join(dict.fromkeys(display_name(MODELS, r.model) for r in records)) or NA),
         ("profile", distinct_text(r.profile for r in records) if records else NA),
-        ("seed", distinct_text(r.seed for r in records) if records else NA),
+        ("seed", distinct_text(r.seed for r in (runs or records)) if records else NA),
         ("device", distinct_text(r.device for r in records) if records else NA),
         ("inference cost", _inference_text(records)),
         ("claims", _claims_text(claims)),
@@ -174,13 +183,18 @@ def _grids_text(records: Sequence[CellRecord]) -> str:
                      for grid, n in counts.items()) or NA
 
 
-def _notices(records: Sequence[CellRecord], superseded: int, skipped_lines: Sequence[str]) -> tuple[str, ...]:
+def _notices(records: Sequence[CellRecord], superseded: int, skipped_lines: Sequence[str],
+             runs: Sequence[CellRecord] = ()) -> tuple[str, ...]:
     notices = []
     if not records:
         notices.append("No records: nothing to report.")
     if len({r.profile for r in records}) > 1:
         notices.append("Records from several profiles are mixed: cells of different sizes are compared.")
-    if len({r.seed for r in records}) > 1:
+    if len(runs) > len(records):
+        notices.append("Cells were run with several seeds: the optimizer × strategy tables show each cell's mean ± "
+                       "95 % t-interval over its seeds, the recommendations and claims test differences with "
+                       "Welch's t-test; the other tables and figures show each cell's last seed.")
+    elif len({r.seed for r in records}) > 1:
         notices.append("Records from several seeds are mixed; each cell shows its latest record.")
     if superseded:
         notices.append(f"{superseded} earlier record(s) of re-run cells were replaced by the later ones.")

@@ -90,8 +90,37 @@ def grid_metrics_for(records: Sequence[CellRecord]) -> tuple[str, ...]:
                  or any(analysis.metric_value(r, key) is not None for r in records))
 
 
+_OVER_SEEDS_NOTE = ("Mean over seeds ± half-width of the 95 % Student-t interval (n = seeds that ended ok); "
+                    "highlighted: the best mean and every cell Welch's t-test (5 %) cannot tell from it.")
+
+
+def _seeds_cell(record: CellRecord | None, runs: Sequence[CellRecord], metric: Metric, tied: set[str],
+                best: str | None) -> Cell:
+    """A cell repeated over seeds: the mean ± 95 % t-interval half-width of its ok seeds, or why there is none."""
+    from gradeff.analysis.stats import interval
+
+    if record is None:
+        return Cell(text=NA, css="na", title="cell not in the results")
+    ok = [r for r in runs if analysis.comparable(r)]
+    values = [v for v in (analysis.metric_value(r, metric) for r in ok) if v is not None]
+    if not ok:
+        return metric_cell(record, metric, None)
+    if not values:
+        return Cell(text=NA, css="na", title="not measured")
+    spread = interval(values)
+    failed = len(runs) - len(ok)
+    sub = (f"± {format_value(spread.half_width, metric.unit)} " if spread.n > 1 else "") + f"(n={spread.n})"
+    if failed:
+        sub += f", {failed} seed{'s' * (failed > 1)} not ok"
+    css = "best" if record.cell in tied else ""
+    title = ("best mean over seeds" if record.cell == best else
+             "tied with the best: Welch's t-test (5 %) cannot tell them apart") if css else ""
+    return Cell(text=format_value(spread.mean, metric.unit), sub=sub, css=css, title=title)
+
+
 def grid_table(model_slug: str, name: str, metric: Metric, records: Sequence[CellRecord],
-               optimizers: Sequence[str], strategies: Sequence[str]) -> Table:
+               optimizers: Sequence[str], strategies: Sequence[str],
+               runs: Mapping[str, Sequence[CellRecord]] | None = None) -> Table:
     """One model's optimizer × strategy table of one metric, best cell highlighted (paper Tables 4–19).
 
     Args:
@@ -101,6 +130,9 @@ def grid_table(model_slug: str, name: str, metric: Metric, records: Sequence[Cel
         records: the model's records, one per cell.
         optimizers: row keys, in order.
         strategies: column keys, in order.
+        runs: cell id → its records over seeds. Where a cell has several, every cell shows its mean over
+            seeds with a 95 % t-interval, and the best mean and the cells tied with it by Welch's t-test
+            are highlighted.
 
     Returns:
         The table, or a row-less table whose note says the metric was not measured for this model.
@@ -112,14 +144,30 @@ def grid_table(model_slug: str, name: str, metric: Metric, records: Sequence[Cel
     if not any(analysis.metric_value(r, metric) is not None for r in records):
         return Table(id=table_id, caption=caption, header=(), rows=(),
                      note=f"n/a: not measured for any cell of this model ({_metric_note(metric, records)}).")
-    best = analysis.best_value(records, metric)
+    repeated = runs is not None and any(len(runs.get(r.cell, ())) > 1 for r in records)
+    if repeated:
+        from gradeff.analysis.stats import winners
+
+        samples = {r.cell: [v for v in (analysis.metric_value(x, metric) for x in runs.get(r.cell, (r,))
+                                        if analysis.comparable(x)) if v is not None] for r in records}
+        found = winners(samples, goal=metric.goal)
+        tied, best_cell = (set(found.ties), found.best) if found is not None else (set(), None)
+
+        def shown(record: CellRecord | None) -> Cell:
+            return _seeds_cell(record, runs.get(record.cell, (record,)) if record else (), metric, tied, best_cell)
+    else:
+        best = analysis.best_value(records, metric)
+
+        def shown(record: CellRecord | None) -> Cell:
+            return metric_cell(record, metric, best)
     rows = tuple(
-        Row(label=display_name(OPTIMIZERS, opt), cells=tuple(metric_cell(by_cell.get((opt, st)), metric, best)
-                                                        for st in strategies))
+        Row(label=display_name(OPTIMIZERS, opt), cells=tuple(shown(by_cell.get((opt, st))) for st in strategies))
         for opt in optimizers
     )
     note = "Best cell highlighted; lower is better." if metric.goal == "min" else \
         "Best cell highlighted; higher is better."
+    if repeated:
+        note = f"{_OVER_SEEDS_NOTE} {'Lower' if metric.goal == 'min' else 'Higher'} is better."
     if metric.key == "gpu_util" and any(analysis.meter_section(r, "gpu").get("short_window") for r in records):
         note += " Some runs were shorter than NVML's sampling window: their utilization is approximate."
     if metric.key == "energy":
@@ -133,7 +181,8 @@ def recommendation_table(models: Sequence[str], records: Sequence[CellRecord]) -
 
     Args:
         models: model keys, in order.
-        records: one record per cell.
+        records: one record per cell and seed: a cell with several seeds competes with its mean, and cells
+            Welch's t-test cannot tell from the winner are shown as ties and tallied as ties.
 
     Returns:
         The table, and lines tallying how often each optimizer and strategy wins.
@@ -148,14 +197,26 @@ def recommendation_table(models: Sequence[str], records: Sequence[CellRecord]) -
                 cells.append(Cell(text=NA, css="na", title="no ok cell of this model measured it"))
                 continue
             metric = METRICS[rec.metric]
-            cells.append(Cell(text=config_label(rec.record), css="text",
-                              sub=f"{format_value(rec.value, metric.unit)} ({metric.label})"))
+            spread = rec.interval
+            value = format_value(rec.value, metric.unit)
+            if spread is not None and spread.n > 1:
+                value += f" ± {format_value(spread.half_width, metric.unit)} (n={spread.n})"
+            others = [config_label(r) for r in rec.ties[1:]]
+            cells.append(Cell(text=config_label(rec.record) + (f"; tied: {', '.join(others)}" if others else ""),
+                              css="text", sub=f"{value} ({metric.label})",
+                              title="tied: Welch's t-test (5 %) over seeds cannot tell these cells from the best"
+                              if others and rec.confirmed else "equal values" if others else ""))
         rows.append(Row(label=display_name(MODELS, model), cells=tuple(cells)))
+    confirmed = any(rec.confirmed for per_model in recs.values() for rec in per_model.values())
+    significance = ("Cells with several seeds compete with their mean ± 95 % t-interval; a cell Welch's t-test (5 %) "
+                    "cannot tell from the winner is listed as tied and a tie is tallied as a tie."
+                    if confirmed else "One seed per cell: each winner is a single draw, not a significant result "
+                    "(--gradeff-seeds 3 runs each cell over three seeds); only equal values are listed as tied.")
     table = Table(id="recommendation-table", caption="Which optimizer and strategy to use, per model and goal",
                   header=("model", *(_OBJECTIVE_TITLES[o] for o in analysis.OBJECTIVES)), rows=tuple(rows),
                   note="Only cells that trained every epoch (status ok) compete. Memory compares, per model, the "
                        "first of: torch allocator peak, live-tensor peak of a step, training-memory breakdown, "
-                       "process RSS that was measured.")
+                       f"process RSS that was measured. {significance}")
     optimizer_wins, strategy_wins = analysis.tally_wins(recs)
     total = sum(optimizer_wins.values())
     wins = (
@@ -166,7 +227,10 @@ def recommendation_table(models: Sequence[str], records: Sequence[CellRecord]) -
 
 
 def _tally(counter: Counter, registry: Registry) -> str:
-    return ", ".join(f"{display_name(registry, key)} {count}" for key, count in counter.most_common())
+    wins = ", ".join(f"{display_name(registry, key)} {count}" for key, count in counter.most_common()
+                     if key != analysis.TIE)
+    ties = counter.get(analysis.TIE, 0)
+    return wins + (f"{', ' if wins else ''}tied {ties}" if ties else "")
 
 
 def best_loss_table(models: Sequence[str], groups: Mapping[str, Sequence[CellRecord]]) -> Table:
