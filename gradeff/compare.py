@@ -23,7 +23,7 @@ from pathlib import Path
 from gradeff.compare_rules import (
     DEFAULT_RULES, IMPROVEMENT, LOOSE_ACCURACY_ATOL, LOOSE_LOSS_RTOL, REGRESSION, Row, Rule, TimeRule, override_rules,
 )
-from gradeff.results import CellRecord, latest_by_cell, read_records
+from gradeff.results import CellRecord, latest_by_run, read_records
 
 __all__ = [
     "DEFAULT_RULES", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE", "Comparison", "MismatchError",
@@ -93,12 +93,37 @@ def _differences(b: CellRecord, c: CellRecord) -> tuple[list[str], list[str]]:
     return refusals, warnings
 
 
+def paired_runs(baseline: list[CellRecord], current: list[CellRecord]) -> tuple[dict[str, CellRecord],
+                                                                               dict[str, CellRecord]]:
+    """The last record of each run on both sides, keyed so that equal keys are compared.
+
+    A cell repeated over seeds (``--gradeff-seeds``) on either side is compared seed by seed, each run keyed
+    ``<cell>-seed<S>`` (its pytest id): a seeded CPU run is deterministic, so the same seed must give the same
+    numbers, and a regression of one seed would hide in a mean over seeds. A seed on one side only is a cell of
+    that side only. A cell with one seed on each side is keyed by its id, as before repeats existed, so a
+    baseline of another seed is still refused as a mismatch rather than silently not compared.
+    """
+    runs = latest_by_run(baseline), latest_by_run(current)
+    seeds: dict[str, set[int]] = defaultdict(set)
+    for side in runs:
+        for cell, seed in side:
+            seeds[cell].add(seed)
+    counts = [defaultdict(int) for _ in runs]
+    for side, count in zip(runs, counts):
+        for cell, _ in side:
+            count[cell] += 1
+    repeated = {cell for cell in seeds if any(count[cell] > 1 for count in counts)}
+    return tuple({f"{cell}-seed{seed}" if cell in repeated else cell: record for (cell, seed), record in side.items()}
+                 for side in runs)
+
+
 def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules: tuple[Rule, ...] = DEFAULT_RULES,
                     *, allow_mismatch: bool = False, missing_is_regression: bool = False) -> Comparison:
-    """Compare the last record of every cell of ``current`` with the last one of ``baseline``.
+    """Compare the last record of every cell of ``current`` with the last one of ``baseline`` (seed by seed).
 
     Args:
-        baseline, current: records in file order; a later record of a cell supersedes earlier ones.
+        baseline, current: records in file order; a later record of a cell and seed supersedes earlier ones
+            (see :func:`paired_runs` for cells repeated over seeds).
         rules: one row per rule and common cell.
         allow_mismatch: compare cells run with another profile or seed (as warnings) instead of raising.
         missing_is_regression: a cell of the baseline absent from current is a regression.
@@ -109,7 +134,7 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
     Raises:
         MismatchError: a common cell ran with another profile or seed, and ``allow_mismatch`` is false.
     """
-    before, after = latest_by_cell(baseline), latest_by_cell(current)
+    before, after = paired_runs(baseline, current)
     common = [cell for cell in before if cell in after]
     mismatches: dict[str, list[str]] = defaultdict(list)
     notes: dict[str, list[str]] = defaultdict(list)
@@ -122,7 +147,8 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
     if mismatches and not allow_mismatch:
         raise MismatchError("refusing to compare: " + "; ".join(_grouped(mismatches))
                             + " (pass --allow-mismatch to compare anyway)")
-    rows = [rule.compare(before[cell], after[cell]) for cell in common for rule in rules]
+    # The run's key names it (llm-adam-accum-seed1 where a cell is repeated over seeds).
+    rows = [replace(rule.compare(before[cell], after[cell]), cell=cell) for cell in common for rule in rules]
     only_in_baseline = tuple(cell for cell in before if cell not in after)
     if missing_is_regression:
         rows += [Row(cell=cell, metric="presence", before="present", after="missing", change="", verdict=REGRESSION,

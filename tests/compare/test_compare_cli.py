@@ -126,7 +126,7 @@ def test_mismatched_profile_or_seed_exits_2(files, capsys):
     base, cur = files([record()], [record(profile="small")])
     assert main([base, cur]) == 2
     assert "profile differs: tiny (baseline) vs small (current) (1 cell: llm-adam-standard)" in capsys.readouterr().err
-    base, cur = files([record()], [record(seed=1)])
+    base, cur = files([record("vit-sgd-accum")], [record("vit-sgd-accum", seed=1)])  # one record a side
     assert main([base, cur]) == 2
     assert main([base, cur, "--allow-mismatch"]) == 0
     assert "warning: seed differs" in capsys.readouterr().out
