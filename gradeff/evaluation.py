@@ -24,6 +24,8 @@ class Evaluation:
     Attributes:
         loss: mean cross-entropy per target (the training loss's unit).
         accuracy: top-1 accuracy (classification; next-token top-1 on real text; ``None`` otherwise).
+        f1_micro / f1_macro: multi-label classification (a logit above 0 predicts the label): F1 over every
+            (sample, label) decision, and the mean of the labels' own F1 (a label never true nor predicted: 1).
         samples: samples evaluated.
         seconds: wall time of the pass.
     """
@@ -32,6 +34,8 @@ class Evaluation:
     accuracy: float | None
     samples: int
     seconds: float
+    f1_micro: float | None = None
+    f1_macro: float | None = None
 
 
 @torch.no_grad()
@@ -43,13 +47,14 @@ def evaluate(model: torch.nn.Module, data: Dataset, *, batch_size: int, device: 
         batch_size: samples per forward pass.
         accuracy: also count top-1 hits: ``True`` for classification (``logits.argmax(-1) == labels``),
             ``"token"`` for a causal language model (the prediction at each position against the next
-            token, over the positions that carry loss).
+            token, over the positions that carry loss), ``"multilabel"`` for micro- and macro-F1 instead.
     """
     was_training = model.training
     model.eval()
     sync(device)
     start = time.perf_counter()
     loss_sum, correct, targets, scored_total = 0.0, 0, 0, 0
+    label_counts = None  # multi-label: true positives, false positives, false negatives per label
     try:
         for indices in torch.arange(len(data)).split(batch_size):
             batch = move_batch(data.batch(indices), device)
@@ -58,7 +63,12 @@ def evaluate(model: torch.nn.Module, data: Dataset, *, batch_size: int, device: 
             # transformers losses are means over the batch's targets: weight them back to sums.
             loss_sum += float(output.loss) * count
             targets += count
-            if accuracy == "token":
+            if accuracy == "multilabel":
+                predicted, truth = output.logits > 0, batch["labels"] > 0.5
+                counts = torch.stack([(predicted & truth).sum(0), (predicted & ~truth).sum(0),
+                                      (~predicted & truth).sum(0)])
+                label_counts = counts if label_counts is None else label_counts + counts
+            elif accuracy == "token":
                 predicted, following = output.logits[:, :-1].argmax(dim=-1), batch["labels"][:, 1:]
                 scored = following != IGNORE_INDEX
                 correct += int(((predicted == following) & scored).sum())
@@ -68,6 +78,18 @@ def evaluate(model: torch.nn.Module, data: Dataset, *, batch_size: int, device: 
     finally:
         model.train(was_training)
     sync(device)
+    if accuracy == "multilabel":
+        return Evaluation(loss=loss_sum / targets, accuracy=None, samples=len(data),
+                          seconds=time.perf_counter() - start, **_f1(label_counts))
     hits_of = scored_total if accuracy == "token" else len(data)
     return Evaluation(loss=loss_sum / targets, accuracy=correct / max(hits_of, 1) if accuracy else None,
                       samples=len(data), seconds=time.perf_counter() - start)
+
+
+def _f1(counts: torch.Tensor) -> dict:
+    """Micro- and macro-F1 from per-label (true positive, false positive, false negative) counts."""
+    tp, fp, fn = counts.double()
+    micro = float(2 * tp.sum() / (2 * tp.sum() + fp.sum() + fn.sum())) if (tp.sum() + fp.sum() + fn.sum()) else 1.0
+    denominator = 2 * tp + fp + fn
+    per_label = torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), torch.ones_like(tp))
+    return {"f1_micro": micro, "f1_macro": float(per_label.mean())}

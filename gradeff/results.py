@@ -60,7 +60,8 @@ class EpochRecord:
     ``heldout_loss`` / ``heldout_accuracy`` are measured on the task's held-out split after the
     epoch, outside its timing (``None`` without a held-out split; accuracy only for classification).
     ``data_seconds`` is the part of ``seconds`` spent waiting for data, the rest being compute (``None`` in
-    records written before it was measured).
+    records written before it was measured). ``heldout_f1_micro`` / ``heldout_f1_macro`` score multi-label
+    classification (MM-IMDb's genres), where top-1 accuracy means nothing.
     """
 
     epoch: int
@@ -75,6 +76,8 @@ class EpochRecord:
     heldout_accuracy: float | None = None
     eval_seconds: float | None = None
     data_seconds: float | None = None
+    heldout_f1_micro: float | None = None
+    heldout_f1_macro: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -226,8 +226,10 @@ def _refuse_over_budget(state: TrainState, optimizer_key: str, budget: int) -> d
 def _heldout_fields(evaluation: Evaluation | None) -> dict:
     if evaluation is None:
         return {}
+    f1 = {"heldout_f1_micro": evaluation.f1_micro, "heldout_f1_macro": evaluation.f1_macro} \
+        if evaluation.f1_micro is not None else {}
     return {"heldout_loss": evaluation.loss, "heldout_accuracy": evaluation.accuracy,
-            "eval_seconds": evaluation.seconds}
+            "eval_seconds": evaluation.seconds} | f1
 
 
 def _inference_record(cost: InferenceCost | None, accuracy: float | None) -> dict:
@@ -407,6 +409,8 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
     classification = TASKS[cell.dataset].kind == "image_classification"
     # Real text is scored by next-token top-1 too; synthetic text by its loss against the floor alone.
     scored = "token" if TASKS[cell.dataset].kind == "causal_lm" and state.dataset.info.get("real") else classification
+    if classification and state.dataset.info.get("multi_label"):
+        scored = "multilabel"
 
     def evaluate_heldout():
         if heldout is not None:

@@ -117,6 +117,8 @@ TASKS: Registry[TaskSpec] = Registry(
               ("text", "Local text (real)", "causal_lm", "--gradeff-data text=PATH"),
               ("mmimdb", "MM-IMDb (real, poster → plot)", "image_captioning",
                "--gradeff-data mmimdb=PATH: a poster captioned with its plot"),
+              ("mmimdb_genres", "MM-IMDb (real, poster → genres)", "image_classification",
+               "--gradeff-data mmimdb_genres=PATH: a poster's genres, multi-label (micro/macro-F1)"),
           )),
     ),
 )

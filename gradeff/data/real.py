@@ -90,6 +90,9 @@ KNOWN: MappingProxyType = MappingProxyType({spec.key: spec for spec in (
     # The main paper's VLM task: the poster captioned with its plot.
     KnownData(key="mmimdb", name="MM-IMDb (poster → plot)", kind="image_captioning",
               columns={"image": ("image", "poster", "img"), "text": ("plot", "text", "caption")}),
+    # The same copy read as multi-label classification: a poster's genres (several per film).
+    KnownData(key="mmimdb_genres", name="MM-IMDb (poster → genres)", kind="image_classification",
+              columns={"image": ("image", "poster", "img"), "label": ("genres", "genre", "labels", "label")}),
     KnownData(key="images", name="Local images", kind="image_classification", columns=_IMAGE_LABEL),
     KnownData(key="text", name="Local text", kind="causal_lm", columns={"text": ("text", "content")}),
     KnownData(key="digits", name="Digits (scikit-learn, real)", kind="image_classification",
@@ -386,8 +389,26 @@ def _to_uint8_images(images, size: int):
     return out
 
 
+def _multi_hot(train, heldout, column: str):
+    """Several labels per row (MM-IMDb's genres): ``(N, K)`` uint8 indicators of the sorted distinct labels."""
+    import torch
+
+    rows = {name: [list(v or ()) for v in split[column]] for name, split in (("train", train), ("heldout", heldout))}
+    names = sorted({label for split in rows.values() for row in split for label in row}, key=str)
+    index = {name: i for i, name in enumerate(names)}
+
+    def encode(split):
+        out = torch.zeros((len(split), len(names)), dtype=torch.uint8)
+        for i, row in enumerate(split):
+            out[i, [index[label] for label in row]] = 1
+        return out
+
+    return encode(rows["train"]), encode(rows["heldout"]), [str(n) for n in names]
+
+
 def _label_ids(train, heldout, column: str):
-    """Integer labels of both splits and the class names (a ClassLabel's, else the sorted distinct values)."""
+    """Labels of both splits and the class names: integer ids (a ClassLabel's, else the sorted distinct values),
+    or multi-hot indicators when a row holds a list of labels."""
     import datasets
     import torch
 
@@ -396,9 +417,11 @@ def _label_ids(train, heldout, column: str):
         names = list(feature.names)
         return torch.tensor(train[column]), torch.tensor(heldout[column]), names
     values = list(train[column]) + list(heldout[column])
-    if any(isinstance(v, (list, tuple, dict)) or v is None for v in values):
-        raise ValueError(f"label column {column!r} holds {type(next(v for v in values if not isinstance(v, (int, str)))).__name__}"
-                         f" values; single-label classification needs one int or string per row")
+    if any(isinstance(v, (list, tuple)) for v in values):
+        return _multi_hot(train, heldout, column)
+    if any(isinstance(v, dict) or v is None for v in values):
+        raise ValueError(f"label column {column!r} holds empty or dict values; classification needs an int, a string "
+                         f"or a list of them per row")
     names = sorted(set(values), key=lambda v: (isinstance(v, str), v))
     if all(isinstance(v, int) for v in names) and names[0] >= 0:
         names = list(range(max(names) + 1))
@@ -506,7 +529,7 @@ def _prepare(source: DataSource, *, image_size, seq_len, caption_len, vocab_size
     if kind == "image_classification":
         train_labels, heldout_labels, names = _label_ids(train, heldout, columns["label"])
         splits["train"]["labels"], splits["heldout"]["labels"] = train_labels, heldout_labels
-        info |= {"num_classes": len(names), "class_names": names[:200]}
+        info |= {"num_classes": len(names), "class_names": names[:200], "multi_label": train_labels.dim() == 2}
     else:
         train_texts = _texts(train, columns["text"])
         if not train_texts:
@@ -571,6 +594,9 @@ def load_real(source: DataSource, *, kind: str, image_size: int | None = None, s
         prepared["info"]["cache"] = "miss"
     info = prepared["info"] | {"cache_file": str(cached)}
     decode = {"pixel_values": (1 / 127.5, -1.0)} if "image_size" in info else {}
+    if info.get("multi_label"):
+        # Float indicators: transformers' classifiers then take the multi-label (binary cross-entropy) loss.
+        decode["labels"] = (1.0, 0.0)
     built = {}
     for name in ("train", "heldout"):
         split = dict(prepared["splits"][name])

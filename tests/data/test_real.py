@@ -256,8 +256,23 @@ def test_cifar100_and_mmimdb_shaped_copies_train(tmp_path):
     assert cifar.hparams["num_classes"] == 100 and cifar.task["info"]["columns"] == {"image": "img",
                                                                                       "label": "fine_label"}
     assert cifar.task["info"]["heldout_split"] == "the dataset's own 'test' split" and cifar.loss_floor is None
-    mmimdb = _cell("vlm", "mmimdb", DataSource(key="mmimdb", path=str(_mmimdb_shaped(tmp_path / "mmimdb"))),
-                   tmp_path, epochs=2)
+    mmimdb_path = str(_mmimdb_shaped(tmp_path / "mmimdb"))
+    mmimdb = _cell("vlm", "mmimdb", DataSource(key="mmimdb", path=mmimdb_path), tmp_path, epochs=2)
     assert mmimdb.status == "ok", mmimdb.detail
     assert mmimdb.task["info"]["columns"] == {"image": "poster", "text": "plot"}
     assert mmimdb.summary.final_loss < mmimdb.summary.first_loss
+    genres = _cell("vit", "mmimdb_genres", DataSource(key="mmimdb_genres", path=mmimdb_path), tmp_path, epochs=1)
+    assert genres.status == "ok", genres.detail
+    assert genres.hparams["num_classes"] == 6 and genres.task["info"]["multi_label"]
+    epoch = genres.epochs[0]
+    assert epoch.heldout_accuracy is None and 0 <= epoch.heldout_f1_macro <= 1 and 0 <= epoch.heldout_f1_micro <= 1
+
+
+def test_f1_counts():
+    """Micro-F1 pools every decision; macro-F1 averages the labels' own F1, a label never true nor predicted being 1."""
+    from gradeff.evaluation import _f1
+
+    # label 0: tp 2 fp 0 fn 0 (F1 1); label 1: tp 0 fp 1 fn 1 (F1 0); label 2: nothing (F1 1).
+    counts = torch.tensor([[2, 0, 0], [0, 1, 0], [0, 1, 0]])
+    scores = _f1(counts)
+    assert scores["f1_micro"] == pytest.approx(4 / 6) and scores["f1_macro"] == pytest.approx(2 / 3)

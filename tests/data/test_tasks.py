@@ -146,6 +146,6 @@ def test_task_needs_its_hyperparameters():
     with pytest.raises(ValueError, match="seq_len"):
         make_dataset("causal_lm", hp, 0)
     assert set(TASKS) == {"causal_lm", "masked_lm", "image_classification", "image_captioning", "cifar100", "dtd",
-                          "digits", "pydoc", "images", "text", "mmimdb"}
+                          "digits", "pydoc", "images", "text", "mmimdb", "mmimdb_genres"}
     with pytest.raises(ValueError, match="'digits' is real data"):
         make_dataset("digits", hp, 0)
