@@ -15,8 +15,8 @@ the training's threads for cores.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -84,20 +84,28 @@ class EpochMetering:
 
     def run(self, fn: Callable[[], Any]) -> Any:
         """Call ``fn`` in a segment of each meter; append the segments' records as a dict."""
+        with self.segment():
+            return fn()
+
+    @contextmanager
+    def segment(self) -> Iterator[None]:
+        """The block as one segment of each meter (an epoch); appends the segments' records as a dict.
+
+        A block that raises appends nothing: an epoch that did not end has no figures.
+        """
         if self._stack is None:
-            raise RuntimeError("EpochMetering.run() needs the meters' window: use it inside `with metering:`")
+            raise RuntimeError("EpochMetering needs the meters' window: use it inside `with metering:`")
         sampler_cpu0 = self._sampler_cpu_s()
         t0 = time.perf_counter()
         energy, gpu, ram = self._energy.segment(), self._gpu.segment(), self._ram.segment()
         with energy, gpu, ram:
             t_fn = time.perf_counter()
-            result = fn()
+            yield
             fn_s = time.perf_counter() - t_fn
         reads_s = time.perf_counter() - t0 - fn_s
         self.epochs.append({"ram": asdict(ram.record), "gpu": asdict(gpu.record), "energy": asdict(energy.record),
                             "cost": {"reads_s": reads_s, "sampler_cpu_s": self._sampler_cpu_s() - sampler_cpu0,
                                      "epoch_s": fn_s}})
-        return result
 
 
 def _weighted_mean(values, weights):

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from gradeff.devices import pin_worker_device, resolve_device
+# The public fixtures of a benchmark of one's own: a plugin's fixtures are the functions in its namespace.
+from gradeff.fixtures import _gradeff_setup, gradeff_data, gradeff_meters, gradeff_model, gradeff_optimizer  # noqa: F401
 from gradeff.grid import GRIDS, PLURALS, cells
 from gradeff.models import MODELS
 from gradeff.options import DEFAULT_RESULTS, Settings, add_options, read_settings

@@ -199,3 +199,56 @@ def test_bad_model_path_is_a_usage_error(grid_pytester, llama_folder, tmp_path, 
     assert outcome.ret == pytest.ExitCode.USAGE_ERROR
     pattern = message.format(**paths)
     assert any(fnmatch.fnmatch(line, pattern) for line in outcome.errlines + outcome.outlines), outcome.errlines
+
+
+CUSTOM_BENCH = '''
+import pytest
+
+
+@pytest.mark.parametrize("gradeff_optimizer", ["adam"], indirect=True)
+@pytest.mark.parametrize("gradeff_model", ["llm"], indirect=True)
+def test_my_step(gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters):
+    def step(batch):
+        loss = gradeff_model(**batch).loss
+        loss.backward()
+        gradeff_optimizer.step()
+        gradeff_optimizer.zero_grad()
+        return loss
+
+    with gradeff_meters as meters:
+        for epoch in range(gradeff_data.epochs):
+            with meters.epoch() as log:
+                for batch in gradeff_data.batches(epoch):
+                    log.step(step(batch).item(), samples=len(batch["input_ids"]))
+        meters.measure_step(lambda: step(next(gradeff_data.batches(0))))
+    record = gradeff_meters.record
+    assert record.status == "ok" and record.cell == "llm-adam-my_step"
+    assert set(record.meters) >= {"ram", "gpu", "energy", "cost", "memory"}
+'''
+
+
+def test_custom_benchmark_from_public_fixtures_records_like_a_grid_cell(grid_pytester, tmp_path):
+    """A test of one's own with only the public fixtures: a record of the grid's schema, meters attached, summarised."""
+    import json
+
+    grid_pytester.makepyfile(test_mine=CUSTOM_BENCH)
+    results = tmp_path / "r.jsonl"
+    outcome = grid_pytester.runpytest_subprocess(
+        *PLUGIN, "test_mine.py", "test_grid.py", "-k", "my_step or llm-adam-standard", "--gradeff-epochs", "1",
+        f"--gradeff-results={results}", f"--gradeff-report={tmp_path / 'report.html'}")
+    outcome.assert_outcomes(passed=2)
+    lines = {json.loads(line)["cell"]: json.loads(line) for line in results.read_text().splitlines()}
+    custom, grid = lines["llm-adam-my_step"], lines["llm-adam-standard"]
+    assert set(custom) == set(grid) and set(custom["epochs"][0]) == set(grid["epochs"][0])
+    assert set(custom["meters"]) == set(grid["meters"]) and set(custom["meters"]["ram"]) == set(grid["meters"]["ram"])
+    assert custom["grid"] == "custom" and custom["status"] == "ok" and custom["epochs"][0]["optimizer_steps"] == 8
+    assert custom["parameters"] == grid["parameters"] and custom["session"] == grid["session"]
+    outcome.stdout.fnmatch_lines(["*llm-adam-my_step*ok*"])
+    assert "my_step" in (tmp_path / "report.html").read_text()
+
+
+def test_public_fixtures_need_a_model_key(grid_pytester):
+    grid_pytester.makepyfile(test_bare="def test_bare(gradeff_model):\n    pass\n")
+    outcome = grid_pytester.runpytest(*PLUGIN, "test_bare.py")
+    outcome.assert_outcomes(errors=1)
+    outcome.stdout.fnmatch_lines(["*gradeff_model needs a model key*models: vit, modernbert, llm*"])

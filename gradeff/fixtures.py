@@ -1,0 +1,305 @@
+"""Public fixtures: a benchmark of your own, from gradeff's parts, recorded like a grid cell.
+
+``gradeff_model``, ``gradeff_data`` and ``gradeff_optimizer`` are parametrized by registry keys, the
+pytest way (indirect parametrization); ``gradeff_meters`` opens the RAM, GPU and energy meters around
+your own training and, when the block ends, appends a record with the grid cells' schema to the
+results file, so it is in the session's summary, the report and the gate::
+
+    @pytest.mark.parametrize("gradeff_model", ["llm"], indirect=True)
+    @pytest.mark.parametrize("gradeff_optimizer", ["adam"], indirect=True)
+    def test_my_step(gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters):
+        with gradeff_meters as meters:
+            for epoch in range(gradeff_data.epochs):
+                with meters.epoch() as log:
+                    for batch in gradeff_data.batches(epoch):
+                        loss = gradeff_model(**batch).loss
+                        loss.backward()
+                        gradeff_optimizer.step()
+                        gradeff_optimizer.zero_grad()
+                        log.step(loss.item(), samples=len(batch["labels"]))
+        assert gradeff_meters.record.status == "ok"
+
+A benchmark's record is a cell of the ``custom`` grid whose strategy is the test's name (``my_step``
+for ``test_my_step``): id ``llm-adam-my_step``, a column of its own beside the memory strategies.
+Unparametrized, the optimizer is AdamW and the data is the model's own task. Datasets are built once
+per session (per task, sizes and seed); the model and optimizer are fresh for every test.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+__all__ = ["BenchData", "BenchMeters", "EpochLog", "gradeff_data", "gradeff_meters", "gradeff_model",
+           "gradeff_optimizer"]
+
+CUSTOM_GRID = "custom"
+
+
+def _param(request: pytest.FixtureRequest, name: str, default: str | None = None) -> str | None:
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and name in callspec.params:
+        return callspec.params[name]
+    return default
+
+
+@dataclass(kw_only=True)
+class _Setup:
+    """One benchmark's keys, sizes and device, shared by the public fixtures of a test."""
+
+    model: str
+    optimizer: str
+    dataset: str
+    hp: Any
+    seed: int
+    device: Any
+    settings: Any
+    bench: str
+    weights: Any = None
+    built: dict = field(default_factory=dict)
+
+
+@pytest.fixture
+def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int) -> _Setup:
+    from gradeff.devices import resolve_device
+    from gradeff.hparams import hparams_for
+    from gradeff.models import MODELS
+    from gradeff.optim import OPTIMIZERS
+    from gradeff.pytest_plugin import _CONFIG
+    from gradeff.registry import UnknownKeyError
+
+    settings = request.config.stash[_CONFIG]
+    model = _param(request, "gradeff_model")
+    if model is None:
+        pytest.fail("gradeff_model needs a model key: @pytest.mark.parametrize('gradeff_model', ['llm'], "
+                    f"indirect=True); models: {', '.join(MODELS)}", pytrace=False)
+    try:
+        spec = MODELS[model]
+        optimizer = OPTIMIZERS[_param(request, "gradeff_optimizer", "adamw")].key
+        from gradeff.data import TASKS
+
+        dataset = TASKS[_param(request, "gradeff_data", spec.task)].key
+    except UnknownKeyError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    bench = re.sub(r"[^a-z0-9_]", "_", request.node.originalname.lower().removeprefix("test_")) or "bench"
+    return _Setup(model=model, optimizer=optimizer, dataset=dataset,
+                  hp=hparams_for(model, settings.profile, epochs=settings.epochs, dataset=dataset),
+                  seed=gradeff_seed, device=resolve_device(settings.device), settings=settings, bench=bench)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchData:
+    """A task's data at the session's profile: training batches in the grid's order, the held-out split.
+
+    Attributes:
+        dataset: the training split (``heldout``: the held-out split, or ``None``).
+        batch_size: the model's micro-batch size at this profile.
+        epochs: epochs at this profile (or ``--gradeff-epochs``).
+    """
+
+    dataset: Any
+    batch_size: int
+    epochs: int
+    seed: int
+    device: Any
+
+    @property
+    def heldout(self):
+        return self.dataset.heldout
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def batches(self, epoch: int) -> Iterator[dict]:
+        """The epoch's batches, as model inputs on the device (the order the grid's cells see)."""
+        from gradeff.data.dataset import epoch_order
+        from gradeff.loop import move_batch
+
+        for indices in epoch_order(len(self.dataset), self.seed, epoch).split(self.batch_size):
+            yield move_batch(self.dataset.batch(indices), self.device)
+
+
+@pytest.fixture
+def gradeff_data(_gradeff_setup: _Setup) -> BenchData:
+    """The data of the benchmark's task (``indirect`` parameter: a dataset key; default: the model's own task)."""
+    from gradeff.runner import _dataset
+
+    setup = _gradeff_setup
+    # _dataset keeps the session's datasets: one build per task, sizes and seed, shared with the grid's cells.
+    return BenchData(dataset=_dataset(setup.dataset, setup.hp, setup.seed), batch_size=setup.hp.batch_size,
+                     epochs=setup.hp.epochs, seed=setup.seed, device=setup.device)
+
+
+@pytest.fixture
+def gradeff_model(_gradeff_setup: _Setup):
+    """A fresh model of the registry key it is parametrized with (``indirect=True``), on the session's device.
+
+    Built as a grid cell builds it: the same seed, the profile's size, the task's classes, and the same
+    starting weights (random, the suite's pretraining, or ``--gradeff-weights`` / ``--gradeff-model-path``).
+    """
+    import torch
+
+    from gradeff.models import build_model
+    from gradeff.pretrain import starting_weights
+
+    setup = _gradeff_setup
+    settings = setup.settings
+    setup.weights = starting_weights(setup.model, settings.profile, setup.seed, local=dict(settings.weights),
+                                     cache_dir=settings.cache_dir, device=str(setup.device))
+    torch.manual_seed(setup.seed)
+    model = build_model(setup.model, settings.profile, num_labels=setup.hp.num_classes,
+                        weights_dir=setup.weights.path).to(setup.device)
+    setup.built["model"] = model
+    return model
+
+
+@pytest.fixture
+def gradeff_optimizer(_gradeff_setup: _Setup, gradeff_model):
+    """The optimizer of the key it is parametrized with (default AdamW) over the model's trainable parameters,
+    at the model's learning rate."""
+    from gradeff.optim import build_optimizer
+
+    setup = _gradeff_setup
+    optimizer = build_optimizer(setup.optimizer, [p for p in gradeff_model.parameters() if p.requires_grad],
+                                setup.hp.lr)
+    setup.built["optimizer"] = optimizer
+    return optimizer
+
+
+@dataclass(kw_only=True)
+class EpochLog:
+    """What one epoch of a benchmark did: ``step()`` once per optimizer step."""
+
+    loss_sum: float = 0.0
+    optimizer_steps: int = 0
+    closure_calls: int = 0
+    samples: int = 0
+    targets: int = 0
+    heldout: dict = field(default_factory=dict)
+
+    def step(self, loss: float, *, samples: int, targets: int | None = None, closure_calls: int = 1) -> None:
+        """One optimizer step: its mean loss per target over ``samples`` samples (``targets``: default one each)."""
+        targets = samples if targets is None else targets
+        self.loss_sum += float(loss) * targets
+        self.optimizer_steps += 1
+        self.closure_calls += closure_calls
+        self.samples += samples
+        self.targets += targets
+
+    def evaluated(self, *, loss: float, accuracy: float | None = None, seconds: float | None = None) -> None:
+        """The held-out result after this epoch, if the benchmark evaluates."""
+        self.heldout = {"heldout_loss": float(loss), "heldout_accuracy": accuracy, "eval_seconds": seconds}
+
+
+class BenchMeters:
+    """The meters of a benchmark: ``with gradeff_meters as meters:`` around the training, ``meters.epoch()`` per epoch.
+
+    When the ``with`` block ends, ``record`` is the benchmark's record (also appended to the results
+    file); ``epochs_meters`` are each epoch's frozen meter records as dicts, ``meters`` the cell's aggregate,
+    as a grid cell records them. A block that raises is recorded as ``error`` (``interrupted`` on Ctrl-C),
+    and the exception goes on.
+    """
+
+    def __init__(self, setup: _Setup):
+        self._setup = setup
+        self._metering = None
+        self._epochs: list = []
+        self._started = 0.0
+        self.record = None
+        self.meters: dict = {}
+        self.memory: dict = {}
+
+    @property
+    def epochs_meters(self) -> list[dict]:
+        return list(self._metering.epochs) if self._metering is not None else []
+
+    def __enter__(self) -> BenchMeters:
+        from gradeff.metering import EpochMetering, MeterSettings
+
+        settings = self._setup.settings
+        self._metering = EpochMetering(self._setup.device, MeterSettings(hz=settings.sample_hz,
+                                                                         grid_gco2_per_kwh=settings.grid_intensity))
+        self._started = time.time()
+        self._metering.__enter__()
+        return self
+
+    @contextmanager
+    def epoch(self) -> Iterator[EpochLog]:
+        """One epoch, timed and metered as one segment; ``step()`` the log once per optimizer step."""
+        from gradeff.loop import sync
+
+        log = EpochLog()
+        started = time.perf_counter()
+        with self._metering.segment():
+            yield log
+            sync(self._setup.device)
+        self._epochs.append((log, time.perf_counter() - started))
+
+    def measure_step(self, step) -> dict:
+        """Parameter, gradient, optimizer-state and activation bytes of one call of ``step`` (a training step),
+        recorded under ``meters.memory`` as the grid's cells record theirs."""
+        from gradeff.metering import memory_breakdown
+
+        self.memory = memory_breakdown(self._setup.built["model"], self._setup.built.get("optimizer"), step)
+        return self.memory
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._metering.__exit__(exc_type, exc, tb)
+        if exc_type is None:
+            status, detail = "ok", ""
+        elif issubclass(exc_type, KeyboardInterrupt):
+            status, detail = "interrupted", "interrupted by the user (Ctrl-C)"
+        else:
+            status, detail = "error", f"{exc_type.__name__}: {exc}"
+        self.record = self._record(status, detail)
+        from gradeff.results import append_record
+
+        append_record(self._setup.settings.results, self.record)
+
+    def _record(self, status: str, detail: str):
+        from gradeff.environment import code_version, environment
+        from gradeff.hparams import method_hparams_for
+        from gradeff.metering import aggregate
+        from gradeff.meters import parameter_counts
+        from gradeff.results import CellRecord, EpochRecord, Summary
+        from gradeff.runner import _dataset, _task_record
+
+        setup, settings = self._setup, self._setup.settings
+        epochs = tuple(
+            EpochRecord(epoch=index, loss=log.loss_sum / log.targets if log.targets else float("nan"),
+                        seconds=seconds, optimizer_steps=log.optimizer_steps, closure_calls=log.closure_calls,
+                        samples=log.samples, targets=log.targets, meters=meters, **log.heldout)
+            for index, ((log, seconds), meters) in enumerate(zip(self._epochs, self._metering.epochs)))
+        self.meters = aggregate(self._metering.epochs, settings.grid_intensity)
+        if self.memory:
+            self.meters["memory"] = self.memory
+        dataset = _dataset(setup.dataset, setup.hp, setup.seed)
+        heldout = dataset.heldout
+        finished = time.time()
+        model = setup.built.get("model")
+        return CellRecord(
+            cell=f"{setup.model}-{setup.optimizer}-{setup.bench}", grid=CUSTOM_GRID, model=setup.model,
+            optimizer=setup.optimizer, strategy=setup.bench, method="full", dataset=setup.dataset,
+            profile=settings.profile, seed=setup.seed, device=str(setup.device), status=status, detail=detail,
+            epochs=epochs, summary=Summary.of(list(epochs), finished - self._started, untrained=None,
+                                              floor=heldout.loss_floor if heldout is not None else None),
+            loss_floor=dataset.loss_floor, task=_task_record(SimpleNamespace(dataset=setup.dataset), dataset),
+            parameters=parameter_counts(model) if model is not None else {},
+            weights=setup.weights.to_record() if setup.weights is not None else {},
+            hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for("full", setup.model, settings.profile))},
+            environment=environment(str(setup.device)) | {"process": "shared"}, meters=self.meters,
+            session=settings.session, code_version=code_version(), started_at=self._started, finished_at=finished,
+        )
+
+
+@pytest.fixture
+def gradeff_meters(_gradeff_setup: _Setup) -> BenchMeters:
+    """RAM, GPU and energy meters around a benchmark of your own; its record goes to the results file."""
+    return BenchMeters(_gradeff_setup)
