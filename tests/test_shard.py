@@ -107,3 +107,13 @@ def test_shards_of_a_collected_selection_partition_it(grid_pytester, count):
         outcome.stdout.fnmatch_lines([line])
         seen.extend(mine)
     assert sorted(seen) == sorted(everything)
+
+
+def test_a_shard_runs_under_xdist(grid_pytester):
+    """Workers of one shard all collect and deselect alike: -n 2 with shard 1/2 of three cells runs its two."""
+    results = grid_pytester.path / "r.jsonl"
+    outcome = grid_pytester.runpytest_subprocess(*PLUGIN, "-n", "2", "-m", "main", "-k", "vit-sgd", "--gradeff-epochs",
+                                                 "1", "--gradeff-shard", "1/2", f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=2)
+    # By count, sorted ids: accum → shard 1, checkpoint → shard 2, standard → shard 1.
+    assert sorted(r.cell for r in read_records(results)) == ["vit-sgd-accum", "vit-sgd-standard"]
