@@ -252,3 +252,69 @@ def test_public_fixtures_need_a_model_key(grid_pytester):
     outcome = grid_pytester.runpytest(*PLUGIN, "test_bare.py")
     outcome.assert_outcomes(errors=1)
     outcome.stdout.fnmatch_lines(["*gradeff_model needs a model key*models: vit, modernbert, llm*"])
+
+
+def _installed_package(root, body: str, entry_points: str):
+    """A package on a folder of PYTHONPATH with its dist-info, as pip would leave it (no pip needed)."""
+    site = root / "site"
+    (site / "gradeff_user_pkg").mkdir(parents=True)
+    (site / "gradeff_user_pkg" / "__init__.py").write_text(textwrap.dedent(body))
+    info = site / "gradeff_user_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gradeff-user-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    return site
+
+
+PACKAGE = """
+from gradeff.models import ModelSpec
+from gradeff.optim import OptimizerSpec
+from gradeff.strategies import StrategySpec
+
+
+def build(profile, **kwargs):
+    from gradeff.models.llm import build
+
+    return build(profile, **kwargs)
+
+
+MODEL = ModelSpec(key="pkgmodel", name="Packaged decoder", family="decoder", task="causal_lm", builder=build,
+                  has_biases=False)
+OPTIMIZERS = [OptimizerSpec(key="rmsprop", name="RMSprop", target="torch.optim:RMSprop", state_per_param=1,
+                            step_counter=True)]
+STRATEGY = StrategySpec(key="accum_ckpt", name="Accumulation + checkpointing", accumulate=True, checkpointing=True)
+DUPLICATE = ModelSpec(key="llm", name="Another llm", family="decoder", task="causal_lm", builder=build)
+"""
+
+
+def test_entry_points_of_an_installed_package_register_like_a_conftest(grid_pytester, tmp_path, monkeypatch):
+    site = _installed_package(tmp_path, PACKAGE, """
+        [gradeff.models]
+        pkgmodel = gradeff_user_pkg:MODEL
+        [gradeff.optimizers]
+        rmsprop = gradeff_user_pkg:OPTIMIZERS
+        [gradeff.strategies]
+        accum_ckpt = gradeff_user_pkg:STRATEGY
+    """)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    outcome = grid_pytester.runpytest_subprocess(*PLUGIN, "--collect-only", "-q", "-m", "pkgmodel")
+    outcome.stdout.fnmatch_lines(["*test_cell[[]pkgmodel-sgd-standard[]]*", "*test_cell[[]pkgmodel-rmsprop-accum_ckpt[]]*",
+                                  "28/* tests collected*"])
+    results = tmp_path / "r.jsonl"
+    outcome = grid_pytester.runpytest_subprocess(*PLUGIN, "-m", "main", "-k", "pkgmodel-rmsprop-accum_ckpt",
+                                                 "--gradeff-epochs", "1", f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=1)
+    (record,) = read_records(results)
+    assert record.cell == "pkgmodel-rmsprop-accum_ckpt" and record.status == "ok"
+
+
+def test_bad_entry_point_is_a_usage_error_naming_it(grid_pytester, tmp_path, monkeypatch):
+    site = _installed_package(tmp_path, PACKAGE, """
+        [gradeff.models]
+        llm = gradeff_user_pkg:DUPLICATE
+    """)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    outcome = grid_pytester.runpytest_subprocess(*PLUGIN, "--collect-only", "-q")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    outcome.stderr.fnmatch_lines(["*gradeff registration from entry point llm = gradeff_user_pkg:DUPLICATE (group "
+                                  "gradeff.models, package gradeff-user-pkg): model 'llm': duplicate model key 'llm'*"])
