@@ -239,8 +239,9 @@ def _load_folder(folder: str, task_kind: str, key: str, profile: str, *, vocab_s
     model = instantiate(auto, None, weights_dir=weights_dir or folder, device=device,
                         num_labels=num_labels if task_kind == "image_classification" else None)
     if task_kind != "image_classification":
-        # The synthetic text tasks use token ids up to their states plus the special tokens.
-        needed = hparams_for(key, profile).num_states + len(SPECIAL_TOKENS)
+        # The synthetic text tasks use token ids up to their states plus the special tokens (real text: its tokenizer's).
+        states = hparams_for(key, profile).num_states
+        needed = states + len(SPECIAL_TOKENS) if states is not None else 0
         if model.config.vocab_size < needed:
             raise ValueError(f"{folder}: vocabulary of {model.config.vocab_size} tokens; the {profile} text task "
                              f"needs at least {needed}")
