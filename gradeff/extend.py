@@ -36,8 +36,8 @@ from gradeff.optim import OPTIMIZERS, OptimizerSpec
 from gradeff.registry import Registry, open_for_registration, validate_key
 from gradeff.strategies import STRATEGIES, StrategySpec
 
-__all__ = ["ENTRY_POINT_GROUPS", "AxisRegistry", "Registries", "add_options", "model_path_spec", "register_all",
-           "reset"]
+__all__ = ["ENTRY_POINT_GROUPS", "AxisRegistry", "Registries", "add_options", "check_state_law", "model_path_spec",
+           "register_all", "reset"]
 
 # axis → (registry, spec class, entry-point group, grids a new entry joins by default)
 _AXES: dict[str, tuple[Registry, type, str, tuple[str, ...]]] = {
@@ -292,6 +292,43 @@ def model_path_spec(text: str) -> ModelSpec:
     return ModelSpec(key=key, name=f"{config.get('model_type', 'model')} from {folder}", family=_FAMILIES[kind],
                      task=task, builder=functools.partial(_load_folder, str(folder), kind, key), fine_tunes=True,
                      has_biases=not bias_flags or any(bias_flags))
+
+
+def check_state_law(optimizer: str, model: str = "llm", profile: str = "tiny", steps: int = 2) -> tuple[int, int]:
+    """An optimizer's state law held against the state it really keeps, as gradeff's tests hold the built-in ones.
+
+    Takes ``steps`` steps of ``model`` (through a closure, as the loop does) with the optimizer as a cell
+    builds it, then compares.
+
+    Returns:
+        ``(predicted, measured)`` bytes: :meth:`~gradeff.optim.OptimizerSpec.state_bytes` of the trainable
+        parameters, and :func:`gradeff.meters.optimizer_state_bytes` of the optimizer. A registered
+        optimizer's test asserts they are equal.
+    """
+    import torch
+
+    from gradeff.data import make_dataset
+    from gradeff.hparams import hparams_for
+    from gradeff.meters import optimizer_state_bytes
+    from gradeff.models import build_model
+    from gradeff.optim import build_optimizer
+
+    hp = hparams_for(model, profile)
+    batch = make_dataset(MODELS[model].task, hp, seed=0).batch(torch.arange(min(4, hp.batch_size)))
+    torch.manual_seed(0)
+    network = build_model(model, profile, num_labels=hp.num_classes)
+    params = [p for p in network.parameters() if p.requires_grad]
+    opt = build_optimizer(optimizer, params, hp.lr)
+
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        loss = network(**batch).loss
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+    return OPTIMIZERS[optimizer].state_bytes(params), optimizer_state_bytes(opt)
 
 
 # ---- the session's registration --------------------------------------------------------------------------------

@@ -318,3 +318,20 @@ def test_bad_entry_point_is_a_usage_error_naming_it(grid_pytester, tmp_path, mon
     assert outcome.ret == pytest.ExitCode.USAGE_ERROR
     outcome.stderr.fnmatch_lines(["*gradeff registration from entry point llm = gradeff_user_pkg:DUPLICATE (group "
                                   "gradeff.models, package gradeff-user-pkg): model 'llm': duplicate model key 'llm'*"])
+
+
+@pytest.mark.parametrize(("per_param", "holds"), [(1, True), (2, False)])
+def test_a_registered_optimizers_state_law_is_checked_like_a_built_in_one(per_param, holds):
+    """RMSprop keeps one square average per parameter and a step counter: the right law holds, a wrong one does not."""
+    from gradeff.extend import Registries, check_state_law, reset
+    from gradeff.optim import OptimizerSpec
+
+    try:
+        with open_for_registration([OPTIMIZERS]):
+            Registries("test").optimizers.register(
+                OptimizerSpec(key="rmsprop", name="RMSprop", target="torch.optim:RMSprop", state_per_param=per_param,
+                              step_counter=True), grids=())
+        predicted, measured = check_state_law("rmsprop")
+    finally:
+        reset()
+    assert (predicted == measured) is holds and measured > 0
