@@ -276,3 +276,25 @@ def test_f1_counts():
     counts = torch.tensor([[2, 0, 0], [0, 1, 0], [0, 1, 0]])
     scores = _f1(counts)
     assert scores["f1_micro"] == pytest.approx(4 / 6) and scores["f1_macro"] == pytest.approx(2 / 3)
+
+
+def test_a_local_tokenizer_folder_sets_the_vocabulary(formats, tmp_path):
+    """--gradeff-tokenizer: an AutoTokenizer folder read with local files only; the model's vocabulary follows it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([_TEXT], trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<s>", "</s>"]))
+    folder = tmp_path / "tokenizer"
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                            unk_token="<unk>").save_pretrained(str(folder))
+    key, path = formats["jsonl"]
+    record = _cell("llm", key, DataSource(key=key, path=str(path), tokenizer=str(folder)), tmp_path, epochs=1)
+    assert record.status == "ok", record.detail
+    info = record.task["info"]
+    assert info["tokenizer"] == f"AutoTokenizer {folder}" and info["vocab_size"] == tok.get_vocab_size()
+    from gradeff.models import build_model
+
+    expected = build_model("llm", "tiny", vocab_size=tok.get_vocab_size(), device="meta")
+    assert record.parameters["total"] == sum(p.numel() for p in expected.parameters())
