@@ -61,6 +61,12 @@ def _write_formats(root: Path) -> dict[str, tuple[str, Path]]:
     out["imagefolder"] = ("images", root / "imagefolder")
     datasets.Dataset.from_dict(_image_rows(80, 4, 3), features=_features(4)).to_parquet(str(root / "images.parquet"))
     out["parquet"] = ("images", root / "images.parquet")
+    # A dataset repository's snapshot in the local hub cache: parquet shards named by split, in a sub-folder.
+    (root / "snapshot" / "plain_text").mkdir(parents=True)
+    for split, n, seed in (("train", 64, 4), ("test", 16, 5)):
+        datasets.Dataset.from_dict(_image_rows(n, 4, seed), features=_features(4)).to_parquet(
+            str(root / "snapshot" / "plain_text" / f"{split}-00000-of-00001.parquet"))
+    out["hub snapshot"] = ("images", root / "snapshot")
     docs = [f"{_TEXT} Document {i}." for i in range(40)]
     datasets.Dataset.from_dict({"text": docs}).to_csv(str(root / "docs.csv"))
     out["csv"] = ("text", root / "docs.csv")
@@ -85,7 +91,8 @@ def _cell(model: str, dataset: str, source: DataSource | None, cache: Path, **co
     return run_cell(cell, RunConfig(data=(source,) if source else (), cache_dir=str(cache), **config))
 
 
-@pytest.mark.parametrize("fmt", ["save_to_disk", "imagefolder", "parquet", "csv", "jsonl", "txt", "json folder"])
+@pytest.mark.parametrize("fmt", ["save_to_disk", "imagefolder", "parquet", "hub snapshot", "csv", "jsonl", "txt",
+                                 "json folder"])
 def test_every_format_trains_a_tiny_cell(formats, fmt, tmp_path):
     """Each format is read by datasets alone and a tiny cell trains on it, with data-wait seconds recorded."""
     key, path = formats[fmt]
