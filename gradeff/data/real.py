@@ -24,13 +24,14 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
 __all__ = [
-    "BUILTIN", "KNOWN", "DataSource", "KnownData", "ROLES", "SUPPORTED_FORMATS", "builtin_path", "load_real",
-    "SYNTHETIC_TOO", "open_splits", "parse_columns", "parse_sources", "source_for", "validate_source",
+    "BPE_VOCAB", "BUILTIN", "HELDOUT_FRACTION", "KNOWN", "ROLES", "SUPPORTED_FORMATS", "SYNTHETIC_TOO", "DataSource",
+    "KnownData", "build_task", "builtin_path", "load_real", "open_splits", "parse_columns", "parse_sources",
+    "source_for", "validate_source",
 ]
 
 # Bump when the prepared tensors change meaning: old cache entries are then never read.
@@ -329,7 +330,8 @@ def _columns(source: DataSource, column_names: list[str]) -> dict[str, str]:
         found = next((c for c in spec.columns[role] if c in column_names), None)
         if found is None:
             raise ValueError(f"{source.key}: no {role} column (tried {', '.join(spec.columns[role])}); columns: "
-                             f"{', '.join(column_names)}; name it with --gradeff-data-columns {source.key}:{role}=COLUMN")
+                             f"{', '.join(column_names)}; "
+                             f"name it with --gradeff-data-columns {source.key}:{role}=COLUMN")
         chosen[role] = found
     return chosen
 
@@ -551,9 +553,9 @@ def _prepare(source: DataSource, *, image_size, seq_len, caption_len, vocab_size
                 splits[name] |= {"input_ids": input_ids, "labels": labels,
                                  "targets": (labels != -100).sum(dim=1).clamp(min=1)}
             info["caption_len"] = caption_len
-    for name in splits:
-        if "targets" not in splits[name]:
-            splits[name]["targets"] = torch.ones(len(splits[name]["labels"]), dtype=torch.long)
+    for split in splits.values():
+        if "targets" not in split:
+            split["targets"] = torch.ones(len(split["labels"]), dtype=torch.long)
     return {"splits": splits, "info": info}
 
 

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 datasets = pytest.importorskip("datasets")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from gradeff.data import real  # noqa: E402
-from gradeff.data.real import DataSource, load_real, validate_source  # noqa: E402
-from gradeff.grid import Cell  # noqa: E402
-from gradeff.results import EpochRecord  # noqa: E402
-from gradeff.runner import RunConfig, run_cell  # noqa: E402
+from gradeff.data import real
+from gradeff.data.real import DataSource, load_real, validate_source
+from gradeff.grid import Cell
+from gradeff.results import EpochRecord
+from gradeff.runner import RunConfig, run_cell
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 
@@ -112,7 +112,8 @@ def test_every_format_trains_a_tiny_cell(formats, fmt, tmp_path):
 def test_prepared_tensors_are_cached_and_reused(formats, tmp_path):
     """The second load reads the cached file (memory-mapped), not the dataset, and gives the same tensors."""
     source = DataSource(key="images", path=str(formats["parquet"][1]))
-    settings = dict(kind="image_classification", image_size=16, train_cap=32, heldout_cap=8, cache_root=tmp_path)
+    settings = {"kind": "image_classification", "image_size": 16, "train_cap": 32, "heldout_cap": 8,
+                "cache_root": tmp_path}
     first, second = load_real(source, **settings), load_real(source, **settings)
     assert (first.info["cache"], second.info["cache"]) == ("miss", "hit")
     assert torch.equal(first.tensors["pixel_values"], second.tensors["pixel_values"])
@@ -159,7 +160,8 @@ def test_bad_sources_are_named_with_the_valid_choices(formats, tmp_path):
         (DataSource(key="images", path=str(formats["parquet"][1]), columns=(("image", "img"),)),
          "*column 'img' (given for image) is not in the dataset; columns: image, label"),
         (DataSource(key="text", path=str(formats["parquet"][1])),
-         "*no text column (tried text, content); columns: image, label; name it with --gradeff-data-columns text:text=*"),
+         ("*no text column (tried text, content); columns: image, label; "
+          "name it with --gradeff-data-columns text:text=*")),
         (DataSource(key="images", path=str(tmp_path / "empty_test")), "*the 'test' split is empty"),
         (DataSource(key="text", path=str(tmp_path / "no_train")), "*no 'train' split; splits: dev"),
     ]
@@ -179,11 +181,13 @@ def test_option_errors_stop_the_session_before_any_cell(pytester, formats, tmp_p
     pytester.makepyfile(test_real_grid=grid.read_text())
     cache = f"--gradeff-cache={tmp_path}"
     cases = [
-        ((f"--gradeff-data=cifar100={tmp_path / 'nowhere'}",), "*--gradeff-data cifar100=*nowhere: *no such file or folder*"),
+        ((f"--gradeff-data=cifar100={tmp_path / 'nowhere'}",),
+         "*--gradeff-data cifar100=*nowhere: *no such file or folder*"),
         (("--gradeff-data=imagenet=/x",), "*--gradeff-data: unknown data key 'imagenet'; valid keys: cifar100, dtd*"),
         ((f"--gradeff-data=images={formats['parquet'][1]}", "--gradeff-data-columns=images:label=fine"),
          "*--gradeff-data images=*column 'fine' (given for label) is not in the dataset; columns: image, label*"),
-        (("--gradeff-datasets=images",), "*--gradeff-datasets images: real data only; give --gradeff-data images=PATH*"),
+        (("--gradeff-datasets=images",),
+         "*--gradeff-datasets images: real data only; give --gradeff-data images=PATH*"),
     ]
     for args, message in cases:
         outcome = pytester.runpytest(*PLUGIN, cache, *args)
