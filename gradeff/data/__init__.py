@@ -2,7 +2,9 @@
 
 The main study trains each model on its own task; the PEFT study varies the dataset
 (``cifar100``, ``dtd``: synthetic stand-ins with the real datasets' class counts, until real
-copies are given). A task's ``kind`` says which models can train on it.
+copies are given with ``--gradeff-data``). Real tasks (``digits``, ``pydoc`` on every machine;
+``images``, ``text``, ``mmimdb``, ``mmimdb_genres`` from local copies) are read by
+:mod:`gradeff.data.real` and have no known floor. A task's ``kind`` says which models can train on it.
 
 This module stays light (no torch, no numpy): the registry is read when the grid is collected,
 and a task's builder is imported only when a cell builds its data.
