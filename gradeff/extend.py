@@ -21,8 +21,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import io
 import json
+import pickle
 import re
+import sys
+import types
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -292,6 +296,52 @@ def model_path_spec(text: str) -> ModelSpec:
     return ModelSpec(key=key, name=f"{config.get('model_type', 'model')} from {folder}", family=_FAMILIES[kind],
                      task=task, builder=functools.partial(_load_folder, str(folder), kind, key), fine_tunes=True,
                      has_biases=not bias_flags or any(bias_flags))
+
+
+# ---- the session's entries in a spawned process (--gradeff-isolate) ------------------------------------------
+
+
+def _load_from_file(module_name: str, path: str, qualname: str):
+    """A function of a module that is not importable by name (a conftest under --import-mode=importlib)."""
+    module = sys.modules.get(module_name)
+    if getattr(module, "__file__", None) != path:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    value = module
+    for part in qualname.split("."):
+        value = getattr(value, part)
+    return value
+
+
+class _EntryPickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        if isinstance(obj, types.FunctionType):
+            module = sys.modules.get(obj.__module__)
+            path = getattr(module, "__file__", None)
+            # A conftest's functions are pickled by file: its module name need not be importable elsewhere.
+            if path and (Path(path).name == "conftest.py" or not _findable(obj.__module__)):
+                return _load_from_file, (obj.__module__, path, obj.__qualname__)
+        return NotImplemented
+
+
+def dump_registered() -> bytes:
+    """Every entry this session added (the grids they joined included), for :func:`load_registered` elsewhere."""
+    entries = [(registry.axis, registry[key], source)
+               for registry in _all_registries() for key, source in registry._sources.items()]
+    buffer = io.BytesIO()
+    _EntryPickler(buffer).dump(entries)
+    return buffer.getvalue()
+
+
+def load_registered(payload: bytes) -> None:
+    """Register the entries of :func:`dump_registered` in this process (a cell's spawned process)."""
+    by_axis = {registry.axis: registry for registry in _all_registries()}
+    entries = pickle.loads(payload)
+    with open_for_registration(by_axis.values()):
+        for axis, spec, source in entries:
+            by_axis[axis].register(spec, source=source, replace=True)
 
 
 def check_state_law(optimizer: str, model: str = "llm", profile: str = "tiny", steps: int = 2) -> tuple[int, int]:

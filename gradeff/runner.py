@@ -285,13 +285,20 @@ def _run_isolated(cell: Cell, config: RunConfig) -> CellRecord:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from gradeff.extend import dump_registered
+
     child = replace(config, isolate=False, process="isolated")
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        line = pool.submit(_isolated_entry, cell, child).result()
+        # The session's own entries (a conftest's, an entry point's, a model path) are registered there too.
+        line = pool.submit(_isolated_entry, cell, child, dump_registered()).result()
     return CellRecord.from_dict(json.loads(line))
 
 
-def _isolated_entry(cell: Cell, config: RunConfig) -> str:
+def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> str:
+    if registered:
+        from gradeff.extend import load_registered
+
+        load_registered(registered)
     # A record crosses the process boundary as its JSON line, the form every reader already trusts.
     return run_cell(cell, config).to_json()
 

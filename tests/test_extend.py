@@ -335,3 +335,14 @@ def test_a_registered_optimizers_state_law_is_checked_like_a_built_in_one(per_pa
     finally:
         reset()
     assert (predicted == measured) is holds and measured > 0
+
+
+def test_registered_entries_reach_an_isolated_cell(user_project, tmp_path):
+    """--gradeff-isolate: the spawned process that trains the cell registers the conftest's entries too."""
+    results = tmp_path / "r.jsonl"
+    outcome = user_project.runpytest_subprocess(*PLUGIN, "-m", "main", "-k", "mymodel-rmsprop-accum_ckpt",
+                                                "--gradeff-isolate", "--gradeff-epochs", "1",
+                                                f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=1)
+    (record,) = read_records(results)
+    assert record.status == "ok" and record.environment["process"] == "isolated"
