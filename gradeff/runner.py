@@ -138,7 +138,8 @@ def _cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HPa
                          f"{hp.batch_size} × {hp.accum_steps}")
     if usable < len(data):
         data = data.head(usable)
-    return data, replace(hp, train_samples=usable, heldout_samples=len(data.heldout),
+    # Markov states belong to the synthetic text; real text's vocabulary is the tokenizer's (in the task's info).
+    return data, replace(hp, train_samples=usable, heldout_samples=len(data.heldout), num_states=None,
                          num_classes=data.info.get("num_classes", hp.num_classes))
 
 
