@@ -147,6 +147,8 @@ def test_no_network_call_is_attempted(formats, tmp_path, monkeypatch):
 def test_bad_sources_are_named_with_the_valid_choices(formats, tmp_path):
     """Missing path, unsupported format, wrong column, empty split, no train split: the message says what and why."""
     (tmp_path / "table.xlsx").write_text("x")
+    (tmp_path / "sheets").mkdir()
+    (tmp_path / "sheets" / "train.xlsx").write_text("x")
     rows = datasets.Dataset.from_dict(_image_rows(8, 4, 0), features=_features(4))
     (tmp_path / "empty_test").mkdir()
     rows.to_parquet(str(tmp_path / "empty_test" / "train.parquet"))
@@ -157,6 +159,8 @@ def test_bad_sources_are_named_with_the_valid_choices(formats, tmp_path):
         (DataSource(key="images", path=str(tmp_path / "absent")), "*absent: no such file or folder"),
         (DataSource(key="images", path=str(tmp_path / "table.xlsx")),
          "*unsupported format '.xlsx'; supported formats: a folder written by save_to_disk*.parquet*"),
+        (DataSource(key="images", path=str(tmp_path / "sheets")),
+         "*sheets: no data files datasets can read (No (supported) data files found*); supported formats: *"),
         (DataSource(key="images", path=str(formats["parquet"][1]), columns=(("image", "img"),)),
          "*column 'img' (given for image) is not in the dataset; columns: image, label"),
         (DataSource(key="text", path=str(formats["parquet"][1])),
