@@ -85,7 +85,8 @@ def _add_launch_parser(commands) -> None:
     launch.add_argument("--cpus-per-task", type=int, help="CPUs per Slurm job")
     launch.add_argument("--mem-gb", type=float, help="memory per Slurm job, GB")
     launch.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
-                        help="the selection and options every shard runs, after -- (e.g. -- benchmarks -m main)")
+                        help="the selection and options every shard runs, after -- (e.g. -- benchmarks -m main; "
+                             "default: benchmarks, every grid)")
     launch.set_defaults(func=_run_launch)
 
 
@@ -96,7 +97,8 @@ def _run_launch(args: argparse.Namespace) -> int:
 
     from gradeff.launch import LaunchError, LaunchOptions, launch
 
-    pytest_args = args.pytest_args
+    # Without arguments pytest would run its testpaths (the unit tests); launch is for the grids.
+    pytest_args = args.pytest_args or ["benchmarks"]
     named = {"slurm_partition": args.partition, "gpus_per_node": args.gpus_per_node,
              "cpus_per_task": args.cpus_per_task, "mem_gb": args.mem_gb}
     if args.compare_args and not args.baseline:

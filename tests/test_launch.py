@@ -94,3 +94,22 @@ def test_two_local_shards_merge_every_cell_once(tmp_path, capsys, monkeypatch):
     assert "gradeff launch: 3 selected tests in 2 shards" in err and "3 records from 2 shards merged" in err
     assert (tmp_path / "report.csv").read_text().count("sgd-standard") == 3
     print(f"2-shard launch of 3 tiny cells: {elapsed:.1f} s on {os.cpu_count()} cores", file=sys.__stderr__)
+
+
+def test_command_line_options_before_and_after_n(tmp_path, monkeypatch):
+    """Launch's options may follow N; everything after -- is pytest's; no pytest arguments means the grids."""
+    import gradeff.launch
+
+    seen = []
+
+    def fake_launch(options, echo):
+        seen.append(options)
+        raise LaunchError("stop here")
+
+    monkeypatch.setattr(gradeff.launch, "launch", fake_launch)
+    assert main(["launch", "3", "--executor", "local", "--partition", "gpu", "--", "benchmarks", "-k", "vit"]) == 2
+    assert main(["launch", "--executor", "slurm", "2"]) == 2
+    first, second = seen
+    assert (first.shards, first.executor, first.pytest_args) == (3, "local", ("benchmarks", "-k", "vit"))
+    assert first.parameters == {"slurm_partition": "gpu"}
+    assert (second.shards, second.executor, second.pytest_args) == (2, "slurm", ("benchmarks",))
