@@ -102,3 +102,12 @@ def test_xdist_workers_are_pinned(pytester, monkeypatch, fake, expected):
     monkeypatch.setenv("EXPECTED", expected)
     outcome = pytester.runpytest_subprocess(*PLUGIN, "-n", "3", f"--gradeff-results={pytester.path / 'r.jsonl'}")
     outcome.assert_outcomes(passed=6)
+
+
+def test_a_pinned_cells_meters_watch_its_gpu_only():
+    """A cell on cuda:1 opens its GPU and energy meters on device 1 (on this CPU machine they then read nothing)."""
+    from gradeff.metering import EpochMetering
+
+    metering = EpochMetering(device=torch.device("cuda", 1))
+    assert metering._gpu.device_index == 1 and metering._energy._device_index == 1
+    assert metering._gpu.available is torch.cuda.is_available()
