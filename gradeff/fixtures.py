@@ -32,7 +32,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -52,27 +51,52 @@ def _param(request: pytest.FixtureRequest, name: str, default: str | None = None
 
 @dataclass(kw_only=True)
 class _Setup:
-    """One benchmark's keys, sizes and device, shared by the public fixtures of a test."""
+    """One benchmark's cell, settings and sizes, shared by the public fixtures of a test.
 
-    model: str
-    optimizer: str
-    dataset: str
+    Data, model and optimizer are built by the runner's own functions (``_cell_data``, ``prepare_state``),
+    as a grid cell's are: one path from the registries to the tensors.
+    """
+
+    cell: Any
+    config: Any
     hp: Any
-    seed: int
     device: Any
     settings: Any
     bench: str
     weights: Any = None
-    built: dict = field(default_factory=dict)
+    state: Any = None
+    dataset: Any = None
+
+    def data(self):
+        if self.dataset is None:
+            from gradeff.runner import _cell_data
+
+            # Real data sets its own sizes (rows, classes): the hyper-parameters follow, as in a cell.
+            self.dataset, self.hp = _cell_data(self.cell, self.config, self.hp)
+        return self.dataset
+
+    def train_state(self):
+        if self.state is None:
+            from gradeff.pretrain import starting_weights
+            from gradeff.runner import prepare_state
+
+            self.data()
+            self.weights = starting_weights(self.cell.model, self.config.profile, self.config.seed,
+                                            local=dict(self.config.weights), cache_dir=self.config.cache_dir,
+                                            device=str(self.device))
+            self.state = prepare_state(self.cell, self.config, self.hp, self.device, weights=self.weights)
+        return self.state
 
 
 @pytest.fixture
 def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int) -> _Setup:
+    from gradeff.data import TASKS
     from gradeff.devices import resolve_device
+    from gradeff.grid import Cell
     from gradeff.hparams import hparams_for
     from gradeff.models import MODELS
     from gradeff.optim import OPTIMIZERS
-    from gradeff.pytest_plugin import _CONFIG
+    from gradeff.pytest_plugin import _CONFIG, run_config
     from gradeff.registry import UnknownKeyError
 
     settings = request.config.stash[_CONFIG]
@@ -83,15 +107,15 @@ def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int) -> _Setup:
     try:
         spec = MODELS[model]
         optimizer = OPTIMIZERS[_param(request, "gradeff_optimizer", "adamw")].key
-        from gradeff.data import TASKS
-
         dataset = TASKS[_param(request, "gradeff_data", spec.task)].key
     except UnknownKeyError as exc:
         pytest.fail(str(exc), pytrace=False)
     bench = re.sub(r"[^a-z0-9_]", "_", request.node.originalname.lower().removeprefix("test_")) or "bench"
-    return _Setup(model=model, optimizer=optimizer, dataset=dataset,
+    # Built as the main study's cell of these keys with the standard strategy: the user's loop is the strategy.
+    cell = Cell(model, optimizer, "standard", dataset=dataset)
+    return _Setup(cell=cell, config=run_config(request.config, gradeff_seed),
                   hp=hparams_for(model, settings.profile, epochs=settings.epochs, dataset=dataset),
-                  seed=gradeff_seed, device=resolve_device(settings.device), settings=settings, bench=bench)
+                  device=resolve_device(settings.device), settings=settings, bench=bench)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,13 +152,14 @@ class BenchData:
 
 @pytest.fixture
 def gradeff_data(_gradeff_setup: _Setup) -> BenchData:
-    """The data of the benchmark's task (``indirect`` parameter: a dataset key; default: the model's own task)."""
-    from gradeff.runner import _dataset
+    """The data of the benchmark's task (``indirect`` parameter: a dataset key; default: the model's own task).
 
+    Built once per session for each task, sizes and seed, and shared with the grid's cells.
+    """
     setup = _gradeff_setup
-    # _dataset keeps the session's datasets: one build per task, sizes and seed, shared with the grid's cells.
-    return BenchData(dataset=_dataset(setup.dataset, setup.hp, setup.seed), batch_size=setup.hp.batch_size,
-                     epochs=setup.hp.epochs, seed=setup.seed, device=setup.device)
+    dataset = setup.data()
+    return BenchData(dataset=dataset, batch_size=setup.hp.batch_size, epochs=setup.hp.epochs,
+                     seed=setup.config.seed, device=setup.device)
 
 
 @pytest.fixture
@@ -144,33 +169,14 @@ def gradeff_model(_gradeff_setup: _Setup):
     Built as a grid cell builds it: the same seed, the profile's size, the task's classes, and the same
     starting weights (random, the suite's pretraining, or ``--gradeff-weights`` / ``--gradeff-model-path``).
     """
-    import torch
-
-    from gradeff.models import build_model
-    from gradeff.pretrain import starting_weights
-
-    setup = _gradeff_setup
-    settings = setup.settings
-    setup.weights = starting_weights(setup.model, settings.profile, setup.seed, local=dict(settings.weights),
-                                     cache_dir=settings.cache_dir, device=str(setup.device))
-    torch.manual_seed(setup.seed)
-    model = build_model(setup.model, settings.profile, num_labels=setup.hp.num_classes,
-                        weights_dir=setup.weights.path).to(setup.device)
-    setup.built["model"] = model
-    return model
+    return _gradeff_setup.train_state().model
 
 
 @pytest.fixture
 def gradeff_optimizer(_gradeff_setup: _Setup, gradeff_model):
     """The optimizer of the key it is parametrized with (default AdamW) over the model's trainable parameters,
-    at the model's learning rate."""
-    from gradeff.optim import build_optimizer
-
-    setup = _gradeff_setup
-    optimizer = build_optimizer(setup.optimizer, [p for p in gradeff_model.parameters() if p.requires_grad],
-                                setup.hp.lr)
-    setup.built["optimizer"] = optimizer
-    return optimizer
+    at the model's learning rate, as a grid cell builds it."""
+    return _gradeff_setup.train_state().optimizer
 
 
 @dataclass(kw_only=True)
@@ -221,11 +227,9 @@ class BenchMeters:
         return list(self._metering.epochs) if self._metering is not None else []
 
     def __enter__(self) -> BenchMeters:
-        from gradeff.metering import EpochMetering, MeterSettings
+        from gradeff.metering import EpochMetering
 
-        settings = self._setup.settings
-        self._metering = EpochMetering(self._setup.device, MeterSettings(hz=settings.sample_hz,
-                                                                         grid_gco2_per_kwh=settings.grid_intensity))
+        self._metering = EpochMetering(self._setup.device, self._setup.config.meters)
         self._started = time.time()
         self._metering.__enter__()
         return self
@@ -247,7 +251,8 @@ class BenchMeters:
         recorded under ``meters.memory`` as the grid's cells record theirs."""
         from gradeff.metering import memory_breakdown
 
-        self.memory = memory_breakdown(self._setup.built["model"], self._setup.built.get("optimizer"), step)
+        state = self._setup.train_state()
+        self.memory = memory_breakdown(state.model, state.optimizer, step)
         return self.memory
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -269,33 +274,33 @@ class BenchMeters:
         from gradeff.metering import aggregate
         from gradeff.meters import parameter_counts
         from gradeff.results import CellRecord, EpochRecord, Summary
-        from gradeff.runner import _dataset, _task_record
+        from gradeff.runner import _task_record
 
-        setup, settings = self._setup, self._setup.settings
+        setup, config, cell = self._setup, self._setup.config, self._setup.cell
         epochs = tuple(
             EpochRecord(epoch=index, loss=log.loss_sum / log.targets if log.targets else float("nan"),
                         seconds=seconds, optimizer_steps=log.optimizer_steps, closure_calls=log.closure_calls,
                         samples=log.samples, targets=log.targets, meters=meters, **log.heldout)
             for index, ((log, seconds), meters) in enumerate(zip(self._epochs, self._metering.epochs)))
-        self.meters = aggregate(self._metering.epochs, settings.grid_intensity)
+        self.meters = aggregate(self._metering.epochs, config.meters.grid_gco2_per_kwh)
         if self.memory:
             self.meters["memory"] = self.memory
-        dataset = _dataset(setup.dataset, setup.hp, setup.seed)
+        dataset = setup.data()
         heldout = dataset.heldout
         finished = time.time()
-        model = setup.built.get("model")
+        model = setup.state.model if setup.state is not None else None
         return CellRecord(
-            cell=f"{setup.model}-{setup.optimizer}-{setup.bench}", grid=CUSTOM_GRID, model=setup.model,
-            optimizer=setup.optimizer, strategy=setup.bench, method="full", dataset=setup.dataset,
-            profile=settings.profile, seed=setup.seed, device=str(setup.device), status=status, detail=detail,
+            cell=f"{cell.model}-{cell.optimizer}-{setup.bench}", grid=CUSTOM_GRID, model=cell.model,
+            optimizer=cell.optimizer, strategy=setup.bench, method=cell.method, dataset=cell.dataset,
+            profile=config.profile, seed=config.seed, device=str(setup.device), status=status, detail=detail,
             epochs=epochs, summary=Summary.of(list(epochs), finished - self._started, untrained=None,
                                               floor=heldout.loss_floor if heldout is not None else None),
-            loss_floor=dataset.loss_floor, task=_task_record(SimpleNamespace(dataset=setup.dataset), dataset),
+            loss_floor=dataset.loss_floor, task=_task_record(cell, dataset),
             parameters=parameter_counts(model) if model is not None else {},
             weights=setup.weights.to_record() if setup.weights is not None else {},
-            hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for("full", setup.model, settings.profile))},
-            environment=environment(str(setup.device)) | {"process": "shared"}, meters=self.meters,
-            session=settings.session, code_version=code_version(), started_at=self._started, finished_at=finished,
+            hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for(cell.method, cell.model, config.profile))},
+            environment=environment(str(setup.device)) | {"process": config.process}, meters=self.meters,
+            session=config.session, code_version=code_version(), started_at=self._started, finished_at=finished,
         )
 
 

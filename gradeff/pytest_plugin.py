@@ -244,6 +244,21 @@ def gradeff_seed(request: pytest.FixtureRequest) -> int:
     return request.config.stash[_CONFIG].seed
 
 
+def run_config(config: pytest.Config, seed: int):
+    """The runner's settings for a cell of this session with ``seed`` (the grid's cells and the public fixtures')."""
+    from gradeff.metering import MeterSettings
+    from gradeff.runner import RunConfig
+
+    settings = config.stash[_CONFIG]
+    run = RunConfig(profile=settings.profile, seed=seed, epochs=settings.epochs,
+                    device=settings.device, session=settings.session,
+                    meters=MeterSettings(hz=settings.sample_hz, grid_gco2_per_kwh=settings.grid_intensity),
+                    memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
+                    weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
+                    tune_points=settings.tune_points, isolate=settings.isolate, data=settings.data)
+    return dataclasses.replace(run, precision=config.stash[_PRECISION])
+
+
 @pytest.fixture
 def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
     """Run a cell (a :class:`~gradeff.grid.Cell`, or its keys: ``gradeff_cell(model, optimizer, strategy,
@@ -253,17 +268,10 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
     pytest-benchmark switches itself off and the epochs are then timed by the loop alone).
     """
     from gradeff.grid import Cell
-    from gradeff.metering import MeterSettings
-    from gradeff.runner import RunConfig, run_cell
+    from gradeff.runner import run_cell
 
     settings = request.config.stash[_CONFIG]
-    config = RunConfig(profile=settings.profile, seed=gradeff_seed, epochs=settings.epochs,
-                       device=settings.device, session=settings.session,
-                       meters=MeterSettings(hz=settings.sample_hz, grid_gco2_per_kwh=settings.grid_intensity),
-                       memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
-                       weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
-                       tune_points=settings.tune_points, isolate=settings.isolate, data=settings.data)
-    config = dataclasses.replace(config, precision=request.config.stash[_PRECISION])
+    config = run_config(request.config, gradeff_seed)
 
     def timer(epoch_fn, rounds, after_epoch):
         if benchmark.disabled:
