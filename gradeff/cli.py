@@ -247,10 +247,19 @@ def _write_stdout(fmt: str, title: str, loaded: LoadedResults, templates: Path |
 
 
 def _run_list(args: argparse.Namespace) -> int:
+    import pytest
+
+    from gradeff.extend import register_installed
     from gradeff.models import MODELS
     from gradeff.optim import OPTIMIZERS
     from gradeff.strategies import STRATEGIES
 
+    try:
+        # Installed packages' entries (entry points) are listed with the built-in ones; a conftest's need pytest.
+        register_installed()
+    except pytest.UsageError as exc:
+        print(f"gradeff list: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     registries = dict(zip(_AXES, (MODELS, OPTIMIZERS, STRATEGIES), strict=True))
     if args.axis:
         print("\n".join(registries[args.axis]))
@@ -259,5 +268,6 @@ def _run_list(args: argparse.Namespace) -> int:
         print(f"{axis}:")
         width = max(map(len, registry))
         for key, spec in registry.items():
-            print(f"  {key:<{width}}  {spec.name}")
+            source = registry.source(key)
+            print(f"  {key:<{width}}  {spec.name}" + (f"  ({source})" if source else ""))
     return EXIT_OK

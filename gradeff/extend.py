@@ -40,8 +40,8 @@ from gradeff.optim import OPTIMIZERS, OptimizerSpec
 from gradeff.registry import Registry, open_for_registration, validate_key
 from gradeff.strategies import STRATEGIES, StrategySpec
 
-__all__ = ["ENTRY_POINT_GROUPS", "AxisRegistry", "Registries", "add_options", "check_state_law", "model_path_spec",
-           "register_all", "reset"]
+__all__ = ["ENTRY_POINT_GROUPS", "AxisRegistry", "Registries", "add_options", "check_state_law", "dump_registered",
+           "load_registered", "model_path_spec", "register_all", "register_installed", "reset"]
 
 # axis → (registry, spec class, entry-point group, grids a new entry joins by default)
 _AXES: dict[str, tuple[Registry, type, str, tuple[str, ...]]] = {
@@ -402,6 +402,23 @@ def _entry_point_specs(installed, group: str) -> Iterable[tuple[str, object]]:
             yield source, spec
 
 
+def _register_entry_points() -> None:
+    installed = entry_points()  # read once: scanning every distribution per group costs 10 ms each
+    for axis, group in ENTRY_POINT_GROUPS.items():
+        for source, spec in _entry_point_specs(installed, group):
+            getattr(Registries(source), axis).register(spec)
+
+
+def register_installed() -> None:
+    """Register the installed packages' entry points outside pytest (``gradeff list``).
+
+    Raises:
+        pytest.UsageError: a bad entry, as in a pytest session.
+    """
+    with open_for_registration(_all_registries()):
+        _register_entry_points()
+
+
 def register_all(config: pytest.Config) -> list[tuple[str, str]]:
     """Run every registration of this session: entry points, then hooks, then ``--gradeff-model-path``.
 
@@ -410,10 +427,7 @@ def register_all(config: pytest.Config) -> list[tuple[str, str]]:
     """
     weights = []
     with open_for_registration(_all_registries()):
-        installed = entry_points()  # read once: scanning every distribution per group costs 10 ms each
-        for axis, group in ENTRY_POINT_GROUPS.items():
-            for source, spec in _entry_point_specs(installed, group):
-                getattr(Registries(source), axis).register(spec)
+        _register_entry_points()
         for impl in config.pluginmanager.hook.pytest_gradeff_register.get_hookimpls():
             source = _hook_source(impl)
             registries = Registries(source)

@@ -346,3 +346,22 @@ def test_registered_entries_reach_an_isolated_cell(user_project, tmp_path):
     outcome.assert_outcomes(passed=1)
     (record,) = read_records(results)
     assert record.status == "ok" and record.environment["process"] == "isolated"
+
+
+def test_gradeff_list_shows_an_installed_packages_entries(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    site = _installed_package(tmp_path, PACKAGE, """
+        [gradeff.optimizers]
+        rmsprop = gradeff_user_pkg:OPTIMIZERS
+    """)
+    env = os.environ | {"PYTHONPATH": str(site)}
+    listing = subprocess.run([sys.executable, "-m", "gradeff", "list"], capture_output=True, text=True, env=env,
+                             check=True).stdout
+    (line,) = [line for line in listing.splitlines() if line.split()[0] == "rmsprop"]
+    assert line.split()[1] == "RMSprop" and "(entry point rmsprop = gradeff_user_pkg:OPTIMIZERS" in line
+    keys = subprocess.run([sys.executable, "-m", "gradeff", "list", "optimizers"], capture_output=True, text=True,
+                          env=env, check=True).stdout.split()
+    assert keys[-1] == "rmsprop" and keys[0] == "sgd"
