@@ -82,7 +82,11 @@ class EpochRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Summary:
-    """Summary of the epochs that ran (``None`` where no epoch completed)."""
+    """Summary of the epochs that ran (``None`` where no epoch completed).
+
+    ``data_fraction`` is the share of the epochs' seconds spent waiting for data (``None`` for records that did
+    not measure it).
+    """
 
     first_loss: float | None
     final_loss: float | None
@@ -102,6 +106,7 @@ class Summary:
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
     joules_to_target: float | None = None
+    data_fraction: float | None = None
 
     @classmethod
     def of(cls, epochs: list[EpochRecord], total_seconds: float, *, untrained=None, floor: float | None = None
@@ -145,6 +150,8 @@ class Summary:
             steps_to_target=reached.optimizer_steps if reached else None,
             seconds_to_target=reached.seconds if reached else None,
             joules_to_target=reached.joules if reached else None,
+            data_fraction=(sum(e.data_seconds for e in epochs) / seconds
+                           if seconds > 0 and all(e.data_seconds is not None for e in epochs) else None),
         )
 
 

@@ -16,7 +16,7 @@ from PIL import Image
 from gradeff.data import real
 from gradeff.data.real import DataSource, load_real, validate_source
 from gradeff.grid import Cell
-from gradeff.results import EpochRecord
+from gradeff.results import EpochRecord, Summary
 from gradeff.runner import RunConfig, run_cell
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
@@ -109,6 +109,7 @@ def test_every_format_trains_a_tiny_cell(formats, fmt, tmp_path):
     assert record.task["info"]["real"] and record.task["info"]["source"] == str(path)
     epoch = record.epochs[0]
     assert 0 < epoch.data_seconds < epoch.seconds
+    assert record.summary.data_fraction == pytest.approx(epoch.data_seconds / epoch.seconds)
     assert epoch.heldout_accuracy is not None
     if key == "images":
         assert record.hparams["num_classes"] == 4
@@ -208,7 +209,7 @@ def test_option_errors_stop_the_session_before_any_cell(pytester, formats, tmp_p
 
 def test_old_epoch_records_without_data_seconds_still_read():
     epoch = EpochRecord(epoch=0, loss=1.0, seconds=1.0, optimizer_steps=1, closure_calls=1, samples=8, targets=8)
-    assert epoch.data_seconds is None
+    assert epoch.data_seconds is None and Summary.of([epoch], 1.0).data_fraction is None
 
 
 def _chance_next_token(record_info: dict, data) -> float:
