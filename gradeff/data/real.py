@@ -182,18 +182,24 @@ SYNTHETIC_TOO = ("cifar100", "dtd")
 
 
 def _hub_guard(allow_hub: bool) -> None:
-    """Keep ``datasets`` off the network unless the hub is allowed (read at import and at call time)."""
+    """Keep ``datasets`` off the network unless the hub is allowed.
+
+    The variables count for libraries imported after this; the flags of those already imported (datasets and
+    huggingface_hub read them at import, and check the module attribute at call time) are set as well.
+    """
+    if not allow_hub:
+        for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            os.environ[variable] = "1"
     import datasets
+    import datasets.config
+    import huggingface_hub.constants
 
     # A cell's output is its record; per-split progress bars would interleave with pytest's.
     datasets.disable_progress_bars()
     if allow_hub:
         return
-    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        os.environ[variable] = "1"
-    import datasets.config
-
     datasets.config.HF_HUB_OFFLINE = True
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
     if hasattr(datasets.config, "HF_DATASETS_OFFLINE"):
         datasets.config.HF_DATASETS_OFFLINE = True
 
