@@ -141,7 +141,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--gradeff-data", action="append", default=[], metavar="KEY=PATH",
                     help="train the KEY task on a local dataset read with Hugging Face datasets (repeatable): a "
                          "save_to_disk folder, an imagefolder, a folder of or one parquet/csv/json/txt file; keys: "
-                         "cifar100, dtd (replace the synthetic stand-ins), images, text, mmimdb")
+                         "cifar100, dtd (replace the synthetic stand-ins), images, text, mmimdb (poster → plot), "
+                         "mmimdb_genres (poster → genres)")
     group.addoption("--gradeff-data-columns", action="append", default=[], metavar="[KEY:]ROLE=COLUMN,...",
                     help="the columns holding each role (image, label, text) where they are not the key's usual "
                          "ones, e.g. cifar100:label=coarse_label (repeatable; without KEY: every source)")
