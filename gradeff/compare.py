@@ -8,7 +8,35 @@ notion of noise; this gate also judges status, loss and memory, each with its ow
     python -m gradeff.compare BASELINE CURRENT
 
 Exit codes: 0 no regression, 1 regression, 2 unusable input (missing or unreadable file, no cell
-in common, cells run with another profile or seed).
+in common, cells run with another profile or seed, another environment under
+``--strict-environment``).
+
+What counts as a regression by default:
+
+* a cell of the baseline without a record in the current file (``--allow-missing`` lists it
+  instead). With ``--cells FILE`` (what ``--gradeff-baseline`` passes: the cells the session
+  selected, so a ``-k`` or ``--gradeff-optimizers`` slice is judged on its own cells only) a
+  listed cell without a current record is missing, baseline cells not listed are out of scope;
+* a status, loss, held-out or memory change beyond its rule's tolerance
+  (:mod:`gradeff.compare_rules`: losses repeat to ~1e-7 on CPU with the same versions, so the
+  default tolerance is 1e-6 relative; ``--loose`` for GPU runs);
+* a time per epoch beyond the noise-calibrated ratio of :class:`~gradeff.compare_rules.TimeRule`,
+  but only when both files come from the same environment.
+
+The environment (CPU model, logical CPUs, torch threads, device, torch and transformers versions)
+is compared first and any difference is printed first. Time measured on another machine says
+nothing about the code, so under a difference the time rows become ``advisory`` (shown, never a
+regression); ``--strict-environment`` makes a difference exit 2 instead. Losses and exact memory
+figures are still gated: they do not depend on the CPU's speed (a version difference is named,
+since it may change the last digits of a loss).
+
+CI (``.ci/run``) gates the ``adam,cgd`` slice against the committed ``baselines/tiny-cpu.jsonl``:
+status, losses, held-out figures and memory always; time only when the runner matches the machine
+the baseline was recorded on, advisory otherwise. Recording a time baseline on the runner itself
+(the slice at the merge base, another full slice run) would double CI's time for a check that the
+noise of a shared runner makes weak anyway; a machine that wants time gated records its own
+baseline with ``scripts/calibrate_gate.sh``, which also measures the time rule's false positives
+and negatives there.
 """
 
 from __future__ import annotations
@@ -17,18 +45,34 @@ import argparse
 import shlex
 import sys
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gradeff.compare_rules import (
-    DEFAULT_RULES, IMPROVEMENT, LOOSE_ACCURACY_ATOL, LOOSE_LOSS_RTOL, REGRESSION, Row, Rule, TimeRule, override_rules,
+    ADVISORY,
+    DEFAULT_RULES,
+    IMPROVEMENT,
+    LOOSE_ACCURACY_ATOL,
+    LOOSE_LOSS_RTOL,
+    NOT_COMPARED,
+    REGRESSION,
+    Row,
+    Rule,
+    TimeRule,
+    override_rules,
 )
 from gradeff.results import CellRecord, latest_by_run, read_records
 
 __all__ = [
-    "DEFAULT_RULES", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE", "Comparison", "MismatchError",
-    "UnusableInput", "compare_records", "format_table", "load_results", "main", "summary_line",
+    "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE", "Comparison",
+    "MismatchError", "UnusableInput", "compare_records", "format_table", "load_results", "main", "read_cells",
+    "summary_line",
 ]
+
+# What makes two runs' times comparable: the same processor, as many cores and threads, the same
+# device and the same libraries (a new torch may change kernels, hence speed and last digits).
+ENVIRONMENT_KEYS = ("cpu", "cpu_count", "torch_threads", "device", "device_name", "torch", "transformers")
 
 EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -49,14 +93,19 @@ class Comparison:
         rows: one row per compared cell and rule, in baseline order, then rule order.
         only_in_baseline, only_in_current: cells of one file only.
         warnings: things a reader should know (other device kind, unreadable lines, …).
+        environment: how the two environments differ (printed first); empty when they match.
         cells_compared: number of cells present in both files.
+        missing: cells that should have a current record and have none (regressions unless
+            ``allow_missing``).
     """
 
     rows: tuple[Row, ...]
     only_in_baseline: tuple[str, ...] = ()
     only_in_current: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    environment: tuple[str, ...] = ()
     cells_compared: int = 0
+    missing: tuple[str, ...] = ()
 
     @property
     def regressions(self) -> tuple[Row, ...]:
@@ -86,11 +135,29 @@ def _differences(b: CellRecord, c: CellRecord) -> tuple[list[str], list[str]]:
     if kinds[0] != kinds[1]:
         warnings.append(f"device differs: {kinds[0]} (baseline) vs {kinds[1]} (current); time and memory are not "
                         "comparable")
-    # Other library versions may change kernels or summation order, hence the last digits of a loss.
-    warnings += [f"{key} differs: {b.environment.get(key)} (baseline) vs {c.environment.get(key)} (current); "
-                 "losses may differ" for key in ("torch", "transformers")
-                 if b.environment.get(key) != c.environment.get(key)]
     return refusals, warnings
+
+
+def _environment_differences(b: CellRecord, c: CellRecord) -> list[str]:
+    """``cpu differs: X (baseline) vs Y (current)`` for each of ``ENVIRONMENT_KEYS`` that differs."""
+    messages = []
+    for key in ENVIRONMENT_KEYS:
+        before, after = b.environment.get(key), c.environment.get(key)
+        if key == "device":  # cuda:0 and cuda:1 are the same kind of device
+            before, after = (str(v).split(":")[0] if v is not None else None for v in (before, after))
+        if before != after:
+            # Other library versions may change kernels or summation order, hence the last digits of a loss.
+            why = "; losses may differ" if key in ("torch", "transformers") else ""
+            messages.append(f"{key} differs: {before} (baseline) vs {after} (current){why}")
+    return messages
+
+
+def _advisory(row: Row) -> Row:
+    """A time row measured in another environment: shown, never a regression or an improvement."""
+    if row.verdict not in (REGRESSION, IMPROVEMENT):
+        return row
+    return replace(row, verdict=ADVISORY, note=f"would be {row.verdict} (environment differs): {row.note}",
+                   noteworthy=True)
 
 
 def paired_runs(baseline: list[CellRecord], current: list[CellRecord]) -> tuple[dict[str, CellRecord],
@@ -118,7 +185,8 @@ def paired_runs(baseline: list[CellRecord], current: list[CellRecord]) -> tuple[
 
 
 def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules: tuple[Rule, ...] = DEFAULT_RULES,
-                    *, allow_mismatch: bool = False, missing_is_regression: bool = False) -> Comparison:
+                    *, allow_mismatch: bool = False, allow_missing: bool = False,
+                    selected: Collection[str] | None = None, strict_environment: bool = False) -> Comparison:
     """Compare the last record of every cell of ``current`` with the last one of ``baseline`` (seed by seed).
 
     Args:
@@ -126,36 +194,61 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
             (see :func:`paired_runs` for cells repeated over seeds).
         rules: one row per rule and common cell.
         allow_mismatch: compare cells run with another profile or seed (as warnings) instead of raising.
-        missing_is_regression: a cell of the baseline absent from current is a regression.
+        allow_missing: list cells without a current record instead of counting them as regressions.
+        selected: the cells the current run was asked to run (its ``-k``/axis selection). Given,
+            only these are judged: baseline cells outside it are ignored, and a selected cell
+            without a current record is missing even when the baseline lacks it too. ``None``:
+            every baseline cell should be in current.
+        strict_environment: another environment raises instead of making time rows advisory.
 
     Returns:
-        The comparison; cells present on one side only are listed, not compared.
+        The comparison; cells present on one side only are listed, missing ones as regressions.
 
     Raises:
-        MismatchError: a common cell ran with another profile or seed, and ``allow_mismatch`` is false.
+        MismatchError: a common cell ran with another profile or seed, and ``allow_mismatch`` is false;
+            or the environments differ under ``strict_environment``.
     """
     before, after = paired_runs(baseline, current)
+    if selected is not None:
+        scope = set(selected)
+        # A selected cell id covers its runs over seeds.
+        before = {cell: r for cell, r in before.items() if cell in scope or r.cell in scope}
     common = [cell for cell in before if cell in after]
     mismatches: dict[str, list[str]] = defaultdict(list)
     notes: dict[str, list[str]] = defaultdict(list)
+    environment: dict[str, list[str]] = defaultdict(list)
     for cell in common:
         refusals, warnings = _differences(before[cell], after[cell])
         for message in refusals:
             mismatches[message].append(cell)
         for message in warnings:
             notes[message].append(cell)
+        for message in _environment_differences(before[cell], after[cell]):
+            environment[message].append(cell)
     if mismatches and not allow_mismatch:
         raise MismatchError("refusing to compare: " + "; ".join(_grouped(mismatches))
                             + " (pass --allow-mismatch to compare anyway)")
-    # The run's key names it (llm-adam-accum-seed1 where a cell is repeated over seeds).
-    rows = [replace(rule.compare(before[cell], after[cell]), cell=cell) for cell in common for rule in rules]
+    if environment and strict_environment:
+        raise MismatchError("refusing to compare under --strict-environment: " + "; ".join(_grouped(environment)))
+    elsewhere = {cell for cells in environment.values() for cell in cells}
+    rows = []
+    for cell in common:
+        for rule in rules:
+            # The run's key names it (llm-adam-accum-seed1 where a cell is repeated over seeds).
+            row = replace(rule.compare(before[cell], after[cell]), cell=cell)
+            rows.append(_advisory(row) if isinstance(rule, TimeRule) and cell in elsewhere else row)
     only_in_baseline = tuple(cell for cell in before if cell not in after)
-    if missing_is_regression:
-        rows += [Row(cell=cell, metric="presence", before="present", after="missing", change="", verdict=REGRESSION,
-                     note="only in baseline", noteworthy=True) for cell in only_in_baseline]
+    ran = {*before, *after, *(r.cell for r in (*before.values(), *after.values()))}
+    missing = only_in_baseline + tuple(cell for cell in dict.fromkeys(selected or ()) if cell not in ran)
+    rows += [Row(cell=cell, metric="presence", before="present" if cell in before else "", after="missing",
+                 change="", verdict=NOT_COMPARED if allow_missing else REGRESSION,
+                 note=("only in baseline" if cell in before else "selected, no record")
+                 + (" (--allow-missing)" if allow_missing else ""), noteworthy=True) for cell in missing]
     return Comparison(rows=tuple(rows), only_in_baseline=only_in_baseline,
                       only_in_current=tuple(cell for cell in after if cell not in before),
-                      warnings=tuple(_grouped(mismatches) + _grouped(notes)), cells_compared=len(common))
+                      warnings=tuple(_grouped(mismatches) + _grouped(notes)),
+                      environment=tuple(_grouped(environment)), cells_compared=len(common), missing=missing)
+
 
 
 def _plural(n: int, word: str) -> str:
@@ -168,6 +261,8 @@ def summary_line(comparison: Comparison) -> str:
     parts = [f"{_plural(len(regressions), 'regression')} in {_plural(len({r.cell for r in regressions}), 'cell')}",
              _plural(len(comparison.improvements), "improvement"),
              f"{_plural(comparison.cells_compared, 'cell')} compared"]
+    if comparison.missing:
+        parts.append(f"{len(comparison.missing)} missing")
     if comparison.only_in_baseline:
         parts.append(f"{len(comparison.only_in_baseline)} only in baseline")
     if comparison.only_in_current:
@@ -196,7 +291,11 @@ def format_table(comparison: Comparison, markdown: bool = False, all_rows: bool 
     """
     rows = [r for r in comparison.rows if all_rows or r.noteworthy]
     cells = [[str(getattr(r, column)) for column in _COLUMNS] for r in rows]
-    lines = []
+    bullet = "- " if markdown else ""
+    # First, before any verdict: numbers from two machines are read differently.
+    lines = [f"{bullet}environment differs: {line}" for line in comparison.environment]
+    if comparison.environment:
+        lines += [f"{bullet}time rows are advisory: time measured in another environment is not a regression", ""]
     if not rows:
         lines.append("no change beyond tolerance")
     elif markdown:
@@ -210,7 +309,6 @@ def format_table(comparison: Comparison, markdown: bool = False, all_rows: bool 
     extra = [f"only in baseline: {', '.join(comparison.only_in_baseline)}"] if comparison.only_in_baseline else []
     extra += [f"only in current: {', '.join(comparison.only_in_current)}"] if comparison.only_in_current else []
     extra += [f"warning: {w}" for w in comparison.warnings]
-    bullet = "- " if markdown else ""
     lines += ([""] + [bullet + line for line in extra]) if extra else []
     lines += ["", f"**{summary_line(comparison)}**" if markdown else summary_line(comparison)]
     return "\n".join(lines) + "\n"
@@ -237,13 +335,26 @@ def load_results(path: str | Path, *, strict: bool = False) -> tuple[list[CellRe
     except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, binary garbage
         raise UnusableInput(f"cannot read results file {path}: {exc}") from None
     if errors and (strict or not records):
-        first = errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more)"
         why = "no readable record" if not records else "unreadable line under --strict"
-        raise UnusableInput(f"{path}: {why}: {first}")
+        raise UnusableInput(f"{path}: {why}: " + "; ".join(errors))
     if not records:
         raise UnusableInput(f"{path}: no records (empty file)")
-    warnings = [f"{path}: skipped {_plural(len(errors), 'unreadable line')}: {errors[0]}"] if errors else []
+    # Every bad line, each with its number: fixing a file should not take one rerun per line.
+    warnings = [f"{path}: skipped {_plural(len(errors), 'unreadable line')}: " + "; ".join(errors)] if errors else []
     return records, warnings
+
+
+def read_cells(path: str | Path) -> list[str]:
+    """The cell ids of a ``--cells`` file: one per line, blank lines and ``#`` comments ignored.
+
+    Raises:
+        UnusableInput: the file cannot be read.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UnusableInput(f"cannot read --cells file {path}: {exc}") from None
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
 def _parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -257,10 +368,19 @@ def _parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParse
     parser.add_argument("--output", type=Path, metavar="FILE", help="write the table to FILE (stdout gets the total)")
     parser.add_argument("--strict", action="store_true", help="any unreadable line makes a file unusable")
     parser.add_argument("--allow-mismatch", action="store_true", help="compare cells run with another profile/seed")
-    parser.add_argument("--missing-is-regression", action="store_true",
-                        help="a baseline cell absent from current is a regression")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="list cells without a current record instead of counting them as regressions")
+    # The default since missing cells became regressions; still accepted so older scripts keep working.
+    parser.add_argument("--missing-is-regression", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cells", type=Path, metavar="FILE",
+                        help="judge only the cells listed in FILE (one id per line: the cells the current run "
+                             "selected); a listed cell without a current record is missing")
+    parser.add_argument("--strict-environment", action="store_true",
+                        help="exit 2 when the environments differ (CPU, cores, threads, device, torch, transformers) "
+                             "instead of making time rows advisory")
     parser.add_argument("--time-ratio", metavar="R",
-                        help=f"slowdown ratio of time_per_epoch (default {TimeRule().ratio})")
+                        help=f"smallest slowdown of the best epoch that counts (default ×{TimeRule().ratio}, more where "
+                             f"the baseline's epochs are noisy, up to ×{TimeRule().max_ratio})")
     parser.add_argument("--loose", action="store_true",
                         help=f"tolerances for GPU runs, which are not bit-reproducible: losses rtol {LOOSE_LOSS_RTOL}, "
                              f"held-out accuracy atol {LOOSE_ACCURACY_ATOL}")
@@ -275,7 +395,10 @@ def _rules(args: argparse.Namespace) -> tuple[Rule, ...]:
     """``DEFAULT_RULES`` with ``--loose``, ``--time-ratio``, then ``--rule`` (so explicit wins), then ``--ignore``."""
     overrides = [("*_loss", "rtol", str(LOOSE_LOSS_RTOL)),
                  ("heldout_accuracy", "atol", str(LOOSE_ACCURACY_ATOL))] if args.loose else []
-    overrides += [("time_per_epoch", "ratio", args.time_ratio)] if args.time_ratio is not None else []
+    if args.time_ratio is not None:
+        # A floor above the cap raises the cap with it: --time-ratio 3 means "nothing under ×3".
+        cap = max(TimeRule().max_ratio, _number(args.time_ratio))
+        overrides += [("time_per_epoch", "max_ratio", str(cap)), ("time_per_epoch", "ratio", args.time_ratio)]
     for spec in args.rule:
         metric, _, setting = spec.partition(":")
         key, equals, value = setting.partition("=")
@@ -289,6 +412,13 @@ def _rules(args: argparse.Namespace) -> tuple[Rule, ...]:
     if unknown:
         raise ValueError(f"--ignore: unknown metric {sorted(unknown)}; metrics: {', '.join(r.metric for r in rules)}")
     return tuple(r for r in rules if r.metric not in args.ignore)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0  # the ratio override itself then names the bad value
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -333,10 +463,14 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_UNUSABLE
     try:
         baseline, warnings = load_results(args.baseline, strict=args.strict)
-        current, more = load_results(args.current, strict=args.strict)
+        selected = read_cells(args.cells) if args.cells is not None else None
+        current, more = load_results(args.current, strict=args.strict) if not (selected is not None and
+                                                                            _empty(args.current)) else ([], [])
         comparison = compare_records(baseline, current, rules, allow_mismatch=args.allow_mismatch,
-                                     missing_is_regression=args.missing_is_regression)
-        if comparison.cells_compared == 0:
+                                     allow_missing=args.allow_missing and not args.missing_is_regression,
+                                     selected=selected, strict_environment=args.strict_environment)
+        # Disjoint files are the wrong files; a selected slice that recorded nothing is a regression.
+        if comparison.cells_compared == 0 and not (selected is not None and comparison.missing):
             raise UnusableInput(f"no cell in common between {args.baseline} ({len(comparison.only_in_baseline)} cells) "
                                 f"and {args.current} ({len(comparison.only_in_current)} cells)")
     except UnusableInput as exc:
@@ -355,6 +489,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(text, end="")
     return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+
+
+def _empty(path: Path) -> bool:
+    # A run whose every selected cell died before recording leaves an empty file: that is a
+    # regression of every cell (all missing), not unusable input.
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Read one or several results files for a report, keeping what is readable.
 
-A file that cannot be opened, is not text, or has no readable line at all is an error the user
-must fix (:class:`ResultsFileError`); a file with some corrupt lines (a run killed mid-write) still
-gives its other records, and the skipped lines are returned so the report can list them.
+A file that cannot be opened or has no readable line at all is an error the user must fix
+(:class:`ResultsFileError`, naming every bad line); a file with some corrupt lines (a run killed
+mid-write, a few bytes that are not UTF-8) still gives its other records, and every skipped line is
+returned, with its number, so the report can list them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from gradeff.results import CellRecord, read_records
 
-__all__ = ["LoadedResults", "ResultsFileError", "load_results"]
+__all__ = ["LoadedResults", "ResultsFileError", "bad_lines", "load_results"]
 
 
 class ResultsFileError(Exception):
@@ -35,6 +36,12 @@ class LoadedResults:
     sources: tuple[str, ...]
 
 
+def bad_lines(errors: list[str]) -> str:
+    """Every unreadable line in one message: ``first bad line: A (and 2 more bad lines: B; C)``."""
+    more = f" (and {len(errors) - 1} more bad lines: {'; '.join(errors[1:])})" if len(errors) > 1 else ""
+    return f"first bad line: {errors[0]}{more}"
+
+
 def load_results(paths: Iterable[str | Path]) -> LoadedResults:
     """Read and merge results files.
 
@@ -46,8 +53,8 @@ def load_results(paths: Iterable[str | Path]) -> LoadedResults:
         The records and skipped lines.
 
     Raises:
-        ResultsFileError: a file is missing or unreadable, is not UTF-8 text, or has lines but
-            none of them is a readable record.
+        ResultsFileError: a file is missing or unreadable, or has lines but none of them is a
+            readable record (binary data, another kind of file).
     """
     records: list[CellRecord] = []
     skipped: list[str] = []
@@ -61,14 +68,11 @@ def load_results(paths: Iterable[str | Path]) -> LoadedResults:
             raise ResultsFileError(f"{path}: no such file") from None
         except IsADirectoryError:
             raise ResultsFileError(f"{path}: is a directory, not a results file") from None
-        except UnicodeDecodeError as exc:
-            raise ResultsFileError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
         except OSError as exc:
             raise ResultsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
         if errors and not found:
             # Not one good line: this is not a results file (or the wrong file), not a damaged one.
-            more = f" (and {len(errors) - 1} more bad lines)" if len(errors) > 1 else ""
-            raise ResultsFileError(f"no readable record in {path}; first bad line: {errors[0]}{more}")
+            raise ResultsFileError(f"no readable record in {path}; " + bad_lines(errors))
         records.extend(found)
         skipped.extend(errors)
         sources.append(path)

@@ -323,6 +323,27 @@ def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
 
 
 _GATE = pytest.StashKey[tuple[int, str]]()
+# The cells this session selected (grid tests left after -k, -m and sharding), for the gate.
+_SELECTED = pytest.StashKey[list[str]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from gradeff.gate import cells_of_items
+
+    session.config.stash[_SELECTED] = cells_of_items(session.items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """pytest-xdist: the controller collects nothing; it learns the selection from a worker's node ids."""
+    from gradeff.gate import cell_of_nodeid
+
+    config = node.config
+    if _SELECTED in config.stash and config.stash[_SELECTED]:
+        return  # every worker collects the same items
+    selection = config.stash[_CONFIG].selection
+    known = {cell.id for grid in GRIDS for cell in cells(grid, **{PLURALS[a]: keys for a, keys in selection.items()})}
+    config.stash[_SELECTED] = list(dict.fromkeys(c for c in (cell_of_nodeid(i, known) for i in ids) if c))
 
 
 @pytest.hookimpl(trylast=True)
@@ -337,14 +358,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     import shlex
 
     from gradeff.compare import main as compare_main
+    from gradeff.gate import current_records
 
     records, _ = _session_records(config)
+    records = current_records(records, settings.results, settings.settled)
     # This session's records, as a file of their own: the gate's "current", and a handy artifact.
     current = settings.results.with_name("last-session.jsonl")
     current.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    # The cells it was asked to run: only these are judged, and one without a record is missing.
+    # (No grid test selected, e.g. only hand-written cells: every baseline cell is expected.)
+    selection = config.stash.get(_SELECTED, [])
+    selected = settings.results.with_name("last-session.cells")
+    selected.write_text("".join(f"{cell}\n" for cell in selection), encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = compare_main([str(settings.baseline), str(current), *shlex.split(settings.compare_args)])
+        code = compare_main([str(settings.baseline), str(current), *(("--cells", str(selected)) if selection else ()),
+                             *shlex.split(settings.compare_args)])
     config.stash[_GATE] = (code, out.getvalue() + err.getvalue())
     if code != 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -81,14 +81,61 @@ def test_last_record_per_cell_wins(files):
 
 
 def test_cells_of_one_file_are_listed(files, capsys):
-    """Cells of one side only are listed, not regressions unless --missing-is-regression."""
+    """A baseline cell absent from current is a regression (--allow-missing lists it); a new cell is listed."""
     base, cur = files([record(), record("vit-sgd-accum")], [record(), record("llm-sgd-accum")])
+    assert main([base, cur]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"vit-sgd-accum\s+presence\s+present\s+missing\s+regression\s+only in baseline", out)
+    assert "only in baseline: vit-sgd-accum" in out and "only in current: llm-sgd-accum" in out
+    assert out.strip().endswith("1 cell compared, 1 missing, 1 only in baseline, 1 only in current")
+    assert main([base, cur, "--allow-missing"]) == 0
+    assert re.search(r"vit-sgd-accum\s+presence\s+present\s+missing\s+not compared", capsys.readouterr().out)
+    assert main([base, cur, "--missing-is-regression"]) == 1  # the old spelling of the default
+
+
+def test_selected_cells_judge_a_slice_on_its_own_cells(files, tmp_path, capsys):
+    """--cells: baseline cells outside the slice are out of scope; a selected cell with no record is missing."""
+    base, cur = files([record(), record("vit-sgd-accum"), record("vit-cgd-accum")], [record()])
+    cells = tmp_path / "cells.txt"
+    cells.write_text("# the session's selection\nllm-adam-standard\n")
+    assert main([base, cur, "--cells", str(cells)]) == 0
+    assert capsys.readouterr().out.strip().endswith("1 cell compared")
+    # An interrupted slice: two selected cells never recorded (one the baseline lacks as well).
+    cells.write_text("llm-adam-standard\nvit-sgd-accum\nllm-sgd-accum\n")
+    assert main([base, cur, "--cells", str(cells)]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"vit-sgd-accum\s+presence\s+present\s+missing\s+regression\s+only in baseline", out)
+    assert re.search(r"llm-sgd-accum\s+presence\s+missing\s+regression\s+selected, no record", out)
+    assert "2 regressions in 2 cells" in out
+    assert main([base, cur, "--cells", str(cells), "--allow-missing"]) == 0
+    # A slice that recorded nothing at all: every selected cell is missing, not "unusable input".
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main([base, str(empty), "--cells", str(cells)]) == 1
+    assert main([base, cur, "--cells", str(tmp_path / "absent.txt")]) == 2
+
+
+def test_environment_difference_comes_first_and_makes_time_advisory(files, capsys):
+    """Another CPU: printed before the table; a 2x time is advisory (exit 0) but a loss change still fails;
+    --strict-environment exits 2."""
+    here = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_count": 2, "torch_threads": 2, "device": "cpu",
+            "torch": "2.13.0+cpu", "transformers": "5.24.0"}
+    there = here | {"cpu": "AMD EPYC 7B13", "cpu_count": 4}
+    base, cur = files([record(environment=here)], [record(environment=there, seconds=(2, 2, 2))])
     assert main([base, cur]) == 0
     out = capsys.readouterr().out
-    assert "only in baseline: vit-sgd-accum" in out and "only in current: llm-sgd-accum" in out
-    assert out.strip().endswith("1 cell compared, 1 only in baseline, 1 only in current")
-    assert main([base, cur, "--missing-is-regression"]) == 1
-    assert re.search(r"vit-sgd-accum\s+presence\s+present\s+missing\s+regression", capsys.readouterr().out)
+    assert out.startswith("environment differs: cpu differs: Intel(R) Xeon(R) Processor (baseline) vs AMD EPYC 7B13 "
+                          "(current) (1 cell: llm-adam-standard)\nenvironment differs: cpu_count differs: 2")
+    assert re.search(r"time_per_epoch\s.*×2\s+advisory\s+would be regression \(environment differs\)", out)
+    assert main([base, cur, "--strict-environment"]) == 2
+    assert "--strict-environment: cpu differs" in capsys.readouterr().err
+    base, cur = files([record(environment=here)], [record(environment=there, final_loss=1.5 * (1 + 1e-4))])
+    assert main([base, cur]) == 1
+    # The same environment: the slowdown is a regression again.
+    capsys.readouterr()
+    base, cur = files([record(environment=here)], [record(environment=here, seconds=(2, 2, 2))])
+    assert main([base, cur]) == 1
+    assert "environment differs" not in capsys.readouterr().out
 
 
 def test_missing_file_exits_2_with_the_path(tmp_path, capsys):

@@ -159,6 +159,6 @@ def test_compare_subcommand_runs_the_gate(tmp_path, capsys):
     from gradeff.cli import main
 
     assert main(["compare", "--help"]) == 0
-    assert "--missing-is-regression" in capsys.readouterr().out
+    assert "--allow-missing" in capsys.readouterr().out
     assert main(["compare", str(tmp_path / "absent.jsonl"), str(tmp_path / "b.jsonl")]) == 2
     assert "absent.jsonl" in capsys.readouterr().err
