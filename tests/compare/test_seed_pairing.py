@@ -44,3 +44,13 @@ def test_baseline_of_one_seed_gates_that_seed_of_a_repeated_run():
     comparison = compare_records([record(seed=0)], [record(seed=s) for s in (0, 1, 2)])
     assert comparison.cells_compared == 1 and not comparison.regressions
     assert comparison.only_in_current == ("llm-adam-standard-seed1", "llm-adam-standard-seed2")
+
+
+def test_a_selected_cell_covers_its_seeds_and_a_lost_seed_is_missing():
+    """--cells names cell ids: they cover every seed; a baseline seed without a current record is missing."""
+    base = [record(seed=s) for s in (0, 1)] + [record("vit-sgd-accum")]
+    comparison = compare_records(base, [record(seed=0)], selected=["llm-adam-standard"])
+    assert comparison.cells_compared == 1 and comparison.missing == ("llm-adam-standard-seed1",)
+    assert [r.verdict for r in comparison.rows if r.metric == "presence"] == ["regression"]
+    full = compare_records(base, [record(seed=s) for s in (0, 1)], selected=["llm-adam-standard"])
+    assert full.cells_compared == 2 and not full.missing and not full.regressions
