@@ -9,6 +9,7 @@ measurements are ``None`` and never compete either. The two studies read their r
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from gradeff.strategies import STRATEGIES
 __all__ = [
     "MEMORY_METRICS", "MEMORY_PARTS", "METRICS", "OBJECTIVES", "Metric", "Recommendation", "best_cell",
     "best_value", "comparable", "isolated", "group_by_model", "latest_records", "memory_metric_for", "memory_parts",
-    "meter_section", "meter_value", "metric_value",
+    "meter_section", "meter_value", "metric_value", "nonfinite_value",
     "TIE", "order_keys", "pareto_cells", "pareto_front", "recommendations", "runs_by_cell", "sort_records",
     "strategy_ratios", "tally_wins", "training_memory_bytes",
 ]
@@ -93,11 +94,18 @@ class Metric:
 
 
 def _summary(name: str) -> Callable[[CellRecord], float | None]:
-    return lambda record: as_number(getattr(record.summary, name, None))
+    def extract(record: CellRecord) -> float | None:
+        return as_number(getattr(record.summary, name, None))
+    # The value as stored, for nonfinite_value: a NaN must read "NaN", not "not measured".
+    extract.raw = lambda record: getattr(record.summary, name, None)
+    return extract
 
 
 def _meter(meter: str, name: str) -> Callable[[CellRecord], float | None]:
-    return lambda record: meter_value(record, meter, name)
+    def extract(record: CellRecord) -> float | None:
+        return meter_value(record, meter, name)
+    extract.raw = lambda record: meter_section(record, meter).get(name)
+    return extract
 
 
 def _percent(fraction: Callable[[CellRecord], float | None]) -> Callable[[CellRecord], float | None]:
@@ -105,6 +113,8 @@ def _percent(fraction: Callable[[CellRecord], float | None]) -> Callable[[CellRe
     def extract(record: CellRecord) -> float | None:
         value = fraction(record)
         return None if value is None else 100 * value
+    if hasattr(fraction, "raw"):
+        extract.raw = fraction.raw
     return extract
 
 
@@ -157,6 +167,18 @@ def metric_value(record: CellRecord, metric: str | Metric) -> float | None:
     """
     metric = METRICS[metric] if isinstance(metric, str) else metric
     return metric.extract(record)
+
+
+def nonfinite_value(record: CellRecord, metric: str | Metric) -> float | None:
+    """The NaN or infinity ``record`` stores for ``metric`` (measured, but not a number to rank), else ``None``.
+
+    :func:`metric_value` reads such a value as ``None`` so that it never wins or enters a mean; a report
+    must still tell it from a value that was not measured at all.
+    """
+    metric = METRICS[metric] if isinstance(metric, str) else metric
+    raw = getattr(metric.extract, "raw", None)
+    value = raw(record) if raw is not None else None
+    return value if isinstance(value, float) and not math.isfinite(value) else None
 
 
 def comparable(record: CellRecord) -> bool:

@@ -25,6 +25,7 @@ from jinja2 import (
     BaseLoader, ChoiceLoader, Environment, FileSystemLoader, StrictUndefined, TemplateNotFound, select_autoescape,
 )
 from jinja2.loaders import split_template_path
+from markupsafe import Markup
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -100,6 +101,21 @@ def jinja_environment(templates: str | os.PathLike[str] | None = None) -> Enviro
     return _environment(None if folder is None else str(folder))
 
 
+# Bidirectional controls (LRE, RLE, PDF, LRO, RLO, LRI, RLI, FSI, PDI, ALM, LRM, RLM): one in a name can
+# make the page show "llm-adam-accum" for other characters, so each is replaced by a visible mark.
+BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u061c\u200e\u200f"
+_BIDI_MARKS = {ord(c): f"[U+{ord(c):04X}]" for c in BIDI_CONTROLS}
+
+
+def neutralise_bidi(value: object) -> object:
+    """Every bidirectional control in a printed value shown as ``[U+202E]``: the text reads in its real order
+    and the mark flags that the name held one. Markup stays Markup (the marks contain no HTML)."""
+    if isinstance(value, str) and any(c in value for c in BIDI_CONTROLS):
+        text = str.translate(value, _BIDI_MARKS)
+        return Markup(text) if isinstance(value, Markup) else text
+    return value
+
+
 @cache
 def _environment(folder: str | None) -> Environment:
     # ``select_autoescape()``'s defaults do not match ``*.html.j2``, hence the explicit extensions.
@@ -111,6 +127,7 @@ def _environment(folder: str | None) -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=neutralise_bidi,
     )
 
 

@@ -7,6 +7,7 @@ one ``n/a`` with the reason in its tooltip or the table's note.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
@@ -58,6 +59,11 @@ def metric_cell(record: CellRecord | None, metric: Metric, best: float | None, *
         return Cell(text=status_text(record), css=f"status {record.status}", title=record.detail)
     value = analysis.metric_value(record, metric)
     if value is None:
+        odd = analysis.nonfinite_value(record, metric)
+        if odd is not None:
+            # Measured, and the measurement is not a number: shown as such, never as "n/a" (not measured).
+            return Cell(text="NaN" if math.isnan(odd) else "inf" if odd > 0 else "-inf", css="nonfinite",
+                        title="measured, but not a finite number: left out of every best, mean and ranking")
         return Cell(text=NA, css="na", title="not measured")
     main, sub = text(record, value) if text is not None else (format_value(value, metric.unit), "")
     is_best = best is not None and value == best

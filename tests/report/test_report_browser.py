@@ -76,3 +76,49 @@ def test_console_check_catches_a_broken_page(tmp_path):
     dom, console = _open(page, tmp_path)
     assert 'id="x"' in dom
     assert any("Uncaught" in line for line in console)
+
+
+# Measures the rendered page: every table row's first data cell must start inside the window, and the page
+# must not be wider than the window. The result lands in the DOM that --dump-dom prints.
+_LAYOUT_PROBE = """<script>
+window.addEventListener('load', () => {
+  const offscreen = [];
+  for (const row of document.querySelectorAll('tbody tr')) {
+    const cell = row.querySelector('td');
+    if (cell && cell.getBoundingClientRect().left >= window.innerWidth) offscreen.push(row.id || row.textContent.slice(0, 40));
+  }
+  const probe = document.createElement('pre');
+  probe.id = 'layout-probe';
+  probe.textContent = JSON.stringify({offscreen: offscreen.length, pageWidth: document.documentElement.scrollWidth,
+                                      window: window.innerWidth});
+  document.body.appendChild(probe);
+});
+</script>"""
+
+
+def test_hostile_names_and_non_finite_values_render_safely(grid_records, make_record, tmp_path):
+    """A name with a right-to-left override, a 10 000-character name, and NaN / inf measured in an ok cell: the
+    override shows as a visible mark, the long name is cut (full name in the tooltip) without pushing any table's
+    data off the window, and the non-finite values read "NaN" / "inf", flagged, not "n/a"."""
+    import json
+    import math
+    import re
+
+    spoof = "llm\u202eevil"  # would render as "llmlive" reversed
+    long_name = "x" * 10_000
+    nan_cell = make_record("vit-adam-accum", losses=(2.0, math.nan))
+    inf_cell = make_record("vit-sgd-accum", meters={"ram": {"peak_rss_bytes": math.inf}})
+    records = [*grid_records, make_record(f"{spoof}-sgd-standard"), make_record(f"{long_name}-sgd-standard"),
+               nan_cell, inf_cell]
+    page = write_report(records, tmp_path / "report.html", sources=["results.jsonl"])
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", _LAYOUT_PROBE + "</body>"),
+                      encoding="utf-8")
+    dom, console = _open(probed, tmp_path, tmp_path / "hostile.png")
+    assert console == []
+    assert "\u202e" not in dom and "llm[U+202E]evil" in dom
+    layout = json.loads(re.search(r'<pre id="layout-probe">(.*?)</pre>', dom).group(1).replace("&quot;", '"'))
+    assert layout["offscreen"] == 0 and layout["pageWidth"] <= layout["window"], layout
+    assert re.search(r'<th scope="row" title="x{10000}[^"]*">', dom)  # the full name on hover
+    assert re.search(r'<td class="nonfinite" title="measured, but not a finite number[^"]*">NaN</td>', dom)
+    assert re.search(r'<td class="nonfinite" title="measured, but not a finite number[^"]*">inf</td>', dom)
