@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 # Bump when the prepared tensors change meaning: old cache entries are then never read.
-_PREP_VERSION = 1
+_PREP_VERSION = 2
 # The share of the training rows held out when a dataset has no test split of its own, and the seed that
 # draws it: fixed, so every cell and every --gradeff-seed is scored on the same rows.
 HELDOUT_FRACTION = 0.2
@@ -524,9 +524,11 @@ def _prepare(source: DataSource, *, image_size, seq_len, caption_len, vocab_size
     train, heldout, fmt, note = open_splits(source, cache_root)
     columns = _columns(source, list(train.column_names))
     kind = source.spec.kind
-    # Rows beyond what a cell can use are never decoded (CIFAR-100 at the tiny profile reads 256 of 50,000).
-    train = train.select(range(min(len(train), train_cap)))
-    heldout = heldout.select(range(min(len(heldout), heldout_cap)))
+    # Rows beyond what a cell can use are never decoded (CIFAR-100 at the tiny profile reads 256 of 50,000). A text
+    # sample is a window of seq_len tokens and a row holds at least one token: cap × seq_len rows always suffice.
+    per_sample = seq_len if kind == "causal_lm" else 1
+    train = train.select(range(min(len(train), train_cap * per_sample)))
+    heldout = heldout.select(range(min(len(heldout), heldout_cap * per_sample)))
     info = {"source": str(_resolve_path(source, cache_root)), "format": fmt, "columns": columns, "heldout_split": note,
             "real": True}
     splits: dict[str, dict] = {"train": {}, "heldout": {}}
