@@ -321,3 +321,12 @@ def test_a_local_tokenizer_folder_sets_the_vocabulary(formats, tmp_path):
 
     expected = build_model("llm", "tiny", vocab_size=tok.get_vocab_size(), device="meta")
     assert record.parameters["total"] == sum(p.numel() for p in expected.parameters())
+
+
+def test_short_text_rows_still_fill_the_windows(tmp_path):
+    """One short sentence per row: enough rows are read to fill the asked number of windows."""
+    path = tmp_path / "lines.txt"
+    path.write_text("\n".join(f"line {i} says hello." for i in range(400)))
+    data = load_real(DataSource(key="text", path=str(path)), kind="causal_lm", seq_len=16, vocab_size=300,
+                     train_cap=12, heldout_cap=4, cache_root=tmp_path)
+    assert (len(data), len(data.heldout)) == (12, 4)
