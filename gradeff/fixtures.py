@@ -49,6 +49,23 @@ def _param(request: pytest.FixtureRequest, name: str, default: str | None = None
     return default
 
 
+def _bench_name(test_name: str) -> str:
+    """A benchmark's strategy key: its test's name without ``test_`` (``test_my_step`` → ``my_step``)."""
+    return re.sub(r"[^a-z0-9_]", "_", test_name.lower().removeprefix("test_")) or "bench"
+
+
+def bench_cell_id(item) -> str | None:
+    """The cell id a collected test of the public fixtures records (``llm-adam-my_step``), or ``None``.
+
+    Known at collection, so the gate counts a benchmark among the cells a session selected.
+    """
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    if "gradeff_meters" not in getattr(item, "fixturenames", ()) or params.get("gradeff_model") is None:
+        return None
+    return f"{params['gradeff_model']}-{params.get('gradeff_optimizer', 'adamw')}-{_bench_name(item.originalname)}"
+
+
 @dataclass(kw_only=True)
 class _Setup:
     """One benchmark's cell, settings and sizes, shared by the public fixtures of a test.
@@ -110,7 +127,7 @@ def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int) -> _Setup:
         dataset = TASKS[_param(request, "gradeff_data", spec.task)].key
     except UnknownKeyError as exc:
         pytest.fail(str(exc), pytrace=False)
-    bench = re.sub(r"[^a-z0-9_]", "_", request.node.originalname.lower().removeprefix("test_")) or "bench"
+    bench = _bench_name(request.node.originalname)
     # Built as the main study's cell of these keys with the standard strategy: the user's loop is the strategy.
     cell = Cell(model, optimizer, "standard", dataset=dataset)
     return _Setup(cell=cell, config=run_config(request.config, gradeff_seed),

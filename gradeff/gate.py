@@ -21,13 +21,18 @@ _SEED_SUFFIX = re.compile(r"-seed\d+$")
 
 
 def cells_of_items(items: Iterable) -> list[str]:
-    """Cell ids of the collected grid tests (those parametrized with a ``cell``), in order, once each."""
+    """Cell ids of the collected grid tests (those parametrized with a ``cell``) and benchmarks written with the
+    public fixtures (:func:`gradeff.fixtures.bench_cell_id`), in order, once each."""
+    from gradeff.fixtures import bench_cell_id
+
     found = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         cell = callspec.params.get("cell") if callspec is not None else None
         if cell is not None and hasattr(cell, "id"):
             found.append(cell.id)
+        elif (bench := bench_cell_id(item)) is not None:
+            found.append(bench)
     return list(dict.fromkeys(found))
 
 

@@ -245,6 +245,14 @@ def test_custom_benchmark_from_public_fixtures_records_like_a_grid_cell(grid_pyt
     assert custom["parameters"] == grid["parameters"] and custom["session"] == grid["session"]
     outcome.stdout.fnmatch_lines(["*llm-adam-my_step*ok*"])
     assert "my_step" in (tmp_path / "report.html").read_text()
+    # The gate counts it among the session's selected cells and judges it as any cell (the grid cell the
+    # baseline also holds was not selected, so it is not missing).
+    gated = grid_pytester.runpytest_subprocess(
+        *PLUGIN, "test_mine.py", "--gradeff-epochs", "1", f"--gradeff-results={tmp_path / 'again.jsonl'}",
+        f"--gradeff-baseline={results}", "--gradeff-compare-args=--time-ratio 100")
+    gated.stdout.fnmatch_lines(["*gradeff compare with*no regression*"])
+    assert "llm-adam-standard" not in gated.stdout.str() and gated.ret == 0
+    assert (tmp_path / "last-session.cells").read_text() == "llm-adam-my_step\n"
 
 
 def test_public_fixtures_need_a_model_key(grid_pytester):
