@@ -150,6 +150,10 @@ class AxisRegistry:
                 unknown task / method it refers to; the message names the source, the key and the valid keys.
         """
         key = spec.get("key") if isinstance(spec, dict) else getattr(spec, "key", None)
+        grid_keys = self._default_grids if grids is None else tuple(grids)
+        if grid_keys and not self._default_grids:
+            raise pytest.UsageError(f"gradeff registration from {self.source}: {self.axis} {key!r} cannot join "
+                                    f"a grid; select it with --gradeff-{self.axis}")
         try:
             if not isinstance(spec, self._spec_class):
                 raise RegistrationError(f"expected a {self._spec_class.__module__}.{self._spec_class.__name__}, "
@@ -161,10 +165,6 @@ class AxisRegistry:
             raise pytest.UsageError(
                 f"gradeff registration from {self.source}: {self._registry.axis} {key!r}: {exc}; "
                 f"registered {self.axis}: {', '.join(self._registry)}") from None
-        grid_keys = self._default_grids if grids is None else tuple(grids)
-        if grid_keys and not self._default_grids:
-            raise pytest.UsageError(f"gradeff registration from {self.source}: {self.axis} {spec.key!r} cannot join "
-                                    f"a grid; select it with --gradeff-{self.axis}")
         for grid in grid_keys:
             _join(grid, self.axis, spec.key, self.source)
         return spec

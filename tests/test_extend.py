@@ -106,11 +106,16 @@ def test_registered_cells_run_record_report_and_gate(user_project, tmp_path):
      "*model 'Bad-Key': invalid key*"),
     ("registries.models.register(ModelSpec(key='odd', name='x', family='decoder', task='speech', builder=len))",
      "*model 'odd': unknown task 'speech'; valid datasets: causal_lm*"),
+    ("registries.methods.register(MethodSpec(key='mine', name='x', module='gradeff.methods.full'), grids=['main'])",
+     "*conftest.py: methods 'mine' cannot join a grid; select it with --gradeff-methods*"),
+    ("registries.models.register(ModelSpec(key='m', name='x', family='decoder', task='causal_lm', builder=len), "
+     "grids=['nope'])", "*conftest.py: unknown grid 'nope' for models 'm'; valid grids: main, peft*"),
     ("OptimizerSpec(key='x', name='x', target='torch.optim:SGD', state_law='magic')",
      "*registration from *conftest.py: ValueError: optimizer 'x': unknown state law 'magic'*"),
 ])
 def test_bad_registration_is_a_usage_error_naming_the_conftest_and_key(grid_pytester, body, message):
     grid_pytester.makeconftest(f"""
+        from gradeff.methods import MethodSpec
         from gradeff.models import ModelSpec
         from gradeff.optim import OptimizerSpec
 
