@@ -334,8 +334,17 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer)
     """One training of a cell (the body of :func:`run_cell`)."""
     # Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token)
     # run 10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a
-    # cell's time (a tiny DINOv2 step: 2.4 s with them, 0.1 s without).
+    # cell's time (a tiny DINOv2 step: 2.4 s with them, 0.1 s without). The flag is process-wide, so it is
+    # switched back to torch's default after the cell: code that runs next (a user's own, a test of exact
+    # float laws) gets IEEE arithmetic.
     torch.set_flush_denormal(True)
+    try:
+        return _train_once(cell, config, timer=timer)
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellRecord:
     progress = _Progress(started=time.time())
     hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
     if config.lr is not None:

@@ -20,6 +20,15 @@ def test_ok_cell_records_its_epochs():
     assert record.environment["torch"] == torch.__version__ and record.session == "test"
 
 
+def test_a_cell_leaves_subnormal_floats_as_it_found_them():
+    """Cells flush subnormals for speed; afterwards the process computes them again (IEEE default)."""
+    tiny = torch.tensor([1e-40])
+    assert tiny.item() != 0.0
+    record = run_cell(Cell("llm", "sgd", "standard"), CONFIG)
+    assert record.status == "ok"
+    assert torch.tensor([1e-40]).item() != 0.0 and (tiny * 1).item() != 0.0
+
+
 def _patched_builder(monkeypatch, wrap):
     original = runner.build_model
 

@@ -22,13 +22,6 @@ from gradeff.runner import RunConfig, run_cell
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _restore_denormals():
-    """A cell flushes subnormal floats process-wide; later tests (hypothesis's float strategies) need them back."""
-    yield
-    torch.set_flush_denormal(False)
-
-
 def _pattern_image(label: int, rng: np.random.Generator, size=(12, 12)) -> Image.Image:
     """A class-dependent bright quadrant plus noise: learnable in a few steps."""
     pixels = rng.integers(0, 60, (*size, 3), dtype=np.uint8)
