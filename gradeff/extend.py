@@ -246,9 +246,11 @@ def _load_folder(folder: str, task_kind: str, key: str, profile: str, *, vocab_s
         # The synthetic text tasks use token ids up to their states plus the special tokens (real text: its tokenizer's).
         states = hparams_for(key, profile).num_states
         needed = states + len(SPECIAL_TOKENS) if states is not None else 0
-        if model.config.vocab_size < needed:
-            raise ValueError(f"{folder}: vocabulary of {model.config.vocab_size} tokens; the {profile} text task "
-                             f"needs at least {needed}")
+        if model.config.vocab_size < max(needed, vocab_size or 0):
+            hint = ("; tokenise the text with the folder's own tokenizer (--gradeff-tokenizer)" if vocab_size
+                    else f"; the {profile} text task uses ids up to {needed - 1}")
+            raise ValueError(f"{folder}: vocabulary of {model.config.vocab_size} tokens, the data's is "
+                             f"{max(needed, vocab_size or 0)}{hint}")
         model.config.use_cache = False
     return model
 

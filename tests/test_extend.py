@@ -378,3 +378,23 @@ def test_gradeff_list_shows_an_installed_packages_entries(tmp_path):
     keys = subprocess.run([sys.executable, "-m", "gradeff", "list", "optimizers"], capture_output=True, text=True,
                           env=env, check=True).stdout.split()
     assert keys[-1] == "rmsprop" and keys[0] == "sgd"
+
+
+def test_a_model_path_too_small_for_the_datas_vocabulary_says_so(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gradeff.extend import Registries, model_path_spec, reset
+
+    folder = tmp_path / "small_vocab"
+    LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+    spec = model_path_spec(str(folder))
+    try:
+        with open_for_registration([MODELS]):
+            Registries("test").models.register(spec, grids=())
+        with pytest.raises(ValueError, match="vocabulary of 64 tokens, the data's is 128; the tiny text task uses ids"):
+            spec.builder("tiny")
+        with pytest.raises(ValueError, match="the data's is 5000; tokenise the text with the folder's own tokenizer"):
+            spec.builder("tiny", vocab_size=5000)
+    finally:
+        reset()
