@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     baseline = latest_by_cell(read_records(args.directory / "baseline.jsonl"))
     print(f"rule: {rule}")
     counts = {}
+    families: dict[str, dict[str, list[int]]] = {"same": defaultdict(lambda: [0, 0]), "slow": defaultdict(lambda: [0, 0])}
     ratios: dict[str, dict[str, list[float]]] = {"same": defaultdict(list), "slow": defaultdict(list)}
     for kind in ("same", "slow"):
         cells = runs = wrong_cells = wrong_runs = 0
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                 # An unchanged cell flagged, or a slowed one let through, is the rule's mistake.
                 if regression == (kind == "same"):
                     wrong.append(f"{cell} ×{row.ratio:.2f} ({row.note})")
+                families[kind][before.model][0] += regression == (kind == "same")
+                families[kind][before.model][1] += 1
                 cells += 1
             runs += 1
             wrong_cells += len(wrong)
@@ -66,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"false positives: {fp[0]} of {fp[1]} unchanged cells, {fp[2]} of {fp[3]} unchanged runs failed")
     print(f"false negatives: {fn[0]} of {fn[1]} slowed cells passed, {fn[2]} of {fn[3]} slowed runs with a "
           "slowed cell let through")
+    for kind, what in (("same", "false positives"), ("slow", "false negatives")):
+        print(f"{what} by model: " + ", ".join(f"{model} {wrong} of {total}"
+                                             for model, (wrong, total) in families[kind].items()))
     for kind, by_model in ratios.items():
         for model, values in by_model.items():
             print(f"{kind} {model}: ratio min {min(values):.2f}, median {statistics.median(values):.2f}, "
