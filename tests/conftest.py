@@ -1,5 +1,11 @@
 """Shared fixtures of the test suite: the pytester grid, and hand-made records of each study."""
 
+# C extensions cannot be loaded twice in one process. An in-process pytester run (``runpytest``) restores
+# sys.modules afterwards, dropping whatever it imported first; numpy imported there for the first time
+# would then fail to import again in a later test ("cannot load module more than once per process").
+# Importing these before any pytester run keeps them in every snapshot.
+import matplotlib.figure  # noqa: F401
+import numpy  # noqa: F401
 import pytest
 
 from gradeff.results import CellRecord, EpochRecord, Summary
