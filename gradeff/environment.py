@@ -57,6 +57,9 @@ def environment(device: str = "cpu") -> dict:
         "platform": platform.platform(),
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        # The instruction set torch's CPU kernels were dispatched for (AVX512, AVX2, ...): another one sums
+        # in another order, so losses agree only to float tolerance, not to the last bits.
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": torch.get_num_threads(),
         "device": device,
         "device_name": None,

@@ -138,6 +138,23 @@ def test_environment_difference_comes_first_and_makes_time_advisory(files, capsy
     assert "environment differs" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("key, value", [("cpu_capability", "AVX2"), ("torch", "2.14.0+cpu")])
+def test_other_kernels_compare_losses_at_loose_tolerance(files, capsys, key, value):
+    """Another instruction set or library version sums in another order: a 1e-4 loss change passes (it
+    would fail on the same kernels), a 10 % one still fails; the difference is named first."""
+    here = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_capability": "AVX512", "cpu_count": 2, "torch_threads": 1,
+            "device": "cpu", "torch": "2.13.0+cpu", "transformers": "5.24.0"}
+    there = here | {key: value}
+    base, cur = files([record(environment=here)], [record(environment=there, final_loss=1.5 * (1 + 1e-4))])
+    assert main([base, cur]) == 0
+    assert f"{key} differs: {here[key]} (baseline) vs {value} (current); losses compared at --loose tolerance" \
+        in capsys.readouterr().out
+    base, cur = files([record(environment=here)], [record(environment=there, final_loss=1.5 * 1.1)])
+    assert main([base, cur]) == 1
+    base, cur = files([record(environment=here)], [record(environment=here, final_loss=1.5 * (1 + 1e-4))])
+    assert main([base, cur]) == 1
+
+
 def test_missing_file_exits_2_with_the_path(tmp_path, capsys):
     """A baseline that does not exist: exit 2, its path on stderr."""
     cur = write(tmp_path / "cur.jsonl", record())
