@@ -61,6 +61,10 @@ class CompiledUnderBudget(torch.nn.Module):
         self.fraction = fraction
 
     def forward(self, *args, **kwargs):
+        if not torch.is_grad_enabled():
+            # Held-out evaluation and inference save nothing for backward, so the budget does not apply to
+            # them; the eager model (same weights) spares a compile per evaluation batch shape and mode.
+            return self.compiled._orig_mod(*args, **kwargs)
         with torch._functorch.config.patch(activation_memory_budget=self.fraction):
             return self.compiled(*args, **kwargs)
 

@@ -64,3 +64,22 @@ def test_a_smaller_activation_budget_saves_fewer_activations():
         loss.backward()
         saved[fraction] = counter.saved_bytes
     assert 0 < saved[0.1] < 0.7 * saved[1.0]
+
+
+def test_evaluation_without_autograd_runs_the_eager_model_and_compiles_nothing():
+    """Under no_grad (held-out evaluation, inference) the budget has nothing to save: the wrapper gives the eager
+    model's exact outputs and triggers no compile; with autograd on it compiles."""
+    model, batch = _model_and_batch()
+    model.eval()
+    with torch.no_grad():
+        expected = model(**batch).loss
+    torch._dynamo.reset()
+    wrapped = CompiledUnderBudget(model, 0.5, compile_backend(torch.device("cpu")))
+    compiles = torch._dynamo.utils.counters["stats"]
+    before = compiles["unique_graphs"]
+    with torch.no_grad():
+        assert torch.equal(wrapped(**batch).loss, expected)
+    assert compiles["unique_graphs"] == before
+    model.train()
+    wrapped(**batch).loss.backward()
+    assert compiles["unique_graphs"] > before
