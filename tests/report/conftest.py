@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from html.parser import HTMLParser
 
 import pytest
 
@@ -48,3 +49,20 @@ def synthetic_grid(seed: int = 0) -> list[CellRecord]:
 def grid_records() -> list[CellRecord]:
     """:func:`synthetic_grid` with seed 0."""
     return synthetic_grid()
+
+
+class Page(HTMLParser):
+    """Every id attribute and every URL-bearing attribute of a page."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.ids: list[str] = []
+        self.urls: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name == "id":
+                self.ids.append(value)
+            if name in ("src", "href", "xlink:href", "action", "data") and value:
+                self.urls.append(value)

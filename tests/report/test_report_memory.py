@@ -2,7 +2,6 @@
 
 import dataclasses
 import re
-from html.parser import HTMLParser
 
 import pytest
 
@@ -15,6 +14,7 @@ from gradeff.report.memory import MISSING_NOTE, TABLE_HEADER, build_memory_view,
 from gradeff.report.peft import build_peft_view
 from gradeff.results import append_record, read_records
 from gradeff.summary import summary_lines
+from tests.report.conftest import Page
 
 MIB = 2**20
 SCRIPT = "<script>alert(1)</script>"
@@ -74,23 +74,6 @@ def llm_cells(memory_record):
         memory_record("compile_budget20", peak=None, activation=3 * MIB, seconds=1.8, joules=18.0,
                       plan=compiler_plan(0.2, budget=5 * MIB, fraction=0.3)),
     ]
-
-
-class _Page(HTMLParser):
-    """Every id attribute and every URL-bearing attribute of a page."""
-
-    def __init__(self, html: str):
-        super().__init__()
-        self.ids: list[str] = []
-        self.urls: list[str] = []
-        self.feed(html)
-
-    def handle_starttag(self, tag, attrs):
-        for name, value in attrs:
-            if name == "id":
-                self.ids.append(value)
-            if name in ("src", "href", "xlink:href", "action", "data") and value:
-                self.urls.append(value)
 
 
 def _section(html: str, section: str) -> str:
@@ -332,7 +315,7 @@ def test_mixed_results_file_of_three_grids_renders(llm_cells, memory_record, mak
         append_record(path, record)
     records = list(read_records(path))
     html = write_report(records, tmp_path / "report.html", sources=[str(path)]).read_text(encoding="utf-8")
-    page = _Page(html)
+    page = Page(html)
     assert {s.id for s in SECTIONS} <= set(page.ids)
     assert not {i for i in page.ids if page.ids.count(i) > 1}
     assert all(re.fullmatch(r"[A-Za-z0-9_.:-]+", i) for i in page.ids)

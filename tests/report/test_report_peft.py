@@ -3,7 +3,6 @@
 import csv
 import io
 import re
-from html.parser import HTMLParser
 
 import pytest
 
@@ -14,27 +13,11 @@ from gradeff.report import MAIN_MISSING_NOTE, SECTIONS, build_view, render_html,
 from gradeff.report.context import hparams_table, methods
 from gradeff.report.csv_export import csv_table
 from gradeff.report.peft import MISSING_NOTE, build_peft_view, format_count, format_points
+from tests.report.conftest import Page
 
 SCRIPT = "<script>alert(1)</script>"
 PRETRAINING = {"optimizer_steps": 128, "seconds": 59.9, "heldout_accuracy": 0.45, "bayes_accuracy": 1.0,
                "final_loss": 3.9, "reused": True}
-
-
-class _Page(HTMLParser):
-    """Every id attribute and every URL-bearing attribute of a page."""
-
-    def __init__(self, html: str):
-        super().__init__()
-        self.ids: list[str] = []
-        self.urls: list[str] = []
-        self.feed(html)
-
-    def handle_starttag(self, tag, attrs):
-        for name, value in attrs:
-            if name == "id":
-                self.ids.append(value)
-            if name in ("src", "href", "xlink:href", "action", "data") and value:
-                self.urls.append(value)
 
 
 def _group(view, model="vit_s", dataset="cifar100"):
@@ -266,7 +249,7 @@ def test_mixed_render_passes_the_html_checks(grid_records, peft_cells, peft_reco
     odd = peft_record(model=SCRIPT, method="lora", detail=SCRIPT, status="error")
     path = write_report(grid_records + peft_cells + [odd], tmp_path / "mixed.html", sources=["r.jsonl"])
     html = path.read_text(encoding="utf-8")
-    page = _Page(html)
+    page = Page(html)
     assert {s.id for s in SECTIONS} <= set(page.ids)
     assert not {i for i in page.ids if page.ids.count(i) > 1}
     assert all(re.fullmatch(r"[A-Za-z0-9_.:-]+", i) for i in page.ids)
