@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -66,3 +67,16 @@ class Page(HTMLParser):
                 self.ids.append(value)
             if name in ("src", "href", "xlink:href", "action", "data") and value:
                 self.urls.append(value)
+
+
+def self_contained_page(html: str) -> Page:
+    """Parse a report page and check what every page must hold: every section, ids unique and safe to link to,
+    and no link that leaves the page."""
+    from gradeff.report import SECTIONS
+
+    page = Page(html)
+    assert {s.id for s in SECTIONS} <= set(page.ids)
+    assert not {i for i in page.ids if page.ids.count(i) > 1}
+    assert all(re.fullmatch(r"[A-Za-z0-9_.:-]+", i) for i in page.ids), [i for i in page.ids if "<" in i]
+    assert all(url.startswith("#") for url in page.urls), [u for u in page.urls if not u.startswith("#")]
+    return page

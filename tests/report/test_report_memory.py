@@ -14,7 +14,7 @@ from gradeff.report.memory import MISSING_NOTE, TABLE_HEADER, build_memory_view,
 from gradeff.report.peft import build_peft_view
 from gradeff.results import append_record, read_records
 from gradeff.summary import summary_lines
-from tests.report.conftest import Page
+from tests.report.conftest import self_contained_page
 
 MIB = 2**20
 SCRIPT = "<script>alert(1)</script>"
@@ -315,11 +315,7 @@ def test_mixed_results_file_of_three_grids_renders(llm_cells, memory_record, mak
         append_record(path, record)
     records = list(read_records(path))
     html = write_report(records, tmp_path / "report.html", sources=[str(path)]).read_text(encoding="utf-8")
-    page = Page(html)
-    assert {s.id for s in SECTIONS} <= set(page.ids)
-    assert not {i for i in page.ids if page.ids.count(i) > 1}
-    assert all(re.fullmatch(r"[A-Za-z0-9_.:-]+", i) for i in page.ids)
-    assert all(url.startswith("#") for url in page.urls)
+    self_contained_page(html)
     assert "<script" not in html.lower() and "&lt;script&gt;" in html
     assert "@import" not in html and "url(http" not in html and "<?xml" not in html
     # The main study's 13 figures, the PEFT curves, and one per memory-study model with a standard cell (3).

@@ -9,11 +9,11 @@ import pytest
 from gradeff.analysis import METRICS, metric_value
 from gradeff.analysis import peft as peft_analysis
 from gradeff.formatting import NA
-from gradeff.report import MAIN_MISSING_NOTE, SECTIONS, build_view, render_html, write_report
+from gradeff.report import MAIN_MISSING_NOTE, build_view, render_html, write_report
 from gradeff.report.context import hparams_table, methods
 from gradeff.report.csv_export import csv_table
 from gradeff.report.peft import MISSING_NOTE, build_peft_view, format_count, format_points
-from tests.report.conftest import Page
+from tests.report.conftest import self_contained_page
 
 SCRIPT = "<script>alert(1)</script>"
 PRETRAINING = {"optimizer_steps": 128, "seconds": 59.9, "heldout_accuracy": 0.45, "bayes_accuracy": 1.0,
@@ -249,11 +249,7 @@ def test_mixed_render_passes_the_html_checks(grid_records, peft_cells, peft_reco
     odd = peft_record(model=SCRIPT, method="lora", detail=SCRIPT, status="error")
     path = write_report(grid_records + peft_cells + [odd], tmp_path / "mixed.html", sources=["r.jsonl"])
     html = path.read_text(encoding="utf-8")
-    page = Page(html)
-    assert {s.id for s in SECTIONS} <= set(page.ids)
-    assert not {i for i in page.ids if page.ids.count(i) > 1}
-    assert all(re.fullmatch(r"[A-Za-z0-9_.:-]+", i) for i in page.ids)
-    assert all(url.startswith("#") for url in page.urls)
+    self_contained_page(html)
     assert "<script" not in html.lower() and "&lt;script&gt;" in html
     assert html.count("<svg ") == 4 * 3 + 1 + 1  # the main study's figures + the PEFT accuracy curves
     peft = html.split('<section class="top" id="peft">', 1)[1].split("</section>", 1)[0]

@@ -2,7 +2,6 @@
 
 import dataclasses
 import re
-from html.parser import HTMLParser
 from types import SimpleNamespace
 
 import jinja2
@@ -18,32 +17,11 @@ from gradeff.formatting import (
     format_seconds,
     format_value,
 )
-from gradeff.report import SECTIONS, build_view, jinja_environment, render_html, status_text, write_report
+from gradeff.report import build_view, jinja_environment, render_html, status_text, write_report
 from gradeff.report.context import methods
+from tests.report.conftest import Page, self_contained_page
 
 SCRIPT = "<script>alert(1)</script>"
-
-
-class _Ids(HTMLParser):
-    """Collects every id attribute and every URL-bearing attribute of a page."""
-
-    def __init__(self):
-        super().__init__()
-        self.ids: list[str] = []
-        self.urls: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        for name, value in attrs:
-            if name == "id":
-                self.ids.append(value)
-            if name in ("src", "href", "xlink:href", "action", "data") and value:
-                self.urls.append(value)
-
-
-def _parse(html: str) -> _Ids:
-    parser = _Ids()
-    parser.feed(html)
-    return parser
 
 
 def test_units_are_human_readable_and_missing_is_na():
@@ -92,7 +70,7 @@ def test_model_named_script_is_escaped_everywhere(make_record, tmp_path):
     html = write_report(records, tmp_path / "report.html").read_text(encoding="utf-8")
     assert "<script" not in html.lower()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    ids = _parse(html).ids
+    ids = Page(html).ids
     assert all(re.fullmatch(r"[A-Za-z0-9_.:-]+", i) for i in ids), [i for i in ids if "<" in i]
 
 
@@ -133,11 +111,7 @@ def test_report_is_self_contained_with_every_section(grid_records, tmp_path):
     path = write_report(grid_records, tmp_path / "out" / "report.html", skipped_lines=["r.jsonl:3: bad"],
                         sources=["r.jsonl"])
     html = path.read_text(encoding="utf-8")
-    page = _parse(html)
-    assert {s.id for s in SECTIONS} <= set(page.ids)
-    duplicates = {i for i in page.ids if page.ids.count(i) > 1}
-    assert not duplicates
-    assert all(url.startswith("#") for url in page.urls), [u for u in page.urls if not u.startswith("#")]
+    self_contained_page(html)
     assert "@import" not in html and "url(http" not in html and "<?xml" not in html
     assert html.count("<svg ") == 4 * 3 + 1  # curves, Pareto, memory per model + the heat-map grid
     assert "r.jsonl:3: bad" in html
