@@ -11,8 +11,8 @@ import math
 from numbers import Real
 
 __all__ = [
-    "NA", "as_number", "format_bytes", "format_joules", "format_loss", "format_percent",
-    "format_ratio", "format_seconds", "format_value",
+    "NA", "as_number", "format_bytes", "format_energy", "format_joules", "format_loss", "format_percent",
+    "format_quantity", "format_rate", "format_ratio", "format_seconds", "format_value",
 ]
 
 NA = "n/a"
@@ -73,6 +73,37 @@ def format_joules(value: object) -> str:
         if abs(number) >= scale:
             return f"{_three_digits(number / scale)} {unit}"
     return f"{_three_digits(number)} J"
+
+
+def format_energy(value: object) -> str:
+    """Joules of one image: µJ below a millijoule, mJ below a joule, then J and kJ; ``n/a`` if missing."""
+    number = as_number(value)
+    if number is None:
+        return NA
+    if abs(number) >= 1:
+        return format_joules(number)
+    if abs(number) >= 1e-3:
+        return f"{_three_digits(number * 1e3)} mJ"
+    return f"{_three_digits(number * 1e6)} µJ"
+
+
+def format_rate(value: object) -> str:
+    """Images per second, three significant digits: ``1.36k img/s``, ``45.2 img/s``; ``n/a`` if missing."""
+    number = as_number(value)
+    if number is None:
+        return NA
+    for suffix, scale in (("M", 1e6), ("k", 1e3)):
+        if abs(number) >= scale:
+            return f"{_three_digits(number / scale)}{suffix} img/s"
+    return f"{_three_digits(number)} img/s"
+
+
+def format_quantity(value: float) -> str:
+    """A count with three significant digits and a B/M/k suffix, trailing zeros kept: ``4.30M``, ``950``."""
+    for suffix, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{_three_digits(value / scale)}{suffix}"
+    return f"{value:.0f}"
 
 
 def format_percent(value: object) -> str:

@@ -23,7 +23,17 @@ from collections.abc import Mapping, Sequence
 from gradeff import analysis
 from gradeff.analysis import peft
 from gradeff.data import TASKS
-from gradeff.formatting import NA, as_number, format_bytes, format_joules, format_percent, format_seconds
+from gradeff.formatting import (
+    NA,
+    as_number,
+    format_bytes,
+    format_energy,
+    format_joules,
+    format_percent,
+    format_quantity,
+    format_rate,
+    format_seconds,
+)
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.netscore import LABELS, Score
@@ -32,7 +42,7 @@ from gradeff.results import CellRecord
 
 __all__ = [
     "BASELINES_MISSING_NOTE", "ESTIMATED", "RANKING_NOTE", "SCORE_INPUTS", "baselines_views", "cell_label",
-    "format_energy", "format_rate", "format_score", "inference_table", "ranking_tables", "weights_line",
+    "format_score", "inference_table", "ranking_tables", "weights_line",
 ]
 
 ESTIMATED = "(est.)"
@@ -65,44 +75,6 @@ _NOT_OK_TITLE = "the cell did not end ok: no inference was measured"
 _NO_INFERENCE_TITLE = "not recorded: this record carries no inference cost (an older record)"
 _INFERENCE_HEADER = ("latency (batch 1)", "throughput", "peak inference memory", "energy per image",
                      "MACs per image", *(f"{label} (dB)" for label in LABELS.values()))
-
-
-def format_energy(value: object) -> str:
-    """Joules of one image: µJ below a millijoule, mJ below a joule, then J and kJ; ``n/a`` if missing."""
-    number = as_number(value)
-    if number is None:
-        return NA
-    if abs(number) >= 1:
-        return format_joules(number)
-    if abs(number) >= 1e-3:
-        return f"{_three_digits(number * 1e3)} mJ"
-    return f"{_three_digits(number * 1e6)} µJ"
-
-
-def format_rate(value: object) -> str:
-    """Images per second, three significant digits: ``1.36k img/s``, ``45.2 img/s``; ``n/a`` if missing."""
-    number = as_number(value)
-    if number is None:
-        return NA
-    for suffix, scale in (("M", 1e6), ("k", 1e3)):
-        if abs(number) >= scale:
-            return f"{_three_digits(number / scale)}{suffix} img/s"
-    return f"{_three_digits(number)} img/s"
-
-
-def _three_digits(number: float) -> str:
-    # 3 significant digits, trailing zeros kept: 4.30, 12.3, 123.
-    if abs(number) >= 100:
-        return f"{number:.0f}"
-    return f"{number:.1f}" if abs(number) >= 10 else f"{number:.2f}"
-
-
-def _count(value: float) -> str:
-    # 4320000 → "4.32M": three significant digits.
-    for suffix, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{_three_digits(value / scale)}{suffix}"
-    return f"{value:.0f}"
 
 
 def format_score(score: Score | None) -> Cell:
@@ -159,41 +131,40 @@ def _energy_cell(record: CellRecord) -> Cell:
     return Cell(text=format_energy(value), sub=f"source: {source}")
 
 
-def _latency_cell(record: CellRecord) -> Cell:
-    value = peft.inference_number(record, "latency_s")
+def _measured_cell(record: CellRecord, key: str, show, detail_key: str, detail, title: str = "") -> Cell:
+    """``inference[key]`` shown with ``show``, and ``detail(inference[detail_key])`` under it where recorded."""
+    value = peft.inference_number(record, key)
     if value is None:
         return Cell(text=NA, css="na", title="not measured")
-    p90 = peft.inference_number(record, "latency_p90_s")
-    return Cell(text=format_seconds(value), sub="" if p90 is None else f"p90 {format_seconds(p90)}")
+    extra = peft.inference_number(record, detail_key)
+    return Cell(text=show(value), sub="" if extra is None else detail(extra), title=title)
+
+
+def _latency_cell(record: CellRecord) -> Cell:
+    return _measured_cell(record, "latency_s", format_seconds, "latency_p90_s",
+                          lambda p90: f"p90 {format_seconds(p90)}")
 
 
 def _throughput_cell(record: CellRecord) -> Cell:
-    value = peft.inference_number(record, "images_per_s")
-    if value is None:
-        return Cell(text=NA, css="na", title="not measured")
-    batch = peft.inference_number(record, "batch_size")
-    return Cell(text=format_rate(value), sub="" if batch is None else f"batches of {batch:.0f}")
+    return _measured_cell(record, "images_per_s", format_rate, "batch_size", lambda batch: f"batches of {batch:.0f}")
 
 
 def _peak_cell(record: CellRecord) -> Cell:
-    value = peft.inference_number(record, "peak_bytes")
-    if value is None:
-        return Cell(text=NA, css="na", title="not measured")
-    allocator = peft.inference_number(record, "allocator_peak_bytes")
-    return Cell(text=format_bytes(value), sub="" if allocator is None else f"allocator {format_bytes(allocator)}",
-                title="live tensors of one forward at the batch size: parameters, buffers, inputs and every "
-                      "tensor the forward creates")
+    return _measured_cell(record, "peak_bytes", format_bytes, "allocator_peak_bytes",
+                          lambda allocator: f"allocator {format_bytes(allocator)}",
+                          title="live tensors of one forward at the batch size: parameters, buffers, inputs and every "
+                                "tensor the forward creates")
 
 
 def _macs_cell(record: CellRecord) -> Cell:
     value = peft.inference_number(record, "macs_per_image")
     parameters = peft.inference_number(record, "parameters")
-    sub = "" if parameters is None else f"{_count(parameters)} parameters"
+    sub = "" if parameters is None else f"{format_quantity(parameters)} parameters"
     if value is None:
         return Cell(text=NA, css="na", sub=sub, title="not measured")
     if value == 0:
         return Cell(text=NA, css="na", sub=sub, title="no MACs counted: its kernels have no registered formula")
-    return Cell(text=_count(value), sub=sub)
+    return Cell(text=format_quantity(value), sub=sub)
 
 
 def _cost_cells(record: CellRecord) -> tuple[Cell, ...]:

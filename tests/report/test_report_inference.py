@@ -7,11 +7,11 @@ from markupsafe import escape
 
 from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.claims import VERDICTS, ClaimResult
-from gradeff.formatting import NA
+from gradeff.formatting import NA, format_energy, format_rate
 from gradeff.netscore import netscore_family
 from gradeff.report import SECTIONS, build_view, render_html
 from gradeff.report import claims as claims_report
-from gradeff.report.inference import ESTIMATED, RANKING_NOTE, format_energy, format_rate
+from gradeff.report.inference import ESTIMATED, RANKING_NOTE
 from gradeff.report.peft import build_peft_view
 from gradeff.results import Summary
 
