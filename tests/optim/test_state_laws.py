@@ -51,6 +51,15 @@ def grid_optimizer(key: str, family: str, params: list[nn.Parameter]) -> torch.o
     return build_optimizer(key, params, hparams_for(family, "tiny").lr)
 
 
+def stepped(key: str, family: str) -> tuple[nn.Module, list[nn.Parameter], torch.optim.Optimizer]:
+    """A tiny ``family`` model, its trainable parameters and the grid's ``key`` optimizer after one step."""
+    model = build(family)
+    params = trainable(model)
+    opt = grid_optimizer(key, family, params)
+    step(model, opt, _batch(family))
+    return model, params, opt
+
+
 def step(model: nn.Module, opt: torch.optim.Optimizer, batch: dict[str, torch.Tensor]) -> float:
     """One step through a closure, as the training loop takes it; the loss before the step."""
 
@@ -113,10 +122,7 @@ def test_specs_name_a_known_law_and_dense_laws_a_multiple():
 @pytest.mark.parametrize("key", list(OPTIMIZERS))
 def test_state_law_is_the_measured_state(key, family):
     """After a closure step, optimizer_state_bytes equals the spec's law, and a second step keeps it."""
-    model = build(family)
-    params = trainable(model)
-    opt = grid_optimizer(key, family, params)
-    step(model, opt, _batch(family))
+    model, params, opt = stepped(key, family)
     assert all(p.grad is not None for p in params)  # the law is for stepped parameters
     predicted = OPTIMIZERS[key].state_bytes(params)
     assert optimizer_state_bytes(opt) == predicted
@@ -168,10 +174,7 @@ def test_adafactor_keeps_a_row_and_a_column_per_matrix_and_a_vector_per_vector()
 @pytest.mark.parametrize("family", FAMILIES)
 def test_adafactor_state_of_a_tiny_model_is_rows_plus_columns(family):
     """Each (m, n) weight of a tiny model holds m + n values; the model's state is a few % of AdamW's."""
-    model = build(family)
-    params = trainable(model)
-    opt = grid_optimizer("adafactor", family, params)
-    step(model, opt, _batch(family))
+    model, params, opt = stepped("adafactor", family)
     for p in params:
         state = opt.state[p]
         if p.dim() == 2:
@@ -188,10 +191,7 @@ def test_adafactor_state_of_a_tiny_model_is_rows_plus_columns(family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_sgdm_keeps_one_momentum_buffer_per_parameter(family):
     """State = 1 × trainable parameter bytes exactly: a buffer shaped like each parameter, no step."""
-    model = build(family)
-    params = trainable(model)
-    opt = grid_optimizer("sgdm", family, params)
-    step(model, opt, _batch(family))
+    model, params, opt = stepped("sgdm", family)
     assert all(set(opt.state[p]) == {"momentum_buffer"} and opt.state[p]["momentum_buffer"].shape == p.shape
                for p in params)
     assert optimizer_state_bytes(opt) == trainable_parameter_bytes(model) == OPTIMIZERS["sgdm"].state_bytes(params)
