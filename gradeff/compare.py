@@ -147,9 +147,9 @@ def _differences(b: CellRecord, c: CellRecord) -> tuple[list[str], list[str]]:
     return refusals, warnings
 
 
-def _environment_differences(b: CellRecord, c: CellRecord) -> list[str]:
-    """``cpu differs: X (baseline) vs Y (current)`` for each of ``ENVIRONMENT_KEYS`` that differs."""
-    messages = []
+def _environment_differences(b: CellRecord, c: CellRecord) -> dict[str, str]:
+    """``{key: "cpu differs: X (baseline) vs Y (current)"}`` for each of ``ENVIRONMENT_KEYS`` that differs."""
+    messages = {}
     for key in ENVIRONMENT_KEYS:
         before, after = b.environment.get(key), c.environment.get(key)
         if key == "device":  # cuda:0 and cuda:1 are the same kind of device
@@ -157,16 +157,8 @@ def _environment_differences(b: CellRecord, c: CellRecord) -> list[str]:
         if before != after:
             # Other library versions may change kernels or summation order, hence the last digits of a loss.
             why = "; losses compared at --loose tolerance" if key in NUMERICS_KEYS else ""
-            messages.append(f"{key} differs: {before} (baseline) vs {after} (current){why}")
+            messages[key] = f"{key} differs: {before} (baseline) vs {after} (current){why}"
     return messages
-
-
-def _differs_in_numerics(b: CellRecord, c: CellRecord) -> bool:
-    def kind(record: CellRecord, key: str):
-        value = record.environment.get(key)
-        return str(value).split(":")[0] if key == "device" and value is not None else value
-
-    return any(kind(b, key) != kind(c, key) for key in NUMERICS_KEYS)
 
 
 def loosened(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
@@ -246,14 +238,18 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
     mismatches: dict[str, list[str]] = defaultdict(list)
     notes: dict[str, list[str]] = defaultdict(list)
     environment: dict[str, list[str]] = defaultdict(list)
+    other_kernels = set()  # cells whose losses are compared at --loose tolerance
     for cell in common:
         refusals, warnings = _differences(before[cell], after[cell])
         for message in refusals:
             mismatches[message].append(cell)
         for message in warnings:
             notes[message].append(cell)
-        for message in _environment_differences(before[cell], after[cell]):
+        differences = _environment_differences(before[cell], after[cell])
+        for message in differences.values():
             environment[message].append(cell)
+        if differences.keys() & set(NUMERICS_KEYS):
+            other_kernels.add(cell)
     if mismatches and not allow_mismatch:
         raise MismatchError("refusing to compare: " + "; ".join(_grouped(mismatches))
                             + " (pass --allow-mismatch to compare anyway)")
@@ -263,8 +259,7 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
     loose = loosened(rules)
     rows = []
     for cell in common:
-        other_kernels = _differs_in_numerics(before[cell], after[cell])
-        for rule in loose if other_kernels else rules:
+        for rule in loose if cell in other_kernels else rules:
             # The run's key names it (llm-adam-accum-seed1 where a cell is repeated over seeds).
             row = replace(rule.compare(before[cell], after[cell]), cell=cell)
             rows.append(_advisory(row) if isinstance(rule, TimeRule) and cell in elsewhere else row)
