@@ -95,6 +95,13 @@ def class_log_likelihoods(prefix: torch.Tensor, names: torch.Tensor, name_mask: 
     return first + (rest * name_mask[:, 1:]).sum(dim=-1)
 
 
+def resized(pixel_values: torch.Tensor, size: int) -> torch.Tensor:
+    """Images at the vision tower's square ``size`` (bilinear), unchanged when they already are."""
+    if pixel_values.shape[-1] != size or pixel_values.shape[-2] != size:
+        return F.interpolate(pixel_values, size=(size, size), mode="bilinear", align_corners=False)
+    return pixel_values
+
+
 class PromptedClassifier(nn.Module):
     """An autoregressive VLM as a classifier over a fixed set of class names.
 

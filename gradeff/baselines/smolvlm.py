@@ -17,11 +17,10 @@ pixel shuffle needs its full patch grid.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
 from gradeff.baselines.classnames import class_names
-from gradeff.baselines.prompted import PromptedClassifier
+from gradeff.baselines.prompted import PromptedClassifier, resized
 from gradeff.baselines.prompts import load_tokenizer, synthetic_class_tokens, tokenizer_class_tokens
 from gradeff.models._weights import instantiate
 
@@ -86,9 +85,7 @@ class PromptedSmolVLM(PromptedClassifier):
         self.model.activation_checkpointing_enable(activation_checkpointing_kwargs)
 
     def image_embeds(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        size = self.model.config.vision_config.image_size
-        if pixel_values.shape[-1] != size or pixel_values.shape[-2] != size:
-            pixel_values = F.interpolate(pixel_values, size=(size, size), mode="bilinear", align_corners=False)
+        pixel_values = resized(pixel_values, self.model.config.vision_config.image_size)
         inner = self.model.model
         # The vision tower directly (every image is whole: no padding images to drop, no patch mask).
         patches = inner.vision_model(pixel_values=pixel_values.to(inner.dtype)).last_hidden_state

@@ -15,10 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from gradeff.baselines.classnames import class_names
-from gradeff.baselines.prompted import PromptedClassifier
+from gradeff.baselines.prompted import PromptedClassifier, resized
 from gradeff.baselines.prompts import load_tokenizer, synthetic_class_tokens, tokenizer_class_tokens
 from gradeff.data.dataset import SPECIAL_TOKENS
 from gradeff.models import vlm
@@ -42,9 +41,7 @@ class PromptedNanoVLM(PromptedClassifier):
         self.vlm.activation_checkpointing_enable(activation_checkpointing_kwargs)
 
     def image_embeds(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        size = self.vlm.vision.config.image_size
-        if pixel_values.shape[-1] != size or pixel_values.shape[-2] != size:
-            pixel_values = F.interpolate(pixel_values, size=(size, size), mode="bilinear", align_corners=False)
+        pixel_values = resized(pixel_values, self.vlm.vision.config.image_size)
         patches = self.vlm.vision(pixel_values=pixel_values).last_hidden_state
         return self.vlm.projector(pixel_shuffle(patches, self.vlm.shuffle_factor))
 
