@@ -11,6 +11,9 @@ allocator's view is the GPU meter's job.
 Sizes are of *storages*, deduplicated by address, because that is what occupies memory:
 a transposed weight saved by a linear layer is a view of the weight and costs nothing
 extra, and two ops saving the same activation save it once.
+
+A sharded (FSDP2) parameter, its gradient and its optimizer state are DTensors whose ``numel()``
+is the whole tensor's; this process holds only its local shard, which is what is counted.
 """
 
 from __future__ import annotations
@@ -37,12 +40,22 @@ __all__ = [
 ]
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The part of ``t`` this process holds: a DTensor's local shard, any other tensor itself.
+
+    The class is recognised by name, so that measuring an unsharded cell never imports torch.distributed.
+    """
+    return t._local_tensor if type(t).__name__ == "DTensor" and hasattr(t, "_local_tensor") else t
+
+
 def _tensor_bytes(t: torch.Tensor) -> int:
+    t = _local(t)
     return t.numel() * t.element_size()
 
 
 def _storage_of(t: torch.Tensor) -> tuple[Any, tuple[str, int] | None, int]:
     """(storage, dedup key, bytes) behind ``t``; key ``None`` when there is no address to follow."""
+    t = _local(t)
     try:
         storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):

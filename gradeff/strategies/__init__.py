@@ -2,8 +2,9 @@
 
 A strategy acts before the loop — it prepares the model (checkpointing every block, the blocks a
 memory budget needs, activations offloaded to the host, the compiler's own recomputation under a
-budget) — or as data (``accumulate``: how many micro-batches make one optimizer step). The loop
-itself has no strategy branches.
+budget) — or as data (``accumulate``: how many micro-batches make one optimizer step; ``shards``:
+which slice of each micro-batch this process trains on, see :mod:`gradeff.strategies.sharded`). The
+loop itself has no strategy branches.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class StrategySpec:
             block checkpointed (0) and with none (1): the memory study's curve, whose points then
             span each model's whole trade-off, however large its parameters and activations are;
             ``None``: the absolute budget (``--gradeff-memory-budget``, else the profile's default).
+        shards: train data-parallel across ``--gradeff-world-size`` processes with FSDP2, each holding
+            its 1/W share of the parameters, gradients and optimizer state (see :mod:`gradeff.distributed`).
     """
 
     key: str
@@ -48,12 +51,18 @@ class StrategySpec:
     offload: bool = False
     budget: str | None = None
     budget_fraction: float | None = None
+    shards: bool = False
 
     def __post_init__(self):
         if self.budget is not None and self.budget not in BUDGET_KINDS:
             raise ValueError(f"{self.key}: unknown budget kind {self.budget!r}; valid: {', '.join(BUDGET_KINDS)}")
         if self.budget_fraction is not None and (self.budget is None or not 0 <= self.budget_fraction <= 1):
             raise ValueError(f"{self.key}: a budget fraction needs a budget kind and lies in [0, 1]")
+        if self.shards and (self.checkpointing or self.accumulate or self.offload or self.budget is not None):
+            # Not combined yet: a budget is planned from one process's unsharded step, and the sharded
+            # path is tested on its own.
+            raise ValueError(f"{self.key}: a sharded strategy does not combine with checkpointing, accumulation, "
+                             f"offload or a budget")
 
 
 def _fractions(kind: str, prefix: str, name: str) -> tuple[StrategySpec, ...]:
@@ -73,6 +82,7 @@ STRATEGIES: Registry[StrategySpec] = Registry(
         StrategySpec(key="offload", name="Checkpointing with host offload", checkpointing=True, offload=True),
         *_fractions("adaptive", "budget", "Budget-adaptive checkpointing"),
         *_fractions("compiler", "compile_budget", "torch.compile"),
+        StrategySpec(key="fsdp", name="Sharded data parallel (FSDP2)", shards=True),
     ),
 )
 

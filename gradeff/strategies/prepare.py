@@ -131,6 +131,11 @@ def prepare(strategy: str, model: torch.nn.Module, batch: dict, *, device: torch
         BudgetUnreachable: the budget cannot be met.
     """
     spec = STRATEGIES[strategy]
+    if spec.shards:
+        from gradeff.strategies.sharded import shard_record
+
+        # Sharded when the cell's state was built (before its optimizer); recorded here with the other plans.
+        return model, shard_record(model)
     if spec.checkpointing:
         enable_checkpointing(model)
         record = {"checkpointed_layers": len(checkpointable_layers(model)), "layers": len(checkpointable_layers(model))}
