@@ -1,11 +1,13 @@
 """The gate's per-metric rules: each fires on a crafted regression and stays quiet within its noise."""
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gradeff.compare_rules import (
-    DEFAULT_RULES, MIB, StatusRule, TimeRule, ToleranceRule, override_rules,
+    DEFAULT_RULES, LOOSE_ACCURACY_ATOL, LOOSE_LOSS_RTOL, MIB, Row, StatusRule, TimeRule, ToleranceRule, override_rules,
 )
 from gradeff.results import CellRecord, EpochRecord, Summary
 
@@ -199,15 +201,20 @@ def test_missing_meters_are_not_compared():
 # --- overrides --------------------------------------------------------------------------------------------------
 
 def test_override_rules_changes_matching_rules_only():
-    """A pattern changes every matching rule, keeps order and the others; bad input is refused."""
+    """A pattern changes every matching rule, keeps order and the others; bad input is refused, listing what is
+    valid (``none`` for the status rule, which has no setting)."""
     rules = override_rules(DEFAULT_RULES, "*_bytes", "rtol", "0.5")
     assert [r.metric for r in rules] == [r.metric for r in DEFAULT_RULES]
     assert all(r.rtol == 0.5 for r in rules if r.metric.endswith("_bytes"))
     assert next(r for r in rules if r.metric == "final_loss").rtol == 1e-6
-    with pytest.raises(ValueError, match="no metric matches 'speed'"):
+    with pytest.raises(ValueError, match="no metric matches 'speed'; metrics: status, final_loss, mean_loss, "
+                                         "heldout_loss, heldout_accuracy, time_per_epoch, parameter_bytes"):
         override_rules(DEFAULT_RULES, "speed", "rtol", "1")
-    with pytest.raises(ValueError, match="has no setting 'rtol'"):
+    with pytest.raises(ValueError, match="has no setting 'rtol'; settings: ratio, noise_sigmas, max_ratio, "
+                                         "drop_first_from$"):
         override_rules(DEFAULT_RULES, "time_per_epoch", "rtol", "1")
+    with pytest.raises(ValueError, match="status has no setting 'rtol'; settings: none$"):
+        override_rules(DEFAULT_RULES, "status", "rtol", "1")
     with pytest.raises(ValueError, match="must be >= 0"):
         override_rules(DEFAULT_RULES, "final_loss", "atol", "-1")
     with pytest.raises(ValueError, match="ratio must be >= 1"):
@@ -216,7 +223,292 @@ def test_override_rules_changes_matching_rules_only():
 
 def test_rule_validation():
     """Negative tolerances, unknown units and a one-sample spread are refused at construction."""
-    with pytest.raises(ValueError, match="unknown unit"):
+    with pytest.raises(ValueError, match="unknown unit 'furlongs'; valid units: loss, bytes$"):
         ToleranceRule(metric="x", source="summary.final_loss", rtol=0.1, unit="furlongs")
     with pytest.raises(ValueError, match="max_ratio must be >= ratio"):
         TimeRule(ratio=2.0)
+
+
+# --- boundaries, defaults and whole rows -------------------------------------------------------------------------
+# Each tolerance and limit is pinned from both sides, and each kind of row is checked whole: a rule that names the
+# wrong cell or metric, or drops a value, misleads the table as surely as a wrong verdict.
+
+def bytes_verdict(metric: str, before: float, after: float) -> str:
+    """Verdict of the default rule of a memory ``metric`` on two byte counts (read from its own meter)."""
+    source = rule(metric).source.split(".")
+    meter = {source[1]: {source[2]: before}}, {source[1]: {source[2]: after}}
+    return rule(metric).compare(record(meters=meter[0]), record(meters=meter[1])).verdict
+
+
+def with_summary(**figures) -> CellRecord:
+    """A record whose summary has ``figures`` replaced."""
+    base = record()
+    return record(summary=replace(base.summary, **figures))
+
+
+@pytest.mark.parametrize(("metric", "before", "after", "verdict"), [
+    ("alloc_peak_bytes", 4 * MIB, 5 * MIB, "ok"),                        # +25 % exactly: inside
+    ("alloc_peak_bytes", 4 * MIB, 5 * MIB + 1, "regression"),            # a byte beyond
+    ("alloc_peak_bytes", 4 * MIB, 3 * MIB - 1, "improvement"),
+    ("alloc_peak_bytes", 40 * MIB, 70 * MIB, "regression"),              # no absolute floor
+    ("mem_used_peak_bytes", 40 * MIB, 82 * MIB, "ok"),                   # 32 MiB + 25 % of 40 MiB
+    ("mem_used_peak_bytes", 40 * MIB, 82 * MIB + 1, "regression"),
+    ("peak_rss_bytes", 40 * MIB, 82 * MIB, "ok"),
+    ("peak_rss_bytes", 40 * MIB, 82 * MIB + 1, "regression"),
+    ("peak_rss_bytes", 40 * MIB, 0, "ok"),                               # 40 MiB less: under 42 MiB
+    ("peak_bytes", 2**30, 2**30 + 1073, "ok"),                           # 1e-6 of 1 GiB is 1073.7 bytes
+    ("peak_bytes", 2**30, 2**30 + 1074, "regression"),
+    ("gradient_bytes", 2**30, 2**30 - 1074, "improvement"),
+    ("trainable_parameter_bytes", 2**30, 2**30 + 1074, "regression"),
+    ("parameter_bytes", 2**30, 2**30 + 1074, "regression"),
+    ("optimizer_state_bytes", 0, 0, "ok"),                               # SGD's empty state, unchanged
+    ("optimizer_state_bytes", 0, 1, "regression"),                       # zero tolerance at zero bytes
+])
+def test_memory_tolerances_on_both_sides(metric, before, after, verdict):
+    """Each memory rule's tolerance, from its own meter: the GPU rules 25 % (NVML's with the 32 MiB floor, the
+    allocator's without), the counted figures 1e-6 — a difference equal to the tolerance is still ok."""
+    assert bytes_verdict(metric, before, after) == verdict
+
+
+@pytest.mark.parametrize(("before", "after", "verdict"), [
+    (0.0, 0.9e-7, "ok"), (0.0, 1.1e-7, "regression"), (0.0, -1.1e-7, "improvement"),   # atol 1e-7
+    (1.0, 1 + 1.05e-6, "ok"), (1.0, 1 + 1.15e-6, "regression"),                        # + rtol 1e-6
+    (1.0, 1 - 1.15e-6, "improvement"), (1.0, 1.0, "ok"),
+])
+def test_loss_tolerance_is_atol_plus_rtol(before, after, verdict):
+    """The loss rules allow 1e-7 plus 1e-6 of the baseline: both constants pinned from both sides, on every
+    loss metric."""
+    for metric, field in (("final_loss", "final_loss"), ("mean_loss", "mean_loss"),
+                          ("heldout_loss", "final_heldout_loss")):
+        row = rule(metric).compare(with_summary(**{field: before}), with_summary(**{field: after}))
+        assert row.verdict == verdict, metric
+
+
+def test_loose_tolerances_are_five_percent_and_two_points():
+    """``--loose`` (the gate's GPU setting): a loss 4.9 % off passes and 5.1 % fails; held-out accuracy may move
+    1.9 points but not 2.1, where the default flags a single sample (1/256)."""
+    loose = override_rules(override_rules(DEFAULT_RULES, "*_loss", "rtol", str(LOOSE_LOSS_RTOL)),
+                           "heldout_accuracy", "atol", str(LOOSE_ACCURACY_ATOL))
+
+    def verdict(rules, metric, field, before, after):
+        ruled = next(r for r in rules if r.metric == metric)
+        return ruled.compare(with_summary(**{field: before}), with_summary(**{field: after})).verdict
+
+    assert verdict(loose, "final_loss", "final_loss", 1.5, 1.5 * 1.049) == "ok"
+    assert verdict(loose, "final_loss", "final_loss", 1.5, 1.5 * 1.051) == "regression"
+    assert verdict(loose, "heldout_accuracy", "final_heldout_accuracy", 0.5, 0.481) == "ok"
+    assert verdict(loose, "heldout_accuracy", "final_heldout_accuracy", 0.5, 0.479) == "regression"
+    assert verdict(DEFAULT_RULES, "heldout_accuracy", "final_heldout_accuracy", 0.5, 0.5 - 1 / 256) == "regression"
+    assert verdict(DEFAULT_RULES, "heldout_accuracy", "final_heldout_accuracy", 0.5, 0.5 - 0.9e-4) == "ok"
+
+
+@pytest.mark.parametrize(("before", "after", "verdict"), [
+    (0.5, 0.75, "improvement"), (0.5, 0.25, "regression"), (0.5, 0.5, "ok"), (0.0, 1.0, "improvement"),
+])
+def test_higher_accuracy_is_the_improvement(before, after, verdict):
+    """Held-out accuracy is the one metric where up is better, by any amount."""
+    row = rule("heldout_accuracy").compare(with_summary(final_heldout_accuracy=before),
+                                           with_summary(final_heldout_accuracy=after))
+    assert row.verdict == verdict
+
+
+def test_tolerance_row_whole():
+    """A tolerance row: both values in their units, the change in %, the ratio, the tolerance it was judged by;
+    shown when not ok. A zero baseline has no ratio, and its change is absolute."""
+    row = rule("activation_bytes").compare(with_memory(activation_bytes=4 * MIB), with_memory(activation_bytes=5 * MIB))
+    assert row == Row(cell="llm-adam-standard", metric="activation_bytes", before="4.0 MiB", after="5.0 MiB",
+                      change="+25%", verdict="regression", note="tolerance ±4 B", ratio=1.25, noteworthy=True)
+    row = rule("peak_rss_bytes").compare(record(meters={"ram": {"peak_rss_bytes": 40 * MIB}}),
+                                         record(meters={"ram": {"peak_rss_bytes": 41 * MIB}}))
+    assert row == Row(cell="llm-adam-standard", metric="peak_rss_bytes", before="40.0 MiB", after="41.0 MiB",
+                      change="+2.5%", verdict="ok", note="tolerance ±42.0 MiB", ratio=41 / 40, noteworthy=False)
+    row = rule("optimizer_state_bytes").compare(with_memory(optimizer_state_bytes=0),
+                                                with_memory(optimizer_state_bytes=1024))
+    assert row == Row(cell="llm-adam-standard", metric="optimizer_state_bytes", before="0 B", after="1.0 KiB",
+                      change="+1.02e+03", verdict="regression", note="tolerance ±0 B", ratio=None, noteworthy=True)
+    row = rule("final_loss").compare(with_summary(final_loss=1.0), with_summary(final_loss=0.5))
+    assert row == Row(cell="llm-adam-standard", metric="final_loss", before="1", after="0.5", change="-50%",
+                      verdict="improvement", note="tolerance ±1.1e-06", ratio=0.5, noteworthy=True)
+
+
+@pytest.mark.parametrize(("n", "shown"), [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (MIB - 1, "1024.0 KiB"),
+                                          (MIB, "1.0 MiB"), (3 * 2**30, "3072.0 MiB"), (-1024, "-1.0 KiB")])
+def test_bytes_are_shown_in_the_largest_unit_up_to_mib(n, shown):
+    """Byte counts: MiB from 1 MiB on (also for GiB figures), KiB from 1 KiB, else bytes."""
+    assert rule("peak_bytes").compare(with_memory(peak_bytes=n), with_memory(peak_bytes=n)).before == shown
+
+
+def test_a_figure_the_record_does_not_have_reads_as_absent():
+    """A source naming a summary field or meter figure that is not there, or a meter that is not a mapping, reads
+    as absent rather than failing."""
+    odd = ToleranceRule(metric="x", source="summary.no_such_figure", rtol=0.1)
+    assert odd.compare(record(), record()).note == "absent in baseline and current"
+    row = rule("peak_rss_bytes").compare(record(meters={"ram": 5}), record(meters={"ram": {"peak_rss_bytes": MIB}}))
+    assert (row.verdict, row.before, row.after, row.note) == ("not compared", "", "1.0 MiB", "absent in baseline")
+
+
+def test_absent_and_failed_rows_whole():
+    """Rows that compare nothing still name their cell and metric, show what is there and say why."""
+    row = rule("activation_bytes").compare(with_memory(), record(meters={}))
+    assert row == Row(cell="llm-adam-standard", metric="activation_bytes", before="1000.0 MiB", after="",
+                      change="", verdict="not compared", note="absent in current", noteworthy=True)
+    for metric in ("final_loss", "time_per_epoch"):
+        row = rule(metric).compare(record(status="oom"), record(status="error"))
+        assert row == Row(cell="llm-adam-standard", metric=metric, before="", after="", change="",
+                          verdict="not compared", note="status: baseline oom, current error")
+        assert rule(metric).compare(record(status="skipped"), record()).note == "status: baseline skipped"
+
+
+def test_time_of_a_cell_without_epochs_is_absent():
+    """A cell with no completed epoch on one side has no time to compare: not compared, shown, with the other
+    side's epochs summarised."""
+    row = TimeRule().compare(record(seconds=()), record(seconds=[1.0, 1.5]))
+    assert row == Row(cell="llm-adam-standard", metric="time_per_epoch", before="", after="1.25 s ±0.35 (n=2)",
+                      change="", verdict="not compared", note="absent in baseline", noteworthy=True)
+    row = TimeRule().compare(record(seconds=[2.0]), record(seconds=()))
+    assert (row.before, row.after, row.note) == ("2 s (n=1)", "", "absent in current")
+
+
+def test_a_baseline_whose_clock_did_not_tick_is_not_compared():
+    """A baseline epoch of 0 s gives no ratio: not compared (not a division by zero), and shown."""
+    row = TimeRule().compare(record(seconds=[0.0, 1.0, 1.0]), record(seconds=[1.0, 1.0, 1.0]))
+    assert row == Row(cell="llm-adam-standard", metric="time_per_epoch", before="0.667 s ±0.58 (n=3)",
+                      after="1 s ±0 (n=3)", change="", verdict="not compared", note="baseline epochs took 0 s",
+                      noteworthy=True)
+
+
+def test_a_current_run_whose_clock_did_not_tick_is_an_improvement():
+    """Current epochs of 0 s are infinitely faster: an improvement, never a division by zero."""
+    row = TimeRule().compare(record(seconds=[1.0, 1.0, 1.0]), record(seconds=[0.0, 0.0, 0.0]))
+    assert (row.verdict, row.ratio, row.change) == ("improvement", 0.0, "×0")
+
+
+def test_time_rows_whole():
+    """A slowdown row and a speed-up row, each with the statistic it was judged by."""
+    row = TimeRule().compare(record(seconds=[1.0, 1.0, 1.0]), record(seconds=[2.0, 2.0, 2.0]))
+    assert row == Row(cell="llm-adam-standard", metric="time_per_epoch", before="1 s ±0 (n=3)", after="2 s ±0 (n=3)",
+                      change="×2", verdict="regression", ratio=2.0, noteworthy=True,
+                      note="best epoch 2 s vs the baseline's median 1 s, threshold ×1.5")
+    row = TimeRule().compare(record(seconds=[2.0, 2.0, 2.0]), record(seconds=[1.0, 1.0, 1.0]))
+    assert row == Row(cell="llm-adam-standard", metric="time_per_epoch", before="2 s ±0 (n=3)", after="1 s ±0 (n=3)",
+                      change="×0.5", verdict="improvement", ratio=0.5, noteworthy=True,
+                      note="baseline's best epoch 2 s vs median 1 s now, threshold ×1.5")
+
+
+@pytest.mark.parametrize(("before", "after", "verdict"), [
+    ([1, 1, 1], [1.5, 1.5, 1.5], "ok"),              # best / median exactly the 1.5 floor
+    ([1.5, 1.5, 1.5], [1, 1, 1], "ok"),              # the mirror image
+    ([1, 2, 2], [1.9, 1.9, 1.9], "ok"),              # best / best exactly max_ratio 1.9
+    ([1, 2, 2], [1.91, 1.91, 1.91], "regression"),   # beyond it
+    ([1.9, 1.9, 1.9], [1, 2, 2], "ok"),              # the mirror image
+    ([1.91, 1.91, 1.91], [1, 2, 2], "improvement"),
+    ([2, 2, 2], [1.2, 1.3, 1.3], "improvement"),     # baseline's best / current median 1.54: beyond the floor
+])
+def test_time_thresholds_on_both_sides(before, after, verdict):
+    """A ratio equal to a threshold is not beyond it, in either direction."""
+    assert time_verdict(before, after) == verdict
+
+
+@pytest.mark.parametrize(("before", "threshold"), [
+    ([1.0], 1.5),                                     # one epoch: no spread
+    ([0.0, 0.0], 1.5),                                # no time at all: no spread
+    ([1.0, 1.5], 1 + 2 * (0.5 / 2**0.5) / 1.25),      # two epochs already give one
+    ([0.5, 0.9, 0.7], 1 + 2 * 0.2 / 0.7),             # spread is relative: sub-second epochs too
+    ([1.0, 1.2, 1.4], 1.5),                           # 1 + 2 × 0.167 is under the floor
+])
+def test_threshold_grows_with_the_baselines_spread(before, threshold):
+    """threshold = min(max(1.5, 1 + 2 × stdev / mean), 1.9), the spread of the baseline's epochs."""
+    assert TimeRule().threshold(before) == pytest.approx(threshold)
+
+
+def test_threshold_counts_noise_sigmas_of_spread():
+    """Spread 0.286: one sigma (1.29) stays under the floor, two give ×1.57, three ×1.86, four stop at ×1.9."""
+    spread = 0.2 / 0.7
+    assert [TimeRule(noise_sigmas=k).threshold([0.5, 0.9, 0.7]) for k in (1, 2, 3, 4)] == \
+        pytest.approx([1.5, 1 + 2 * spread, 1 + 3 * spread, 1.9])
+
+
+@pytest.mark.parametrize(("scale"), [1.0, 0.5])
+def test_a_slowdown_or_speedup_within_noise_is_shown_from_the_floor_on(scale):
+    """Inside a noisy baseline's allowance, a change beyond the 1.5 floor is shown; one at the floor is not.
+    Baseline [0.9, 1.0, 1.7] (threshold ×1.73, median 1): best epochs of 1.5 and 1.6 are ok, the second shown;
+    baseline [1.6, 2, 3] (threshold ×1.66) against a current median of 1.06 (×1.51) and 1.0667 (×1.4999…)."""
+    def row(before, after):
+        return TimeRule().compare(record(seconds=[s * scale for s in before]),
+                                  record(seconds=[s * scale for s in after]))
+
+    assert (row([0.9, 1.0, 1.7], [1.5, 1.5, 1.5]).verdict, row([0.9, 1.0, 1.7], [1.5, 1.5, 1.5]).noteworthy) \
+        == ("ok", False)
+    assert row([0.9, 1.0, 1.7], [1.6, 1.6, 1.6]).noteworthy
+    assert (row([1.6, 2.0, 3.0], [1.06, 1.06, 1.06]).verdict, row([1.6, 2.0, 3.0], [1.06, 1.06, 1.06]).noteworthy) \
+        == ("ok", True)
+    assert not row([1.6, 2.0, 3.0], [1.0667, 1.0667, 1.0667]).noteworthy
+
+
+def test_a_speedup_exactly_at_the_floor_is_not_shown():
+    """Baseline [1.5, 3, 3.5] (threshold ×1.76) against a current median of 1: ×1.5 exactly, ok and hidden."""
+    row = TimeRule().compare(record(seconds=[1.5, 3.0, 3.5]), record(seconds=[1.0, 1.0, 1.0]))
+    assert (row.verdict, row.noteworthy) == ("ok", False)
+
+
+@pytest.mark.parametrize(("settings", "valid"), [
+    ({"ratio": 1.0}, True), ({"ratio": 0.99}, False),
+    ({"ratio": 1.5, "max_ratio": 1.5}, True), ({"ratio": 1.5, "max_ratio": 1.49}, False),
+    ({"noise_sigmas": 0.0}, True), ({"noise_sigmas": -0.1}, False),
+])
+def test_time_rule_limits_on_both_sides(settings, valid):
+    """ratio ≥ 1, max_ratio ≥ ratio and noise_sigmas ≥ 0 are accepted at the limit and refused beyond it."""
+    if valid:
+        assert TimeRule(**settings).ratio == settings["ratio"] if "ratio" in settings else TimeRule(**settings)
+    else:
+        with pytest.raises(ValueError, match=f"{next(iter(settings)) if len(settings) == 1 else 'max_ratio'} must be"):
+            TimeRule(**settings)
+
+
+@pytest.mark.parametrize(("key", "value", "valid"), [
+    ("rtol", "0", True), ("atol", "0", True), ("rtol", "-1e-9", False), ("atol", "-1e-9", False),
+])
+def test_tolerance_limits_on_both_sides(key, value, valid):
+    """A tolerance of zero is valid (an exact match: ``--rule final_loss:rtol=0``); a negative one is refused."""
+    if valid:
+        (final,) = [r for r in override_rules(DEFAULT_RULES, "final_loss", key, value) if r.metric == "final_loss"]
+        assert getattr(final, key) == 0.0
+        assert ToleranceRule(metric="x", source="summary.final_loss", **{"rtol": 0.0, key: 0.0}).compare(
+            record(), record()).verdict == "ok"
+    else:
+        with pytest.raises(ValueError, match="final_loss:.*rtol and atol must be >= 0"):
+            override_rules(DEFAULT_RULES, "final_loss", key, value)
+
+
+def test_integer_settings_take_integers():
+    """``--rule time_per_epoch:drop_first_from=3`` sets an int (epoch 0 then dropped from three epochs); a
+    fractional value for it is refused, naming the setting."""
+    (time,) = [r for r in override_rules(DEFAULT_RULES, "time_per_epoch", "drop_first_from", "3")
+               if r.metric == "time_per_epoch"]
+    assert time.drop_first_from == 3 and isinstance(time.drop_first_from, int)
+    assert time.samples(record(seconds=[9.0, 1.0, 2.0])) == [1.0, 2.0]
+    with pytest.raises(ValueError, match="time_per_epoch:drop_first_from=3.5"):
+        override_rules(DEFAULT_RULES, "time_per_epoch", "drop_first_from", "3.5")
+
+
+@pytest.mark.parametrize(("before", "after", "change", "note"), [
+    ("ok", "skipped", "ok → skipped", "needs a GPU"),      # the reason of a new skip is shown
+    ("skipped", "skipped", "", ""),                        # an old one is not
+    ("ok", "ok", "", ""),
+    ("ok", "interrupted", "ok → interrupted", ""),
+    ("error", "ok", "error → ok", ""),
+    ("ok", "oom", "ok → oom", "needs a GPU"),
+])
+def test_status_rows_whole(before, after, change, note):
+    """The status row names the cell, shows both statuses and the change, and the first line of the reason for a
+    new failure or skip."""
+    row = StatusRule().compare(record(status=before, detail="old reason"),
+                               record(status=after, detail="needs a GPU\nmore" if after != "ok" else ""))
+    assert (row.cell, row.metric, row.before, row.after, row.change, row.note) == \
+        ("llm-adam-standard", "status", before, after, change, note)
+
+
+def test_a_long_reason_is_cut_at_100_characters():
+    """The note keeps the first 100 characters of the reason's first line."""
+    row = StatusRule().compare(record(), record(status="error", detail="x" * 150 + "\nTraceback"))
+    assert row.note == "x" * 100
