@@ -128,3 +128,188 @@ def test_summary_times_the_target_from_the_untrained_evaluation():
     assert (summary.steps_to_target, summary.seconds_to_target, summary.joules_to_target) == (16, 2.0, 3.0)
     never = Summary.of(epochs[:1], 1.0, untrained=SimpleNamespace(loss=4.0, accuracy=None), floor=1.0)
     assert never.steps_to_target is None and never.target_loss == 2.5
+
+
+# --- summaries, the store and its damage, pinned whole -------------------------------------------------------------
+
+def epoch(i: int, loss: float, seconds: float, **figures) -> EpochRecord:
+    """Epoch ``i``: 8 steps, 16 closure calls, 64 samples of 10 targets each, unless ``figures`` say otherwise."""
+    values = dict(epoch=i, loss=loss, seconds=seconds, optimizer_steps=8, closure_calls=16, samples=64, targets=640)
+    return EpochRecord(**(values | figures))
+
+
+def test_summary_of_three_epochs_whole():
+    """Every figure of a summary: first, last, mean and best loss (all different), per-epoch and total time, summed
+    steps and closure calls, samples and targets per second, the last held-out figures, the best accuracy of any
+    epoch and the share of time spent waiting for data."""
+    epochs = [epoch(0, 2.0, 1.0, heldout_loss=2.0, heldout_accuracy=0.5, data_seconds=0.25),
+              epoch(1, 1.0, 2.0, heldout_loss=1.8, heldout_accuracy=0.75, data_seconds=0.5),
+              epoch(2, 1.5, 1.0, heldout_loss=1.9, heldout_accuracy=0.625, data_seconds=0.25, optimizer_steps=4,
+                    closure_calls=9, samples=32, targets=320)]
+    assert Summary.of(epochs, 6.0) == Summary(
+        first_loss=2.0, final_loss=1.5, mean_loss=1.5, best_loss=1.0, mean_epoch_seconds=4 / 3, total_seconds=6.0,
+        optimizer_steps=20, closure_calls=41, samples_per_second=160 / 4, targets_per_second=1600 / 4,
+        final_heldout_loss=1.9, final_heldout_accuracy=0.625, best_heldout_accuracy=0.75, data_fraction=0.25)
+
+
+def test_summary_of_epochs_that_took_no_time():
+    """Epochs of 0 s (a clock that did not tick) have no rates and no data share, rather than a division by zero;
+    an epoch that did not measure its data wait leaves the share unknown."""
+    still = Summary.of([epoch(0, 1.0, 0.0, data_seconds=0.0)], 1.0)
+    assert (still.samples_per_second, still.targets_per_second, still.data_fraction, still.mean_epoch_seconds) == \
+        (None, None, None, 0.0)
+    partial = Summary.of([epoch(0, 1.0, 1.0, data_seconds=0.5), epoch(1, 1.0, 1.0)], 2.0)
+    assert partial.data_fraction is None and partial.best_heldout_accuracy is None
+
+
+def test_summary_of_a_cell_that_trained_nothing():
+    """No epoch (a zero-shot baseline): the untrained evaluation is the held-out result, and nothing else is
+    known; without one, nothing at all."""
+    from types import SimpleNamespace
+
+    summary = Summary.of([], 2.5, untrained=SimpleNamespace(loss=3.0, accuracy=0.25))
+    assert summary == Summary(first_loss=None, final_loss=None, mean_loss=None, best_loss=None,
+                              mean_epoch_seconds=None, total_seconds=2.5, optimizer_steps=0, closure_calls=0,
+                              samples_per_second=None, targets_per_second=None, final_heldout_loss=3.0,
+                              final_heldout_accuracy=0.25, best_heldout_accuracy=0.25, initial_heldout_loss=3.0)
+    assert Summary.of([], 2.5) == Summary(first_loss=None, final_loss=None, mean_loss=None, best_loss=None,
+                                          mean_epoch_seconds=None, total_seconds=2.5, optimizer_steps=0,
+                                          closure_calls=0, samples_per_second=None, targets_per_second=None)
+
+
+def test_time_to_target_without_an_energy_meter_or_untrained_loss():
+    """Joules to target need every epoch's energy reading; an untrained evaluation without a loss sets no target."""
+    from types import SimpleNamespace
+
+    epochs = [epoch(0, 1.0, 1.0, heldout_loss=2.0, meters={"energy": {"joules": 5.0}}),
+              epoch(1, 1.0, 1.0, heldout_loss=1.0, meters={"energy": None})]
+    summary = Summary.of(epochs, 2.0, untrained=SimpleNamespace(loss=4.0, accuracy=None))
+    assert (summary.target_loss, summary.steps_to_target, summary.seconds_to_target, summary.joules_to_target) == \
+        (2.0, 8, 1.0, 5.0)
+    summary = Summary.of(epochs, 2.0, untrained=SimpleNamespace(loss=3.0, accuracy=None))
+    assert (summary.target_loss, summary.steps_to_target, summary.joules_to_target) == (1.5, 16, None)
+    unmetered = [epoch(0, 1.0, 1.0, heldout_loss=1.0, meters="unavailable")]
+    assert Summary.of(unmetered, 1.0, untrained=SimpleNamespace(loss=3.0, accuracy=None)).joules_to_target is None
+    summary = Summary.of(epochs, 2.0, untrained=SimpleNamespace(loss=None, accuracy=0.5))
+    assert (summary.target_loss, summary.steps_to_target, summary.initial_heldout_loss) == (None, None, None)
+
+
+@pytest.mark.parametrize("status", ["ok", "diverged", "oom", "error", "skipped", "interrupted"])
+def test_every_status_round_trips(status):
+    """Each of the six statuses (Ctrl-C's ``interrupted`` included) is a valid record that reads back equal."""
+    record = make_record(status=status, detail="" if status == "ok" else "why")
+    assert CellRecord.from_json(record.to_json()) == record
+
+
+def test_a_diverged_record_round_trips_through_the_store(tmp_path):
+    """A diverged cell's NaN and infinite losses are written as strict JSON and read back as the same values,
+    wherever they sit: an epoch, the summary, a meter under a key holding '/' and '~'."""
+    import math
+
+    epochs = (EpochRecord(epoch=0, loss=math.inf, seconds=1.0, optimizer_steps=8, closure_calls=8, samples=64,
+                          targets=64),
+              EpochRecord(epoch=1, loss=-math.inf, seconds=1.0, optimizer_steps=8, closure_calls=8, samples=64,
+                          targets=64, meters={"ratio 1/2": {"a~b": math.nan}}))
+    record = make_record(status="diverged", epochs=epochs, summary=Summary.of(list(epochs), 2.0))
+    line = record.to_json()
+    strict = json.loads(line, parse_constant=lambda token: pytest.fail(f"{token} in strict JSON"))
+    assert strict["nonfinite"]["/epochs/1/meters/ratio 1~12/a~0b"] == "NaN"
+    append_record(tmp_path / "r.jsonl", record)
+    (back,) = read_records(tmp_path / "r.jsonl")
+    assert back.epochs[0].loss == math.inf and back.epochs[1].loss == -math.inf
+    assert math.isnan(back.epochs[1].meters["ratio 1/2"]["a~b"]) and math.isnan(back.summary.mean_loss)
+    assert back.summary.first_loss == math.inf and back.summary.final_loss == -math.inf
+
+
+def test_non_finite_tokens_are_read_only_from_old_versions():
+    """A version-2 line may hold NaN/Infinity tokens (as versions 1 and 2 wrote them); a version-3 line may not."""
+    import math
+
+    data = json.loads(make_record().to_json()) | {"schema_version": 2}
+    data["epochs"][1]["loss"] = float("nan")
+    old = CellRecord.from_json(json.dumps(data))
+    assert math.isnan(old.epochs[1].loss) and old.schema_version == SCHEMA_VERSION
+    with pytest.raises(ValueError, match="^NaN is not JSON: a version-3 record stores a non-finite number as null "
+                                         "and names it under 'nonfinite'$"):
+        CellRecord.from_json(json.dumps(data | {"schema_version": 3}))
+    data["epochs"][1]["loss"] = float("-inf")
+    with pytest.raises(ValueError, match="^-Infinity is not JSON"):
+        CellRecord.from_json(json.dumps(data | {"schema_version": 3}))
+
+
+@pytest.mark.parametrize(("mangle", "message"), [
+    (lambda d: [d], "^a record is a JSON object, got list$"),
+    (lambda d: d | {"schema_version": 4}, "^record schema version 4; this gradeff reads versions 1, 2, 3$"),
+    (lambda d: d | {"schema_version": "3"}, "^record schema version '3'"),
+    (lambda d: d | {"speed": 1, "colour": 2}, r"^unknown record fields: \['colour', 'speed'\]$"),
+    (lambda d: d | {"schema_version": 2, "nonfinite": {}}, r"^unknown record fields: \['nonfinite'\]$"),
+    (lambda d: d | {"nonfinite": []}, "^nonfinite must be an object of JSON Pointers, got list$"),
+    (lambda d: d | {"nonfinite": {"/summary/final_loss": "nan"}},
+     "^nonfinite: '/summary/final_loss' is 'nan'; expected one of NaN, Infinity, -Infinity$"),
+    (lambda d: d | {"nonfinite": {"summary/final_loss": "NaN"}}, "^nonfinite: 'summary/final_loss' is not a JSON Pointer$"),
+    (lambda d: d | {"nonfinite": {"/summary/final_loss": "NaN"}}, "^nonfinite: '/summary/final_loss' holds 1.5, not null$"),
+    (lambda d: d | {"nonfinite": {"/summary/no_such": "NaN"}}, "^nonfinite: '/summary/no_such' names no value"),
+    (lambda d: d | {"nonfinite": {"/epochs/7/loss": "NaN"}}, "^nonfinite: '/epochs/7/loss' names no value"),
+])
+def test_malformed_records_are_refused_with_the_reason(mangle, message):
+    """Each way a line can be a wrong record is refused, saying which."""
+    with pytest.raises(ValueError, match=message):
+        CellRecord.from_dict(mangle(json.loads(make_record().to_json())))
+
+
+def test_the_store_keeps_one_line_per_record(tmp_path):
+    """Appends create the folder, write exactly one newline-terminated line each (no blank line between records
+    of an intact file) and leave the file readable by others (0o644 less the umask)."""
+    import os
+    import stat
+
+    path = tmp_path / "new" / "r.jsonl"
+    first, second = make_record(), make_record("vit-sgd-accum")
+    append_record(path, first)
+    append_record(path, second)
+    assert path.read_bytes() == (first.to_json() + "\n" + second.to_json() + "\n").encode()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~umask
+
+
+def test_blank_lines_are_skipped_not_the_end(tmp_path):
+    """A blank line (an editor's, or a torn write's newline) is neither a record nor an error, and the records
+    after it are read."""
+    path = tmp_path / "r.jsonl"
+    lines = [make_record().to_json(), "", "   ", make_record("vit-sgd-accum").to_json(), ""]
+    path.write_text("\n".join(lines) + "\n")
+    errors: list[str] = []
+    assert [r.cell for r in read_records(path, errors=errors)] == ["llm-adam-standard", "vit-sgd-accum"]
+    assert errors == []
+
+
+def test_every_kind_of_bad_line_is_reported_and_skipped(tmp_path):
+    """Bad JSON, absurdly deep JSON, a record missing its summary, a summary that is not an object, bytes that are
+    not UTF-8: each costs only its line, named with its number and reason."""
+    path = tmp_path / "r.jsonl"
+    good = make_record().to_json()
+    data = json.loads(good)
+    no_summary = {k: v for k, v in data.items() if k != "summary"}
+    lines = [b"{not json", b"[" * 100_000 + b"]" * 100_000, json.dumps(no_summary).encode(),
+             json.dumps(data | {"summary": [1, 2]}).encode(), b"\xc3\x28", good.encode()]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    errors: list[str] = []
+    assert [r.cell for r in read_records(path, errors=errors)] == ["llm-adam-standard"]
+    assert [e.split(": ")[0] for e in errors] == [f"{path}:{n}" for n in range(1, 6)]
+    assert errors[4] == f"{path}:5: not UTF-8 text (invalid continuation byte at byte 0)"
+    with pytest.raises(ValueError, match=f"^{path}:1: "):
+        list(read_records(path))
+
+
+def test_latest_record_wins_in_order_of_first_appearance():
+    """latest_by_cell keeps each cell's last record at its first position; latest_by_run does so per seed."""
+    from gradeff.results import latest_by_cell, latest_by_run
+
+    a0, b0, a1, a0_again = (make_record(), make_record("vit-sgd-accum"), make_record(seed=1),
+                            make_record(detail="rerun"))
+    assert list(latest_by_cell([a0, b0, a1, a0_again]).items()) == [("llm-adam-standard", a0_again),
+                                                                    ("vit-sgd-accum", b0)]
+    assert list(latest_by_run([a0, b0, a1, a0_again]).items()) == [(("llm-adam-standard", 0), a0_again),
+                                                                   (("vit-sgd-accum", 0), b0),
+                                                                   (("llm-adam-standard", 1), a1)]
