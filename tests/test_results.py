@@ -62,6 +62,17 @@ def test_version_1_records_read_as_main_study_cells():
     assert record.summary.final_heldout_accuracy is None and record.epochs[0].heldout_loss is None
 
 
+def test_records_of_unknown_grids_and_without_epochs_are_kept():
+    """A grid or model this gradeff does not know (a newer one's record) keeps its cell id unchecked; a line
+    without an ``epochs`` field reads as a cell that completed none."""
+    values = dict(grid="future", model="mystery", optimizer="adam", strategy="standard", profile="tiny", seed=0,
+                  device="cpu", status="ok", summary=Summary.of([], 1.0))
+    assert CellRecord(cell="any-id-at-all", **values).cell == "any-id-at-all"
+    data = json.loads(make_record().to_json())
+    del data["epochs"]
+    assert CellRecord.from_dict(data).epochs == ()
+
+
 def test_peft_record_checks_its_id_against_its_grid():
     """A PEFT cell's id is model-method-strategy-dataset; one naming another method is refused."""
     values = dict(grid="peft", model="vit_s", optimizer="adamw", strategy="standard", dataset="dtd", profile="tiny",
@@ -160,6 +171,8 @@ def test_summary_of_epochs_that_took_no_time():
         (None, None, None, 0.0)
     partial = Summary.of([epoch(0, 1.0, 1.0, data_seconds=0.5), epoch(1, 1.0, 1.0)], 2.0)
     assert partial.data_fraction is None and partial.best_heldout_accuracy is None
+    quick = Summary.of([epoch(0, 1.0, 0.5, data_seconds=0.125)], 1.0)  # any time at all gives rates
+    assert (quick.samples_per_second, quick.targets_per_second, quick.data_fraction) == (128.0, 1280.0, 0.25)
 
 
 def test_summary_of_a_cell_that_trained_nothing():
@@ -248,8 +261,10 @@ def test_non_finite_tokens_are_read_only_from_old_versions():
      "^nonfinite: '/summary/final_loss' is 'nan'; expected one of NaN, Infinity, -Infinity$"),
     (lambda d: d | {"nonfinite": {"summary/final_loss": "NaN"}}, "^nonfinite: 'summary/final_loss' is not a JSON Pointer$"),
     (lambda d: d | {"nonfinite": {"/summary/final_loss": "NaN"}}, "^nonfinite: '/summary/final_loss' holds 1.5, not null$"),
-    (lambda d: d | {"nonfinite": {"/summary/no_such": "NaN"}}, "^nonfinite: '/summary/no_such' names no value"),
-    (lambda d: d | {"nonfinite": {"/epochs/7/loss": "NaN"}}, "^nonfinite: '/epochs/7/loss' names no value"),
+    (lambda d: d | {"nonfinite": {"/summary/no_such": "NaN"}},
+     r"^nonfinite: '/summary/no_such' names no value \(KeyError: 'no_such'\)$"),
+    (lambda d: d | {"nonfinite": {"/epochs/7/loss": "NaN"}},
+     r"^nonfinite: '/epochs/7/loss' names no value \(IndexError: "),
 ])
 def test_malformed_records_are_refused_with_the_reason(mangle, message):
     """Each way a line can be a wrong record is refused, saying which."""
@@ -258,19 +273,43 @@ def test_malformed_records_are_refused_with_the_reason(mangle, message):
 
 
 def test_the_store_keeps_one_line_per_record(tmp_path):
-    """Appends create the folder, write exactly one newline-terminated line each (no blank line between records
-    of an intact file) and leave the file readable by others (0o644 less the umask)."""
+    """Appends create the folders, write exactly one newline-terminated line of compact JSON each (no blank line
+    between records of an intact file) and leave the file readable by others (0o644 less the umask)."""
     import os
     import stat
 
-    path = tmp_path / "new" / "r.jsonl"
+    path = tmp_path / "new" / "results" / "r.jsonl"
     first, second = make_record(), make_record("vit-sgd-accum")
     append_record(path, first)
     append_record(path, second)
     assert path.read_bytes() == (first.to_json() + "\n" + second.to_json() + "\n").encode()
+    assert first.to_json() == json.dumps(json.loads(first.to_json()), separators=(",", ":"))
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~umask
+
+
+def test_a_one_byte_torn_tail_gets_its_newline(tmp_path):
+    """Even a torn line of a single byte is ended before the next record, which then reads."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"{")
+    append_record(path, make_record())
+    errors: list[str] = []
+    assert [r.cell for r in read_records(path, errors=errors)] == ["llm-adam-standard"]
+    assert [e.split(": ")[0] for e in errors] == [f"{path}:1"]
+
+
+def test_reading_a_record_leaves_its_data_alone():
+    """from_dict restores non-finite values into a copy: the parsed line it was given still holds its nulls."""
+    import math
+
+    record = make_record(meters={"trace": {"losses": [1.0, math.nan, math.inf]}})
+    data = json.loads(record.to_json())
+    before = json.dumps(data)
+    back = CellRecord.from_dict(data)
+    assert json.dumps(data) == before
+    assert back.meters["trace"]["losses"][0] == 1.0 and math.isnan(back.meters["trace"]["losses"][1])
+    assert back.meters["trace"]["losses"][2] == math.inf
 
 
 def test_blank_lines_are_skipped_not_the_end(tmp_path):
@@ -297,6 +336,8 @@ def test_every_kind_of_bad_line_is_reported_and_skipped(tmp_path):
     errors: list[str] = []
     assert [r.cell for r in read_records(path, errors=errors)] == ["llm-adam-standard"]
     assert [e.split(": ")[0] for e in errors] == [f"{path}:{n}" for n in range(1, 6)]
+    assert errors[0].startswith(f"{path}:1: Expecting property name enclosed in double quotes")
+    assert errors[2] == f"{path}:3: 'summary'"
     assert errors[4] == f"{path}:5: not UTF-8 text (invalid continuation byte at byte 0)"
     with pytest.raises(ValueError, match=f"^{path}:1: "):
         list(read_records(path))
