@@ -9,18 +9,27 @@ micro-batches per step.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from gradeff.data import Dataset, epoch_order
 
+if TYPE_CHECKING:
+    from gradeff.strategies.sharded import Ranks
+
 __all__ = [
-    "Diverged", "EpochStats", "TrainState", "move_batch", "optimizer_step", "sync", "train", "train_epoch", "warm_up",
+    "GPU_CHECK_EVERY", "Diverged", "EpochStats", "TrainState", "move_batch", "optimizer_step", "sync", "train",
+    "train_epoch", "warm_up",
 ]
+
+
+# Optimizer steps a GPU runs ahead between two reads of the losses: the loop's only host synchronisations
+# (a line search's own reads of the loss, and fp16's overflow check, are the optimizers' and scaler's).
+GPU_CHECK_EVERY = 16
 
 
 class Diverged(RuntimeError):
@@ -59,6 +68,11 @@ class TrainState:
         after_step: called with the index of each optimizer step just taken, while its gradients
             are still there (a fine-tuning method's hook, e.g. AdaLoRA's rank re-allocation).
         scaler: fp16's loss scaler (:func:`gradeff.precision.make_scaler`); ``None`` in fp32 and bf16.
+        check_every: optimizer steps between divergence checks (and at every epoch's end); ``None``: every
+            step on the CPU, where reading the loss costs nothing, and every :data:`GPU_CHECK_EVERY` steps
+            on a GPU, where each read stalls the host until the device has caught up.
+        ranks: a sharded cell's process (:class:`gradeff.strategies.sharded.Ranks`): it trains on its
+            slice of each micro-batch and the step's loss is summed over the processes; ``None``: one process.
     """
 
     model: torch.nn.Module
@@ -71,11 +85,19 @@ class TrainState:
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
     after_step: Callable[[int], object] | None = None
     scaler: torch.amp.GradScaler | None = None
+    check_every: int | None = None
+    ranks: Ranks | None = None
     epoch: int = 0
     global_step: int = 0
     history: list[EpochStats] = field(default_factory=list)
     # Seconds spent getting micro-batches (gather + move to the device) since the epoch began.
     data_seconds: float = 0.0
+
+    @property
+    def divergence_check_every(self) -> int:
+        if self.check_every is not None:
+            return self.check_every
+        return GPU_CHECK_EVERY if self.device.type == "cuda" else 1
 
     def step_groups(self, epoch: int) -> list[list[torch.Tensor]]:
         """This epoch's sample indices: micro-batches, grouped by optimizer step."""
@@ -95,17 +117,22 @@ def move_batch(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
     return {name: t.to(device, non_blocking=True) for name, t in batch.items()}
 
 
-def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float, int, int]:
+def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[torch.Tensor, int, int]:
     """One optimizer step over a group of micro-batches.
 
     Returns:
-        ``(loss, closure calls, targets)``: the step's loss (mean per target, before the update),
-        how many forward+backward passes over the group the optimizer asked for, and the number
-        of targets in the group.
+        ``(loss, closure calls, targets)``: the step's loss (mean per target, before the update) as a
+        0-d tensor on the device (reading it is the caller's choice: it waits for the device), how many
+        forward+backward passes over the group the optimizer asked for, and the number of targets in
+        the group.
     """
     model, optimizer, data = state.model, state.optimizer, state.dataset
     counts = [int(data.targets[idx].sum()) for idx in group]
     total = sum(counts)
+    if state.ranks is not None:
+        # This process's slices; each loss is still weighted by the whole step's targets.
+        group = [state.ranks.local(idx) for idx in group]
+        counts = [int(data.targets[idx].sum()) for idx in group]
     calls = 0
 
     def closure():
@@ -125,7 +152,7 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float,
             loss = model(**batch).loss * (count / total)
             (loss if state.scaler is None else state.scaler.scale(loss)).backward()
             step_loss += loss.detach()
-        return step_loss
+        return step_loss if state.ranks is None else state.ranks.total(step_loss)
 
     if state.scaler is None:
         loss = optimizer.step(closure)
@@ -138,8 +165,22 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[float,
     if state.after_step is not None:
         state.after_step(state.global_step)
     state.global_step += 1
-    # The loop's one host sync per step: the loss is needed to detect divergence at the step it happens.
-    return float(loss), calls, total
+    return torch.as_tensor(loss, device=state.device).detach(), calls, total
+
+
+def _check_finite(pending: list[tuple[int, torch.Tensor]], epoch: int) -> None:
+    """Raise :class:`Diverged` at the first of the steps ``(global step, loss)`` whose loss is not finite.
+
+    One read of the device for all of them; the failing step is still the one recorded.
+    """
+    if not pending:
+        return
+    losses = torch.stack([loss for _, loss in pending])
+    finite = torch.isfinite(losses)
+    if bool(finite.all()):
+        return
+    first = int((~finite).nonzero()[0])
+    raise Diverged(step=pending[first][0], epoch=epoch, loss=float(losses[first]))
 
 
 def train_epoch(state: TrainState) -> EpochStats:
@@ -150,7 +191,9 @@ def train_epoch(state: TrainState) -> EpochStats:
     """
     epoch = state.epoch
     closure_calls = 0
-    loss_sum = 0.0
+    # Summed on the device in float64 (as Python floats would be) and read once, at the epoch's end.
+    loss_sum = torch.zeros((), dtype=torch.float64, device=state.device)
+    pending: list[tuple[int, torch.Tensor]] = []
     targets_seen = 0
     samples_seen = 0
     steps = 0
@@ -158,18 +201,21 @@ def train_epoch(state: TrainState) -> EpochStats:
     state.data_seconds = 0.0
     start = time.perf_counter()
     for group in state.step_groups(epoch):
-        value, closure_calls_of_step, total = optimizer_step(state, group)
+        loss, closure_calls_of_step, total = optimizer_step(state, group)
         closure_calls += closure_calls_of_step
         steps += 1
-        if not math.isfinite(value):
-            raise Diverged(step=state.global_step, epoch=epoch, loss=value)
+        pending.append((state.global_step, loss))
+        if len(pending) >= state.divergence_check_every:
+            _check_finite(pending, epoch)
+            pending = []
         if state.scheduler is not None:
             state.scheduler.step()
-        loss_sum += value * total
+        loss_sum += loss.double() * total
         targets_seen += total
         samples_seen += sum(len(idx) for idx in group)
+    _check_finite(pending, epoch)
     sync(state.device)
-    stats = EpochStats(epoch=epoch, loss=loss_sum / targets_seen, seconds=time.perf_counter() - start,
+    stats = EpochStats(epoch=epoch, loss=float(loss_sum) / targets_seen, seconds=time.perf_counter() - start,
                        optimizer_steps=steps, closure_calls=closure_calls, samples=samples_seen,
                        targets=targets_seen, data_seconds=state.data_seconds)
     state.history.append(stats)

@@ -5,7 +5,7 @@ import torch
 
 from gradeff.data import make_dataset
 from gradeff.hparams import hparams_for
-from gradeff.loop import Diverged, TrainState, train, train_epoch
+from gradeff.loop import GPU_CHECK_EVERY, Diverged, TrainState, train, train_epoch
 from gradeff.models import build_model
 from gradeff.optim import build_optimizer
 
@@ -49,6 +49,54 @@ def test_nan_loss_raises_diverged_with_the_step():
     with pytest.raises(Diverged) as info:
         train_epoch(state)
     assert info.value.step == 1 and info.value.epoch == 0
+
+
+def _poison_after(state: TrainState, step_index: int) -> None:
+    """Make every loss from optimizer step ``step_index + 2`` (1-based) on NaN."""
+    def after_step(index):
+        if index == step_index:
+            with torch.no_grad():
+                next(state.model.parameters()).fill_(float("nan"))
+    state.after_step = after_step
+
+
+@pytest.mark.parametrize("every", [1, 3, 4, 100])
+def test_a_late_check_still_names_the_first_failing_step(every):
+    """Losses read every N steps: the loop runs on to the check, and Diverged names step 3, where it began."""
+    state = _state(1)
+    state.check_every = every
+    _poison_after(state, 1)
+    with pytest.raises(Diverged) as info:
+        train_epoch(state)
+    assert info.value.step == 3 and info.value.epoch == 0
+    assert info.value.loss != info.value.loss  # NaN
+    # The check comes at the first multiple of N from step 3 on, or at the epoch's end (8 steps).
+    assert state.global_step == min(max(3, -(-3 // every) * every), 8)
+
+
+def test_losses_are_read_once_per_n_steps_and_at_the_epochs_end(monkeypatch):
+    """8 steps read every 3: after steps 3 and 6 and at the end; every step by default on the CPU."""
+    import gradeff.loop as loop
+
+    reads = []
+    check = loop._check_finite
+    monkeypatch.setattr(loop, "_check_finite", lambda pending, epoch: (reads.append(len(pending)), check(pending, epoch)))
+    state = _state(1)
+    state.check_every = 3
+    stats = train_epoch(state)
+    assert [n for n in reads if n] == [3, 3, 2]
+    reads.clear()
+    assert train_epoch(_state(1)).loss == stats.loss  # when the losses are read changes nothing they sum to
+    assert [n for n in reads if n] == [1] * 8
+
+
+def test_the_gpu_defers_its_checks_and_the_cpu_does_not():
+    state = _state(1)
+    assert state.divergence_check_every == 1
+    state.device = torch.device("cuda")
+    assert state.divergence_check_every == GPU_CHECK_EVERY > 1
+    state.check_every = 5
+    assert state.divergence_check_every == 5
 
 
 def test_training_lowers_the_loss():
