@@ -36,10 +36,12 @@ class MeterSettings:
     Attributes:
         hz: sampling rate of the RAM and GPU samplers.
         grid_gco2_per_kwh: carbon intensity used for CO2-equivalent figures.
+        peak_tflops: the device's peak TFLOP/s for MFU, replacing the table's (``None``: the table's, if any).
     """
 
     hz: float = 10.0
     grid_gco2_per_kwh: float = 400.0
+    peak_tflops: float | None = None
 
 
 class EpochMetering:

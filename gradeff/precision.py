@@ -81,12 +81,27 @@ def precision_incompatibility(optimizer: str, precision: str) -> str | None:
     return None
 
 
+def _peak_tflops(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of TFLOP/s, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number of TFLOP/s, got {text}")
+    return value
+
+
 def add_options(parser) -> None:
-    """``--gradeff-precision``."""
+    """``--gradeff-precision`` and the peak that MFU is measured against (``--gradeff-peak-tflops``)."""
     group = parser.getgroup("gradeff")
     group.addoption("--gradeff-precision", choices=PRECISIONS, default="fp32",
                     help="training precision: fp32 (default), or autocast mixed precision in bf16 or fp16 (fp16 with "
                          "loss scaling); recorded in each cell's hparams")
+    group.addoption("--gradeff-peak-tflops", type=_peak_tflops, default=None, metavar="TFLOPS",
+                    help="the device's peak TFLOP/s at the chosen precision, for MFU (default: a table of known GPUs "
+                         "by name; MFU is not measured where neither gives one)")
 
 
 def read_precision(config, device: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gradeff.devices import pin_worker_device, resolve_device
+from gradeff.distributed import read_world_size
 # The public fixtures of a benchmark of one's own: a plugin's fixtures are the functions in its namespace.
 from gradeff.fixtures import _gradeff_setup, gradeff_data, gradeff_meters, gradeff_model, gradeff_optimizer  # noqa: F401
 from gradeff.grid import GRIDS, PLURALS, cells
@@ -35,6 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from gradeff.precision import add_options as add_precision_options
 
     add_precision_options(parser)
+    from gradeff.distributed import add_options as add_world_size_option
+
+    add_world_size_option(parser)
     add_options(parser)
     add_extension_options(parser)
 
@@ -47,7 +51,8 @@ def pytest_addhooks(pluginmanager) -> None:
 
 
 def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
-                   epochs: int | None, precision: str = "fp32") -> dict[tuple[str, int], str]:
+                   epochs: int | None, precision: str = "fp32",
+                   world_size: int | None = None) -> dict[tuple[str, int], str]:
     """``(cell id, seed)`` pairs with a final record for this profile, epoch count and code version → status."""
     from gradeff.environment import code_version
     from gradeff.hparams import hparams_for
@@ -61,6 +66,8 @@ def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
         if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
                 and record.seed in seeds and record.code_version == version
                 and record.hparams.get("precision", "fp32") == precision
+                # A sharded cell's record settles it only for the same number of processes.
+                and record.hparams.get("world_size", world_size) == world_size
                 and record.hparams.get("epochs")
                 == hparams_for(record.model, profile, epochs=epochs, dataset=record.dataset or None).epochs):
             settled[(record.cell, record.seed)] = record.status
@@ -129,7 +136,8 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
     settled = _settled_cells(settings.results, profile=settings.profile, seeds=settings.seeds,
                              epochs=settings.epochs,
-                             precision=config.getoption("gradeff_precision")) if settings.resume else {}
+                             precision=config.getoption("gradeff_precision"),
+                             world_size=read_world_size(config)) if settings.resume else {}
     config.stash[_CONFIG] = dataclasses.replace(settings, session=session, settled=settled)
     from gradeff.shard import read_shard
 
@@ -137,6 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from gradeff.precision import read_precision
 
     config.stash[_PRECISION] = read_precision(config, settings.device)
+    config.stash[_WORLD_SIZE] = read_world_size(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -185,6 +194,7 @@ def grid_params(grid: str = "main", **axes) -> list:
 _SHARD = pytest.StashKey[ShardPlan | None]()
 _SHARD_LINE = pytest.StashKey[str]()
 _PRECISION = pytest.StashKey[str]()
+_WORLD_SIZE = pytest.StashKey[int]()
 
 
 @pytest.hookimpl(trylast=True)
@@ -252,11 +262,12 @@ def run_config(config: pytest.Config, seed: int):
     settings = config.stash[_CONFIG]
     run = RunConfig(profile=settings.profile, seed=seed, epochs=settings.epochs,
                     device=settings.device, session=settings.session,
-                    meters=MeterSettings(hz=settings.sample_hz, grid_gco2_per_kwh=settings.grid_intensity),
+                    meters=MeterSettings(hz=settings.sample_hz, grid_gco2_per_kwh=settings.grid_intensity,
+                                         peak_tflops=config.getoption("gradeff_peak_tflops")),
                     memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
                     weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
                     tune_points=settings.tune_points, isolate=settings.isolate, data=settings.data)
-    return dataclasses.replace(run, precision=config.stash[_PRECISION])
+    return dataclasses.replace(run, precision=config.stash[_PRECISION], world_size=config.stash[_WORLD_SIZE])
 
 
 @pytest.fixture

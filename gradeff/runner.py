@@ -20,6 +20,7 @@ import torch
 
 from gradeff.data import TASKS, Dataset, make_dataset
 from gradeff.devices import resolve_device
+from gradeff.distributed import run_sharded, sharding_incompatibility
 from gradeff.environment import code_version, environment
 from gradeff.evaluation import Evaluation, evaluate
 from gradeff.inference import InferenceCost, measure_inference
@@ -28,6 +29,7 @@ from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParam
 from gradeff.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
 from gradeff.meters import parameter_counts
+from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
 from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS, build_optimizer
@@ -65,6 +67,8 @@ class RunConfig:
         isolate: train each cell in a fresh process of its own, so its RSS peak is its own.
         process: ``isolated`` in such a process, ``shared`` otherwise (recorded with the environment).
         data: local real datasets (``--gradeff-data KEY=PATH``) that replace or fill the tasks they name.
+        world_size: how many processes a sharded strategy's cell trains across (``--gradeff-world-size``).
+        rank: this process's rank inside a sharded cell (set by :mod:`gradeff.distributed`); ``None`` elsewhere.
     """
 
     profile: str = "tiny"
@@ -84,6 +88,8 @@ class RunConfig:
     isolate: bool = False
     process: str = "shared"
     data: tuple = ()
+    world_size: int = 2
+    rank: int | None = None
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -175,13 +181,20 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     k = micro_batches_per_step(cell.strategy, hp.accum_steps)
     steps = len(dataset) // (hp.batch_size * k) * hp.epochs
     adapted = apply_method(cell.method, model, method_hp, total_steps=steps, head=model_spec.head)
+    ranks = None
+    if config.rank is not None:
+        from gradeff.strategies.sharded import Ranks, shard_model
+
+        # Sharded before the optimizer is built: it must hold this process's shards, not the whole parameters.
+        shard_model(adapted.model, device, config.world_size)
+        ranks = Ranks(config.rank, config.world_size)
     trainable = [p for p in adapted.model.parameters() if p.requires_grad]
     # A method that trains nothing (a zero-shot baseline) gets no optimizer: its cell only evaluates.
     optimizer = build_optimizer(cell.optimizer, trainable, hp.lr * method_hp.lr_scale) if trainable else None
     return TrainState(model=adapted.model, optimizer=optimizer, dataset=dataset, batch_size=hp.batch_size,
                       micro_batches_per_step=k, seed=config.seed, device=device,
                       scheduler=_warmup_scheduler(optimizer, hp, steps) if optimizer is not None else None,
-                      after_step=adapted.after_step, scaler=make_scaler(device, config.precision))
+                      after_step=adapted.after_step, scaler=make_scaler(device, config.precision), ranks=ranks)
 
 
 def _release(device: torch.device) -> None:
@@ -332,6 +345,9 @@ def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellRecor
 
 def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) -> CellRecord:
     """One training of a cell (the body of :func:`run_cell`)."""
+    if STRATEGIES[cell.strategy].shards and config.rank is None and _cannot_run(cell, config) is None:
+        # The cell's W processes each come back here with their rank set; this one gathers their records.
+        return run_sharded(cell, config)
     # Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token)
     # run 10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a
     # cell's time (a tiny DINOv2 step: 2.4 s with them, 0.1 s without). The flag is process-wide, so it is
@@ -344,13 +360,19 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer)
         torch.set_flush_denormal(False)
 
 
+def _cannot_run(cell: Cell, config: RunConfig) -> str | None:
+    """Why the cell cannot run with these settings (its skip reason), or ``None``."""
+    return (incompatibility(cell) or precision_incompatibility(cell.optimizer, config.precision)
+            or sharding_incompatibility(cell, config))
+
+
 def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellRecord:
     progress = _Progress(started=time.time())
     hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
     if config.lr is not None:
         hp = replace(hp, lr=config.lr)
     method_hp = method_hparams_for(cell.method, cell.model, config.profile)
-    reason = incompatibility(cell) or precision_incompatibility(cell.optimizer, config.precision)
+    reason = _cannot_run(cell, config)
     device = resolve_device(config.device)
     if device.type == "cuda" and device.index is not None:
         # Calls that take no device (empty_cache, library kernels) then use this cell's GPU, and a pinned
@@ -398,6 +420,8 @@ class _Progress:
     # Conjugate gradient's counters over the timed epochs (restarts and why, closure calls, line-search
     # trials): whether CG ran as CG or as restarted steepest descent. None for other optimizers.
     cg: dict | None = None
+    # The counted step, or why it could not be counted.
+    flops: StepFlops | str | None = None
 
     def next_step(self) -> int | None:
         return self.state.global_step + 1 if self.state is not None else None
@@ -450,6 +474,13 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
 def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.device, metering: EpochMetering,
                   timer: EpochTimer, progress: _Progress, evaluate_heldout: Callable[[], None]) -> None:
     state = progress.state
+    # Model FLOPs, counted once on the model as the method left it: no strategy's recomputation in them.
+    try:
+        progress.flops = count_step_flops(state.model, _first_micro_batch(state))
+    except _OUT_OF_MEMORY:
+        raise  # the step itself does not fit: the cell's outcome
+    except Exception as exc:  # an op the counter cannot follow costs the MFU figure, never the cell
+        progress.flops = f"{type(exc).__name__}: {exc}"
     budget = _budget_for(cell.strategy, config)
     state.model, progress.plan = prepare(cell.strategy, state.model, _first_micro_batch(state), device=device,
                                          state_bytes=_state_bytes(cell.optimizer, state.model), budget=budget,
@@ -481,6 +512,12 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
         meters["memory"] = progress.memory
     if progress.cg is not None:
         meters["cg"] = progress.cg
+    if isinstance(progress.flops, str):
+        meters["compute"] = {"not_measured": progress.flops}
+    elif progress.flops is not None and history:
+        meters["compute"] = compute_record(
+            progress.flops, history, precision=config.precision, override_tflops=config.meters.peak_tflops,
+            device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
     finished = time.time()
     heldout = state.dataset.heldout if state is not None else None
     summary = Summary.of(list(epochs), finished - progress.started, untrained=progress.initial,

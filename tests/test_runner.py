@@ -1,5 +1,7 @@
 """run_cell: every outcome of a cell becomes a record with the right status."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -18,6 +20,33 @@ def test_ok_cell_records_its_epochs():
     assert len(record.epochs) == 1 and record.epochs[0].optimizer_steps == 2
     assert record.loss_floor is not None and record.hparams["accum_steps"] == 4
     assert record.environment["torch"] == torch.__version__ and record.session == "test"
+
+
+def test_model_flops_leave_out_checkpointing_s_recomputation():
+    """MFU's FLOPs are the model's: the same per sample whether or not the cell recomputes activations.
+
+    On the CPU the table knows no peak, so MFU is not measured unless a peak is given; with one it is
+    the achieved rate over it.
+    """
+    meters = dataclasses.replace(CONFIG.meters, peak_tflops=1e-3)
+    standard = run_cell(Cell("llm", "adam", "standard"), CONFIG).meters["compute"]
+    checkpoint = run_cell(Cell("llm", "adam", "checkpoint"), dataclasses.replace(CONFIG, meters=meters))
+    compute = checkpoint.meters["compute"]
+    assert compute["flops_per_sample"] == standard["flops_per_sample"] > 0
+    assert standard["mfu"] is None and standard["peak_flops_per_s"] is None
+    assert compute["mfu"] == pytest.approx(compute["achieved_flops_per_s"] / 1e9)
+    assert compute["seconds"] == pytest.approx(sum(e.seconds for e in checkpoint.epochs))
+
+
+def test_a_step_the_flop_counter_cannot_follow_costs_the_figure_not_the_cell(monkeypatch):
+    """The counter's failure is recorded as MFU not measured, with the reason; the cell trains on."""
+    def refuse(model, batch):
+        raise AssertionError("shapes are incompatible")
+
+    monkeypatch.setattr(runner, "count_step_flops", refuse)
+    record = run_cell(Cell("llm", "sgd", "standard"), CONFIG)
+    assert record.status == "ok" and len(record.epochs) == 1
+    assert record.meters["compute"] == {"not_measured": "AssertionError: shapes are incompatible"}
 
 
 def test_a_cell_leaves_subnormal_floats_as_it_found_them():
@@ -48,7 +77,8 @@ def test_out_of_memory_in_forward_is_an_oom_record(monkeypatch):
         def failing_forward(*args, **kwargs):
             # Held-out evaluations run in eval mode and are not steps: count training forwards only.
             calls["n"] += model.training
-            if model.training and calls["n"] == 4:  # 1 warm-up pass + 2 good steps, then the third fails
+            # The FLOP count's pass, the warm-up pass and 2 good steps; then the third step fails.
+            if model.training and calls["n"] == 5:
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             return forward(*args, **kwargs)
 
