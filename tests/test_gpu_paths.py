@@ -56,3 +56,48 @@ def test_cuda_cell_records_every_gpu_figure():
         assert gpu["short_window"] is (gpu["duration_s"] < 1.0)
     if EnergyMeter(device_index=torch.cuda.current_device()).source == "nvml":
         assert energy["source"] == "nvml" and energy["joules"] > 0
+
+
+def test_the_step_loop_does_not_wait_for_the_gpu():
+    """No host synchronisation inside an optimizer step: the loop reads losses only at its checks.
+
+    Under CUDA's sync debug mode every synchronising call warns from the Python line that made it; none
+    may come from ``optimizer_step``. The others (the checks, the epoch's end, library code) are printed.
+    """
+    import inspect
+    import warnings
+
+    from gradeff import loop
+    from tests.test_loop import _state
+
+    state = _state(1, optimizer="adam")
+    state.device = torch.device("cuda")
+    state.model.to(state.device)
+    state.check_every = 4
+    loop.warm_up(state)
+    lines, first = inspect.getsourcelines(loop.optimizer_step)
+    step_lines = range(first, first + len(lines))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            stats = loop.train_epoch(state)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    where = sorted({f"{w.filename.rsplit('/', 1)[-1]}:{w.lineno}" for w in syncs})
+    print(f"\n{len(syncs)} synchronising calls in {stats.optimizer_steps} steps, from {where}")
+    assert not [w for w in syncs if w.filename == loop.__file__ and w.lineno in step_lines]
+
+
+def test_bf16_cell_on_the_gpu_has_an_mfu():
+    """A tiny llm cell in bf16 on CUDA: model FLOPs counted, MFU against the device's table peak, in (0, 1)."""
+    record = run_cell(Cell("llm", "adam", "standard"),
+                      RunConfig(profile="tiny", seed=0, epochs=2, device="cuda", precision="bf16"))
+    assert record.status == "ok", record.detail
+    compute = record.meters["compute"]
+    print(f"\ncompute: {compute}\ngpu: {record.meters['gpu']['device_name']}")
+    assert record.hparams["precision"] == "bf16"
+    assert compute["flops_per_sample"] > 0 and compute["achieved_flops_per_s"] > 0
+    if compute["peak_flops_per_s"] is not None:  # a device the table knows
+        assert 0 < compute["mfu"] < 1

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU check, run blind once on an H100/H200-class GPU (under 8 minutes), its output pasted into a note:
+#   1. the GPU-path tests (allocator peaks, NVML, energy, a step loop without host synchronisation, bf16 MFU);
+#   2. a one-epoch `paper`-profile llm cell (Llama-3.2-1B shape) in bf16, standard and checkpoint, printing
+#      GPU utilisation, MFU, the allocator's peak against the memory breakdown, and NVML energy.
+# Usage: scripts/device-check.sh [OUTDIR]   (default: $OUT if set, else ./device-check)
+# Python packages the machine lacks can be brought as wheels in .whl/; they are installed into a private
+# folder, never into the system's Python.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-device-check}}
+mkdir -p "$out"
+exec > >(tee "$out/device-check.log") 2>&1
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gradeff-site \
+        .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/gradeff-site:$PWD"
+fi
+started=$(date +%s)
+step() { echo; echo "== $1 ($(( $(date +%s) - started )) s)"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv
+python3 -c 'import torch, transformers, peft, bitsandbytes, datasets; print("torch", torch.__version__, "cuda",
+torch.version.cuda, "| transformers", transformers.__version__, "| peft", peft.__version__, "| bitsandbytes",
+bitsandbytes.__version__, "| datasets", datasets.__version__, "| bf16", torch.cuda.is_bf16_supported())'
+
+step "1. GPU-path tests"
+timeout 240 python3 -m pytest tests/test_gpu_paths.py -s -q -p no:cacheprovider -W ignore::DeprecationWarning
+
+step "2. paper-profile llm, bf16, one epoch: standard and checkpoint"
+timeout 330 python3 -m pytest benchmarks/test_grid.py -q -p no:cacheprovider --benchmark-disable \
+    --gradeff-profile paper --gradeff-precision bf16 --gradeff-epochs 1 --gradeff-device cuda \
+    --gradeff-models llm --gradeff-optimizers adamw --gradeff-strategies standard,checkpoint \
+    --gradeff-results "$out/paper-llm.jsonl"
+
+step "figures"
+python3 - "$out/paper-llm.jsonl" <<'EOF'
+import json
+import sys
+
+GIB = 2**30
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    m = r.get("meters", {})
+    gpu, energy, compute, memory = m.get("gpu", {}), m.get("energy", {}), m.get("compute", {}), m.get("memory", {})
+    print(f"\n{r['cell']} [{r['status']}] {r.get('detail', '')[:200]}")
+    print(f"  device {gpu.get('device_name')}, epoch seconds {[round(e['seconds'], 2) for e in r.get('epochs', [])]}, "
+          f"loss {[round(e['loss'], 4) for e in r.get('epochs', [])]}")
+    print(f"  GPU utilisation mean {gpu.get('util_mean_percent')} %, max {gpu.get('util_max_percent')} %, "
+          f"power {gpu.get('power_mean_w')} W, samples {gpu.get('samples')}")
+    if compute:
+        print(f"  model FLOPs/sample {compute['flops_per_sample']:.4g}, achieved "
+              f"{(compute['achieved_flops_per_s'] or 0) / 1e12:.1f} TFLOP/s, peak {compute['peak_source']}, "
+              f"MFU {compute['mfu']}")
+    if memory:
+        resident = memory["parameter_bytes"] + memory["gradient_bytes"] + memory["optimizer_state_bytes"]
+        predicted = resident + memory["activation_bytes"]
+        print(f"  breakdown: params {memory['parameter_bytes'] / GIB:.2f} GiB, grads {memory['gradient_bytes'] / GIB:.2f}, "
+              f"state {memory['optimizer_state_bytes'] / GIB:.2f}, activations {memory['activation_bytes'] / GIB:.2f}, "
+              f"sum {predicted / GIB:.2f} GiB, live peak {memory['peak_bytes'] / GIB:.2f} GiB")
+        alloc = gpu.get("alloc_peak_bytes")
+        if alloc:
+            print(f"  allocator peak {alloc / GIB:.2f} GiB (reserved {gpu['reserved_peak_bytes'] / GIB:.2f}): "
+                  f"{alloc / memory['peak_bytes']:.3f} x the live peak, {alloc / predicted:.3f} x the breakdown's sum")
+    print(f"  energy {energy.get('joules')} J from {energy.get('source')}")
+EOF
+step "done"
