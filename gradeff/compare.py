@@ -91,7 +91,7 @@ class UnusableInput(ValueError):
 
 
 class MismatchError(UnusableInput):
-    """Matched cells ran with another profile or seed: their numbers are not comparable."""
+    """Matched cells ran with another profile, seed or precision: their numbers are not comparable."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,9 +136,12 @@ def _grouped(differences: dict[str, list[str]]) -> list[str]:
 
 def _differences(b: CellRecord, c: CellRecord) -> tuple[list[str], list[str]]:
     """What differs between two runs of a cell: (reasons to refuse, reasons to warn)."""
-    # Another profile or seed trains another model on other data: no number is comparable.
-    refusals = [f"{key} differs: {getattr(b, key)} (baseline) vs {getattr(c, key)} (current)"
-                for key in ("profile", "seed") if getattr(b, key) != getattr(c, key)]
+    # Another profile or seed trains another model on other data, another precision in other arithmetic: no
+    # number is comparable.
+    settings = [(key, getattr(b, key), getattr(c, key)) for key in ("profile", "seed")]
+    settings.append(("precision", b.hparams.get("precision", "fp32"), c.hparams.get("precision", "fp32")))
+    refusals = [f"{key} differs: {before} (baseline) vs {after} (current)" for key, before, after in settings
+                if before != after]
     warnings = []
     kinds = b.device.split(":")[0], c.device.split(":")[0]
     if kinds[0] != kinds[1]:

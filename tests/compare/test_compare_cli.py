@@ -196,6 +196,20 @@ def test_mismatched_profile_or_seed_exits_2(files, capsys):
     assert "warning: seed differs" in capsys.readouterr().out
 
 
+def test_another_precision_is_another_experiment(files, capsys):
+    """A bf16 run against an fp32 baseline is refused (exit 2) naming the precisions; a record without one is fp32."""
+    base, cur = files([record()], [record(hparams={"precision": "bf16"})])
+    assert main([base, cur]) == 2
+    assert "precision differs: fp32 (baseline) vs bf16 (current) (1 cell: llm-adam-standard)" in capsys.readouterr().err
+    base, cur = files([record(hparams={"precision": "bf16"})], [record(hparams={"precision": "bf16"})])
+    assert main([base, cur]) == 0
+    base, cur = files([record(hparams={"precision": "fp32"})], [record()])
+    assert main([base, cur]) == 0
+    base, cur = files([record(hparams={"precision": "fp16"})], [record(hparams={"precision": "bf16"})])
+    assert main([base, cur, "--allow-mismatch"]) == 0
+    assert "warning: precision differs: fp16 (baseline) vs bf16 (current)" in capsys.readouterr().out
+
+
 def test_no_cell_in_common_exits_2(files, capsys):
     """Disjoint files have nothing to compare: exit 2."""
     base, cur = files([record()], [record("vit-sgd-accum")])
