@@ -299,7 +299,10 @@ def test_loose_tolerances_are_five_percent_and_two_points():
     assert verdict(loose, "heldout_accuracy", "final_heldout_accuracy", 0.5, 0.481) == "ok"
     assert verdict(loose, "heldout_accuracy", "final_heldout_accuracy", 0.5, 0.479) == "regression"
     assert verdict(DEFAULT_RULES, "heldout_accuracy", "final_heldout_accuracy", 0.5, 0.5 - 1 / 256) == "regression"
+    # The default: 1e-4 absolute, nothing relative.
     assert verdict(DEFAULT_RULES, "heldout_accuracy", "final_heldout_accuracy", 0.5, 0.5 - 0.9e-4) == "ok"
+    assert verdict(DEFAULT_RULES, "heldout_accuracy", "final_heldout_accuracy", 0.5, 0.5 - 1.1e-4) == "regression"
+    assert verdict(DEFAULT_RULES, "heldout_accuracy", "final_heldout_accuracy", 1.0, 1.0 - 1.005e-4) == "regression"
 
 
 @pytest.mark.parametrize(("before", "after", "verdict"), [
@@ -326,9 +329,12 @@ def test_tolerance_row_whole():
                                                 with_memory(optimizer_state_bytes=1024))
     assert row == Row(cell="llm-adam-standard", metric="optimizer_state_bytes", before="0 B", after="1.0 KiB",
                       change="+1.02e+03", verdict="regression", note="tolerance ±0 B", ratio=None, noteworthy=True)
-    row = rule("final_loss").compare(with_summary(final_loss=1.0), with_summary(final_loss=0.5))
-    assert row == Row(cell="llm-adam-standard", metric="final_loss", before="1", after="0.5", change="-50%",
-                      verdict="improvement", note="tolerance ±1.1e-06", ratio=0.5, noteworthy=True)
+    row = rule("final_loss").compare(with_summary(final_loss=1.234568), with_summary(final_loss=1.234568 / 2))
+    assert row == Row(cell="llm-adam-standard", metric="final_loss", before="1.23457", after="0.617284",
+                      change="-50%", verdict="improvement", note="tolerance ±1.33e-06", ratio=0.5, noteworthy=True)
+    # A rule without atol is purely relative: rtol 0 flags any change.
+    exact = ToleranceRule(metric="x", source="summary.final_loss", rtol=0.0)
+    assert exact.compare(with_summary(final_loss=1.0), with_summary(final_loss=1.0 + 1e-12)).verdict == "regression"
 
 
 @pytest.mark.parametrize(("n", "shown"), [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (MIB - 1, "1024.0 KiB"),
@@ -351,11 +357,12 @@ def test_absent_and_failed_rows_whole():
     """Rows that compare nothing still name their cell and metric, show what is there and say why."""
     row = rule("activation_bytes").compare(with_memory(), record(meters={}))
     assert row == Row(cell="llm-adam-standard", metric="activation_bytes", before="1000.0 MiB", after="",
-                      change="", verdict="not compared", note="absent in current", noteworthy=True)
+                      change="", verdict="not compared", note="absent in current", ratio=None, noteworthy=True)
     for metric in ("final_loss", "time_per_epoch"):
         row = rule(metric).compare(record(status="oom"), record(status="error"))
         assert row == Row(cell="llm-adam-standard", metric=metric, before="", after="", change="",
-                          verdict="not compared", note="status: baseline oom, current error")
+                          verdict="not compared", note="status: baseline oom, current error", ratio=None,
+                          noteworthy=False)
         assert rule(metric).compare(record(status="skipped"), record()).note == "status: baseline skipped"
 
 
@@ -385,9 +392,9 @@ def test_a_current_run_whose_clock_did_not_tick_is_an_improvement():
 
 def test_time_rows_whole():
     """A slowdown row and a speed-up row, each with the statistic it was judged by."""
-    row = TimeRule().compare(record(seconds=[1.0, 1.0, 1.0]), record(seconds=[2.0, 2.0, 2.0]))
-    assert row == Row(cell="llm-adam-standard", metric="time_per_epoch", before="1 s ±0 (n=3)", after="2 s ±0 (n=3)",
-                      change="×2", verdict="regression", ratio=2.0, noteworthy=True,
+    row = TimeRule().compare(record(seconds=[1.0, 1.0, 1.0]), record(seconds=[2.0, 3.0, 3.0]))
+    assert row == Row(cell="llm-adam-standard", metric="time_per_epoch", before="1 s ±0 (n=3)",
+                      after="2.67 s ±0.58 (n=3)", change="×2", verdict="regression", ratio=2.0, noteworthy=True,
                       note="best epoch 2 s vs the baseline's median 1 s, threshold ×1.5")
     # A speed-up is shown as the current median over the baseline's best (×0.5), its mirror image; the ratio stays
     # best over median (1/3).

@@ -690,14 +690,17 @@ def test_first_trial_step_is_lr_times_min_of_one_and_inverse_gradient_norm(x0, l
     torch.testing.assert_close(points[1], torch.tensor(first_trial, dtype=torch.float64), rtol=1e-12, atol=0)
 
 
-def test_later_trial_steps_carry_the_previous_step_over():
-    """From the second iteration on the trial step is t_{k−1} g_{k−1}ᵀd_{k−1} / g_kᵀd_k (N&W eq. 3.60).
+@pytest.mark.parametrize(("eigenvalues", "x0"), [((2.0, 5.0), (1.0, 1.0)),       # a second trial step of 4.3
+                                                 ((1.0, 100.0), (1.0, 0.01))])   # and one of 1e-6
+def test_later_trial_steps_carry_the_previous_step_over(eigenvalues, x0):
+    """From the second iteration on the trial step is t_{k−1} g_{k−1}ᵀd_{k−1} / g_kᵀd_k (N&W eq. 3.60), above
+    or below 1.
 
-    Steepest descent with exact steps (restart_every=1) on a quadratic with eigenvalues 2 and 5: every t is
-    gᵀg / gᵀAg < 1, and the second iteration's trial point is x1 − t0 (g0ᵀg0 / g1ᵀg1) g1.
+    Steepest descent with exact steps (restart_every=1) on a diagonal quadratic: every t is gᵀg / gᵀAg < 1, and
+    the second iteration's trial point is x1 − t0 (g0ᵀg0 / g1ᵀg1) g1.
     """
-    a = torch.diag(torch.tensor([2.0, 5.0], dtype=torch.float64))
-    x0 = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    a = torch.diag(torch.tensor(eigenvalues, dtype=torch.float64))
+    x0 = torch.tensor(x0, dtype=torch.float64)
     x = x0.clone().requires_grad_(True)
     points: list[torch.Tensor] = []
     opt = ConjugateGradient([x], line_search="exact", max_iter=2, restart_every=1)
