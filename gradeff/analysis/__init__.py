@@ -144,6 +144,8 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric(key="energy", label="Energy", unit="joules", goal="min", paper="", extract=_meter("energy", "joules")),
     Metric(key="heldout_accuracy", label="Final held-out accuracy (top-1)", unit="percent", goal="max", paper="",
            extract=_percent(_summary("final_heldout_accuracy"))),
+    Metric(key="mfu", label="MFU (model FLOP/s over the device's peak)", unit="percent", goal="max", paper="",
+           extract=_percent(_meter("compute", "mfu"))),
 )}
 
 # The memory a recommendation minimises, best source first: what the GPU allocator actually held,

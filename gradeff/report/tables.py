@@ -30,11 +30,11 @@ __all__ = [
 
 # The paper's per-model tables: loss (4–7), GPU utilization (8–11), RAM (12–15), time (16–19),
 # plus the held-out accuracy, memory and energy columns gradeff measures beyond the paper.
-GRID_METRICS = ("mean_loss", "final_loss", "heldout_accuracy", "epoch_seconds", "gpu_util", "ram_peak",
+GRID_METRICS = ("mean_loss", "final_loss", "heldout_accuracy", "epoch_seconds", "gpu_util", "mfu", "ram_peak",
                 "ram_percent", "gpu_mem", "gpu_alloc", "activation", "train_memory", "energy")
-# Shown only for a model that measured it: a language model has no held-out accuracy to be missing,
-# whereas a GPU meter that read nothing is worth a note.
-_WHERE_MEASURED = ("heldout_accuracy",)
+# Shown only for a model that measured it: a language model has no held-out accuracy to be missing, and MFU
+# needs a device peak no CPU has, whereas a GPU meter that read nothing is worth a note.
+_WHERE_MEASURED = ("heldout_accuracy", "mfu")
 BEST_METRICS = ("final_loss", "mean_loss", "epoch_seconds", "gpu_util", "ram_peak", "gpu_alloc",
                 "train_memory", "energy")
 _RATIO_PAIRS = (("checkpoint", "standard"), ("accum", "standard"))

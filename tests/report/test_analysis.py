@@ -158,3 +158,25 @@ def test_metric_value_accepts_key_or_metric(make_record):
     record = make_record(losses=(2.0, 1.0), seconds=(1.0, 3.0))
     assert metric_value(record, "final_loss") == 1.0
     assert metric_value(record, analysis.METRICS["epoch_seconds"]) == 2.0
+
+
+def test_mfu_is_a_percent_shown_only_where_a_peak_made_it_measurable(make_record):
+    """MFU reads meters.compute.mfu as a percent, higher is better; a model's MFU table exists only if measured."""
+    from gradeff.analysis import METRICS
+    from gradeff.report import build_view
+    from tests.conftest import meters
+
+    metric = METRICS["mfu"]
+    assert metric.goal == "max" and metric.unit == "percent"
+    gpu = meters(util=90.0) | {"compute": {"mfu": 0.329, "flops_per_sample": 3.9e12}}
+    cpu = meters() | {"compute": {"mfu": None, "flops_per_sample": 1.7e7}}
+    unmeasured = meters() | {"compute": {"not_measured": "AssertionError: shapes"}}
+    llm = make_record("llm-adam-standard", meters=gpu, device="cuda:0")
+    assert metric_value(llm, "mfu") == pytest.approx(32.9)
+    assert metric_value(make_record("vit-adam-standard", meters=cpu), "mfu") is None
+    assert metric_value(make_record("vit-sgd-standard", meters=unmeasured), "mfu") is None
+    view = build_view([llm, make_record("vit-adam-standard", meters=cpu)])
+    ids = {m.key: [t.id for t in m.tables] for m in view.models}
+    assert any(i.endswith("-mfu") for i in ids["llm"]) and not any(i.endswith("-mfu") for i in ids["vit"])
+    table = next(t for m in view.models for t in m.tables if t.id.endswith("-mfu"))
+    assert table.rows[0].cells[0].text == "32.9 %"
