@@ -41,7 +41,8 @@ from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.strategies.budget import profile_step
 from gradeff.strategies.prepare import BudgetUnreachable, prepare
 
-__all__ = ["EpochTimer", "MemoryBudgetExceeded", "RunConfig", "prepare_state", "run_cell"]
+__all__ = ["Built", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "build_cell", "prepare_state", "run_cell",
+           "trains_prebuilt"]
 
 # Runs ``epoch_fn`` ``rounds`` times, and ``after_epoch`` after each round outside its timing
 # (pytest-benchmark's pedantic mode with a teardown, or a plain loop).
@@ -197,6 +198,85 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
                       after_step=adapted.after_step, scaler=make_scaler(device, config.precision), ranks=ranks)
 
 
+@dataclass(kw_only=True)
+class Built:
+    """A cell's state built before :func:`run_cell` (by :func:`build_cell`): what the public fixtures hand a
+    grid test, and then what the runner trains.
+
+    Attributes:
+        state: data, model (weights loaded, method applied), optimizer and scheduler; ``None`` if building failed.
+        weights: the starting weights, once resolved.
+        started: when building the model began (a one-off pretraining is the cache's cost): the record's start.
+        error: what building raised; :func:`run_cell` raises it again inside the cell, so it becomes the
+            cell's status (``oom``, ``error``, ``interrupted``) like a failure of its own build.
+    """
+
+    state: TrainState | None = None
+    weights: StartingWeights | None = None
+    started: float = 0.0
+    error: BaseException | None = None
+
+
+def _cell_hparams(cell: Cell, config: RunConfig) -> tuple[HParams, MethodHParams]:
+    hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
+    if config.lr is not None:
+        hp = replace(hp, lr=config.lr)
+    return hp, method_hparams_for(cell.method, cell.model, config.profile)
+
+
+def _use_device(device: torch.device) -> None:
+    if device.type == "cuda" and device.index is not None:
+        # Calls that take no device (empty_cache, library kernels) then use this cell's GPU, and a pinned
+        # xdist worker opens no context on GPU 0.
+        torch.cuda.set_device(device)
+
+
+def _build_into(target, cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
+                device: torch.device) -> None:
+    """Starting weights, then data, model and optimizer, into ``target`` (a :class:`Built` or the cell's progress):
+    whatever was resolved before a failure stays there for the record."""
+    target.weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
+                                      cache_dir=config.cache_dir, device=str(device))
+    # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
+    target.started = time.time()
+    target.state = prepare_state(cell, config, hp, device, weights=target.weights, method_hp=method_hp)
+
+
+def trains_prebuilt(cell: Cell, config: RunConfig) -> bool:
+    """Whether :func:`run_cell` trains this cell once, in this process, from one build: the path that takes a
+    :class:`Built`. Not a cell it skips (with its reason), tunes (a fresh model per trial), isolates (built in
+    its own process) or shards (built in each rank's process)."""
+    return (not config.isolate and _cannot_run(cell, config) is None
+            and not (config.tune is not None and METHODS[cell.method].trains)
+            and not STRATEGIES[cell.strategy].shards)
+
+
+def build_cell(cell: Cell, config: RunConfig) -> Built:
+    """Build a cell's data, model and optimizer as :func:`run_cell` would, for ``run_cell(..., built=)``.
+
+    Never raises: a failure is kept in ``error`` for the cell's record. The caller owns the objects;
+    :func:`release` before the next cell's build drops what the previous one left.
+    """
+    built = Built(started=time.time())
+    device = resolve_device(config.device)
+    _use_device(device)
+    hp, method_hp = _cell_hparams(cell, config)
+    torch.set_flush_denormal(True)  # as while training: a pretraining run on the way sees the same arithmetic
+    try:
+        hp = _cell_data(cell, config, hp)[1]
+        _build_into(built, cell, config, hp, method_hp, device)
+    except (Exception, KeyboardInterrupt) as exc:
+        built.error = exc
+    finally:
+        torch.set_flush_denormal(False)
+    return built
+
+
+def release(device: torch.device | str) -> None:
+    """What the runner does after each cell it built itself: free the last cell's tensors, freeze what survives."""
+    _release(resolve_device(device) if isinstance(device, str) else device)
+
+
 def _release(device: torch.device) -> None:
     # Drop the cell's tensors before the next cell so peaks and OOMs do not leak across cells.
     gc.collect()
@@ -212,6 +292,20 @@ def _release(device: torch.device) -> None:
 def _state_bytes(optimizer_key: str, model: torch.nn.Module) -> int:
     """The optimizer state of the model's trainable parameters, by the optimizer's state law."""
     return OPTIMIZERS[optimizer_key].state_bytes(p for p in model.parameters() if p.requires_grad)
+
+
+# Model FLOPs of a forward and backward pass depend on the architecture and the batch's shapes, not on the
+# optimizer or the strategy: the cells of one model, method and data share one count per process.
+_FLOPS_SEEN: dict[tuple, StepFlops] = {}
+
+
+def _model_flops(cell: Cell, config: RunConfig, state: TrainState) -> StepFlops:
+    batch = _first_micro_batch(state)
+    key = (cell.model, cell.method, cell.dataset, config.profile, config.weights, repr(config.data), config.precision,
+           state.device.type, tuple((name, tuple(t.shape)) for name, t in sorted(batch.items())))
+    if key not in _FLOPS_SEEN:
+        _FLOPS_SEEN[key] = count_step_flops(state.model, batch)
+    return _FLOPS_SEEN[key]
 
 
 def _first_micro_batch(state: TrainState) -> dict[str, torch.Tensor]:
@@ -265,7 +359,8 @@ def _task_record(cell: Cell, dataset: Dataset) -> dict:
     }
 
 
-def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) -> CellRecord:
+def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
+             metering: EpochMetering | None = None) -> CellRecord:
     """Train one cell and return its record, whatever happens.
 
     With ``config.tune == "lr"`` the cell is first trained at every rate of its optimizer's grid
@@ -279,16 +374,23 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) 
         config: profile, seed, epochs, device, starting weights, tuning.
         timer: runs the epoch function ``epochs`` times and the held-out evaluation after each,
             untimed; pass pytest-benchmark's pedantic wrapper to time each epoch as a benchmark round.
+        built: the cell's state from :func:`build_cell`, trained instead of a build of the runner's own: only
+            where :func:`trains_prebuilt` holds (tuning and isolation build their own models). The caller
+            keeps the objects and releases them (:func:`release`) before the next cell's build.
+        metering: the meters to record the epochs with (default: new ones).
 
     Returns:
         A record with status ``ok``, ``diverged``, ``oom``, ``error``, ``skipped`` or
         ``interrupted`` (Ctrl-C during the cell: the caller records it, then stops the run).
     """
+    if built is not None and not trains_prebuilt(cell, config):
+        raise ValueError(f"{cell.id}: a prebuilt state is trained only where the runner trains one build in this "
+                         "process (not a skipped, tuned, isolated or sharded cell)")
     if config.isolate:
         return _run_isolated(cell, config)
     if config.tune is None or not METHODS[cell.method].trains or incompatibility(cell) is not None:
-        return _run_once(cell, config, timer=timer)
-    return _run_tuned(cell, config, timer=timer)
+        return _run_once(cell, config, timer=timer, built=built, metering=metering)
+    return _run_tuned(cell, config, timer=timer, metering=metering)
 
 
 def _run_isolated(cell: Cell, config: RunConfig) -> CellRecord:
@@ -317,7 +419,7 @@ def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> s
     return run_cell(cell, config).to_json()
 
 
-def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellRecord:
+def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer, metering: EpochMetering | None) -> CellRecord:
     from gradeff.hparams import lr_grid
 
     shared = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset).lr
@@ -333,7 +435,7 @@ def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellRecor
                        "joules": (trial.meters.get("energy") or {}).get("joules")})
     ranked = [t for t in trials if t["status"] == "ok" and t["heldout_loss"] is not None]
     chosen = min(ranked, key=lambda t: t["heldout_loss"])["lr"] if ranked else shared
-    record = _run_once(cell, replace(config, lr=chosen), timer=timer)
+    record = _run_once(cell, replace(config, lr=chosen), timer=timer, metering=metering)
     joules = [t["joules"] for t in trials]
     tuning = {"param": "lr", "chosen": chosen, "shared": shared, "trials": trials,
               "shared_heldout_loss": next(t["heldout_loss"] for t in trials if t["lr"] == shared),
@@ -343,7 +445,8 @@ def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellRecor
     return replace(record, tuning=tuning)
 
 
-def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer) -> CellRecord:
+def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
+              metering: EpochMetering | None = None) -> CellRecord:
     """One training of a cell (the body of :func:`run_cell`)."""
     if STRATEGIES[cell.strategy].shards and config.rank is None and _cannot_run(cell, config) is None:
         # The cell's W processes each come back here with their rank set; this one gathers their records.
@@ -355,7 +458,7 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer)
     # float laws) gets IEEE arithmetic.
     torch.set_flush_denormal(True)
     try:
-        return _train_once(cell, config, timer=timer)
+        return _train_once(cell, config, timer=timer, built=built, metering=metering)
     finally:
         torch.set_flush_denormal(False)
 
@@ -366,26 +469,22 @@ def _cannot_run(cell: Cell, config: RunConfig) -> str | None:
             or sharding_incompatibility(cell, config))
 
 
-def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellRecord:
-    progress = _Progress(started=time.time())
-    hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
-    if config.lr is not None:
-        hp = replace(hp, lr=config.lr)
-    method_hp = method_hparams_for(cell.method, cell.model, config.profile)
+def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Built | None,
+                metering: EpochMetering | None) -> CellRecord:
+    progress = _Progress(started=built.started if built is not None else time.time())
+    hp, method_hp = _cell_hparams(cell, config)
     reason = _cannot_run(cell, config)
     device = resolve_device(config.device)
-    if device.type == "cuda" and device.index is not None:
-        # Calls that take no device (empty_cache, library kernels) then use this cell's GPU, and a pinned
-        # xdist worker opens no context on GPU 0.
-        torch.cuda.set_device(device)
+    _use_device(device)
     status, detail, failed_step = "ok", "", None
-    metering = EpochMetering(device=device, settings=config.meters)
+    if metering is None:
+        metering = EpochMetering(device=device, settings=config.meters)
     try:
         if reason is not None:
             status, detail = "skipped", reason
         else:
             hp = _cell_data(cell, config, hp)[1]
-            _train(cell, config, hp, method_hp, device, metering, timer, progress)
+            _train(cell, config, hp, method_hp, device, metering, timer, progress, built)
     except Diverged as exc:
         status, detail, failed_step = "diverged", str(exc), exc.step
     except _OUT_OF_MEMORY as exc:
@@ -401,7 +500,9 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer) -> CellReco
     record = _record(cell, config, hp, method_hp, device, metering, progress, status=status, detail=detail,
                      failed_step=failed_step)
     progress = None  # the cell's model and optimizer are released before the next cell
-    _release(device)
+    if built is None:
+        # A prebuilt state is its owner's: released (see release) before the next cell's build.
+        _release(device)
     return record
 
 
@@ -435,17 +536,20 @@ def _budget_for(strategy: str, config: RunConfig) -> int | None:
 
 
 def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
-           metering: EpochMetering, timer: EpochTimer, progress: _Progress) -> None:
+           metering: EpochMetering, timer: EpochTimer, progress: _Progress, built: Built | None = None) -> None:
     """Weights, model, strategy, warm-up, the timed epochs with held-out evaluation, the memory step.
 
     A method that trains nothing (``zero_shot``) is evaluated as it is: one held-out pass and its
     inference cost, no strategy, no epochs.
     """
-    progress.weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
-                                        cache_dir=config.cache_dir, device=str(device))
-    # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
-    progress.started = time.time()
-    state = progress.state = prepare_state(cell, config, hp, device, weights=progress.weights, method_hp=method_hp)
+    if built is None:
+        _build_into(progress, cell, config, hp, method_hp, device)
+    else:
+        progress.weights, progress.started, progress.state = built.weights, built.started, built.state
+        if built.error is not None:
+            error, built.error = built.error, None  # raised once, as the cell's own build would have
+            raise error
+    state = progress.state
     heldout = state.dataset.heldout
     classification = TASKS[cell.dataset].kind == "image_classification"
     # Real text is scored by next-token top-1 too; synthetic text by its loss against the floor alone.
@@ -476,7 +580,7 @@ def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     state = progress.state
     # Model FLOPs, counted once on the model as the method left it: no strategy's recomputation in them.
     try:
-        progress.flops = count_step_flops(state.model, _first_micro_batch(state))
+        progress.flops = _model_flops(cell, config, state)
     except _OUT_OF_MEMORY:
         raise  # the step itself does not fit: the cell's outcome
     except Exception as exc:  # an op the counter cannot follow costs the MFU figure, never the cell

@@ -22,14 +22,16 @@ def test_ok_cell_records_its_epochs():
     assert record.environment["torch"] == torch.__version__ and record.session == "test"
 
 
-def test_model_flops_leave_out_checkpointing_s_recomputation():
+def test_model_flops_leave_out_checkpointing_s_recomputation(monkeypatch):
     """MFU's FLOPs are the model's: the same per sample whether or not the cell recomputes activations.
 
     On the CPU the table knows no peak, so MFU is not measured unless a peak is given; with one it is
     the achieved rate over it.
     """
     meters = dataclasses.replace(CONFIG.meters, peak_tflops=1e-3)
+    monkeypatch.setattr(runner, "_FLOPS_SEEN", {})
     standard = run_cell(Cell("llm", "adam", "standard"), CONFIG).meters["compute"]
+    monkeypatch.setattr(runner, "_FLOPS_SEEN", {})  # counted again, on the checkpointed model's cell
     checkpoint = run_cell(Cell("llm", "adam", "checkpoint"), dataclasses.replace(CONFIG, meters=meters))
     compute = checkpoint.meters["compute"]
     assert compute["flops_per_sample"] == standard["flops_per_sample"] > 0
@@ -38,12 +40,28 @@ def test_model_flops_leave_out_checkpointing_s_recomputation():
     assert compute["seconds"] == pytest.approx(sum(e.seconds for e in checkpoint.epochs))
 
 
+def test_flops_are_counted_once_per_model_method_and_data(monkeypatch):
+    """Another optimizer or strategy of the same model reuses the count; another model or method counts again."""
+    counted = []
+    count = runner.count_step_flops
+    monkeypatch.setattr(runner, "count_step_flops", lambda model, batch: counted.append(1) or count(model, batch))
+    monkeypatch.setattr(runner, "_FLOPS_SEEN", {})
+    first = run_cell(Cell("llm", "sgd", "standard"), CONFIG).meters["compute"]
+    again = run_cell(Cell("llm", "adam", "accum"), CONFIG).meters["compute"]
+    assert len(counted) == 1 and again["flops_per_sample"] == first["flops_per_sample"]
+    other = run_cell(Cell("vit", "sgd", "standard"), CONFIG).meters["compute"]
+    assert len(counted) == 2 and other["flops_per_sample"] != first["flops_per_sample"]
+    run_cell(Cell("llm", "sgd", "standard"), dataclasses.replace(CONFIG, precision="bf16"))
+    assert len(counted) == 3
+
+
 def test_a_step_the_flop_counter_cannot_follow_costs_the_figure_not_the_cell(monkeypatch):
     """The counter's failure is recorded as MFU not measured, with the reason; the cell trains on."""
     def refuse(model, batch):
         raise AssertionError("shapes are incompatible")
 
     monkeypatch.setattr(runner, "count_step_flops", refuse)
+    monkeypatch.setattr(runner, "_FLOPS_SEEN", {})
     record = run_cell(Cell("llm", "sgd", "standard"), CONFIG)
     assert record.status == "ok" and len(record.epochs) == 1
     assert record.meters["compute"] == {"not_measured": "AssertionError: shapes are incompatible"}
@@ -86,6 +104,7 @@ def test_out_of_memory_in_forward_is_an_oom_record(monkeypatch):
         return model
 
     _patched_builder(monkeypatch, wrap)
+    monkeypatch.setattr(runner, "_FLOPS_SEEN", {})  # the count's pass runs, whatever ran before
     record = run_cell(Cell("llm", "sgd", "standard"), CONFIG)
     assert record.status == "oom" and record.failed_step == 3
     assert "out of memory" in record.detail
