@@ -12,8 +12,11 @@ import pytest
 
 
 @pytest.mark.gradeff_grid("baselines")
-def test_cell(cell, gradeff_cell):
-    """Evaluate the baseline (and train DINOv2's probe); an error fails the test."""
+def test_cell(cell, gradeff_model, gradeff_optimizer, gradeff_data, gradeff_meters, gradeff_cell):
+    """Evaluate the baseline (and train DINOv2's probe); an error fails the test.
+
+    The public fixtures are the cell's, built at setup; ``gradeff_cell`` trains them and records with the meters.
+    """
     record = gradeff_cell(cell)
     if record.status == "skipped":
         pytest.skip(record.detail)

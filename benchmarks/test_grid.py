@@ -10,8 +10,11 @@ import pytest
 
 
 @pytest.mark.gradeff_grid("main")
-def test_cell(cell, gradeff_cell):
-    """Train the cell; diverged and oom are findings, an error fails the test."""
+def test_cell(cell, gradeff_model, gradeff_optimizer, gradeff_data, gradeff_meters, gradeff_cell):
+    """Train the cell; diverged and oom are findings, an error fails the test.
+
+    The public fixtures are the cell's, built at setup; ``gradeff_cell`` trains them and records with the meters.
+    """
     record = gradeff_cell(cell)
     if record.status == "skipped":
         pytest.skip(record.detail)

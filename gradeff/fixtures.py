@@ -68,10 +68,15 @@ def bench_cell_id(item) -> str | None:
 
 @dataclass(kw_only=True)
 class _Setup:
-    """One benchmark's cell, settings and sizes, shared by the public fixtures of a test.
+    """One benchmark's or grid cell's cell, settings and sizes, shared by the public fixtures of a test.
 
-    Data, model and optimizer are built by the runner's own functions (``_cell_data``, ``prepare_state``),
-    as a grid cell's are: one path from the registries to the tensors.
+    Data, model and optimizer are built by the runner's own functions (``_cell_data``, ``build_cell``), and a
+    grid cell's build is the one :func:`gradeff.runner.run_cell` trains: one path from the registries to the
+    tensors.
+
+    Attributes:
+        grid: the test is a grid cell (parametrized with ``cell``): the fixtures are what the runner trains,
+            and a failing build is kept for the cell's record instead of raised.
     """
 
     cell: Any
@@ -79,10 +84,45 @@ class _Setup:
     hp: Any
     device: Any
     settings: Any
-    bench: str
+    bench: str = ""
+    grid: bool = False
     weights: Any = None
     state: Any = None
     dataset: Any = None
+    built: Any = None
+
+    @classmethod
+    def of(cls, cell, config, settings, **fields) -> _Setup:
+        from gradeff.devices import resolve_device
+        from gradeff.hparams import hparams_for
+
+        return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
+                   hp=hparams_for(cell.model, settings.profile, epochs=settings.epochs, dataset=cell.dataset),
+                   **fields)
+
+    def builds(self) -> bool:
+        """Whether the fixtures build anything: a grid cell's only where the runner trains one build in this
+        process (not a skipped, already recorded, tuned, isolated or sharded cell)."""
+        from gradeff.runner import trains_prebuilt
+
+        if not self.grid:
+            return True
+        return (self.cell.id, self.config.seed) not in self.settings.settled and trains_prebuilt(self.cell, self.config)
+
+    def build(self):
+        """The cell's :class:`gradeff.runner.Built`, built once (``None`` where the runner builds its own)."""
+        if self.built is None and self.builds():
+            from gradeff.runner import build_cell, release
+
+            # The previous test has let go of its model by now: free it before this one's peak is measured.
+            release(self.device)
+            self.built = build_cell(self.cell, self.config)
+            if self.built.error is not None and not self.grid:
+                raise self.built.error
+            self.weights, self.state = self.built.weights, self.built.state
+            if self.state is not None:
+                self.dataset = self.state.dataset
+        return self.built
 
     def data(self):
         if self.dataset is None:
@@ -93,29 +133,34 @@ class _Setup:
         return self.dataset
 
     def train_state(self):
+        """The built state (``None`` for a grid cell the fixtures do not build, or whose build failed)."""
         if self.state is None:
-            from gradeff.pretrain import starting_weights
-            from gradeff.runner import prepare_state
-
-            self.data()
-            self.weights = starting_weights(self.cell.model, self.config.profile, self.config.seed,
-                                            local=dict(self.config.weights), cache_dir=self.config.cache_dir,
-                                            device=str(self.device))
-            self.state = prepare_state(self.cell, self.config, self.hp, self.device, weights=self.weights)
+            if not self.grid:
+                self.data()
+            self.build()
         return self.state
+
+
+def cell_setup(config: pytest.Config, cell, seed: int) -> _Setup:
+    """The setup of a grid cell (what ``gradeff_cell`` runs): the public fixtures' source in a grid test."""
+    from gradeff.pytest_plugin import _CONFIG, run_config
+
+    return _Setup.of(cell, run_config(config, seed), config.stash[_CONFIG], grid=True)
 
 
 @pytest.fixture
 def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int) -> _Setup:
     from gradeff.data import TASKS
-    from gradeff.devices import resolve_device
     from gradeff.grid import Cell
-    from gradeff.hparams import hparams_for
     from gradeff.models import MODELS
     from gradeff.optim import OPTIMIZERS
     from gradeff.pytest_plugin import _CONFIG, run_config
     from gradeff.registry import UnknownKeyError
 
+    cell = _param(request, "cell")
+    if isinstance(cell, Cell):
+        # A grid test: the fixtures are its cell's, built as the runner trains them.
+        return cell_setup(request.config, cell, gradeff_seed)
     settings = request.config.stash[_CONFIG]
     model = _param(request, "gradeff_model")
     if model is None:
@@ -130,9 +175,7 @@ def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int) -> _Setup:
     bench = _bench_name(request.node.originalname)
     # Built as the main study's cell of these keys with the standard strategy: the user's loop is the strategy.
     cell = Cell(model, optimizer, "standard", dataset=dataset)
-    return _Setup(cell=cell, config=run_config(request.config, gradeff_seed),
-                  hp=hparams_for(model, settings.profile, epochs=settings.epochs, dataset=dataset),
-                  device=resolve_device(settings.device), settings=settings, bench=bench)
+    return _Setup.of(cell, run_config(request.config, gradeff_seed), settings, bench=bench)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,10 +214,17 @@ class BenchData:
 def gradeff_data(_gradeff_setup: _Setup) -> BenchData:
     """The data of the benchmark's task (``indirect`` parameter: a dataset key; default: the model's own task).
 
-    Built once per session for each task, sizes and seed, and shared with the grid's cells.
+    Built once per session for each task, sizes and seed, and shared with the grid's cells. In a grid test, the
+    cell's data (``None`` where the runner builds its own: see ``gradeff_model``).
     """
     setup = _gradeff_setup
-    dataset = setup.data()
+    if setup.grid:
+        state = setup.train_state()
+        if state is None:
+            return None
+        dataset = state.dataset
+    else:
+        dataset = setup.data()
     return BenchData(dataset=dataset, batch_size=setup.hp.batch_size, epochs=setup.hp.epochs,
                      seed=setup.config.seed, device=setup.device)
 
@@ -185,15 +235,23 @@ def gradeff_model(_gradeff_setup: _Setup):
 
     Built as a grid cell builds it: the same seed, the profile's size, the task's classes, and the same
     starting weights (random, the suite's pretraining, or ``--gradeff-weights`` / ``--gradeff-model-path``).
+
+    In a grid test (one parametrized with ``cell``) it is the cell's model, the very object ``gradeff_cell``
+    then trains, with its strategy and method. ``None`` where the runner builds its own: a skipped or
+    already recorded cell (nothing is built), ``--gradeff-tune`` (a fresh model per trial), ``--gradeff-isolate``
+    (built in the cell's own process), a sharded strategy (built in each rank's process), or a build that
+    failed (the cell's record says how).
     """
-    return _gradeff_setup.train_state().model
+    state = _gradeff_setup.train_state()
+    return state.model if state is not None else None
 
 
 @pytest.fixture
 def gradeff_optimizer(_gradeff_setup: _Setup, gradeff_model):
     """The optimizer of the key it is parametrized with (default AdamW) over the model's trainable parameters,
-    at the model's learning rate, as a grid cell builds it."""
-    return _gradeff_setup.train_state().optimizer
+    at the model's learning rate, as a grid cell builds it; in a grid test the cell's (see ``gradeff_model``)."""
+    state = _gradeff_setup.train_state()
+    return state.optimizer if state is not None else None
 
 
 @dataclass(kw_only=True)
@@ -228,6 +286,9 @@ class BenchMeters:
     file); ``epochs_meters`` are each epoch's frozen meter records as dicts, ``meters`` the cell's aggregate,
     as a grid cell records them. A block that raises is recorded as ``error`` (``interrupted`` on Ctrl-C),
     and the exception goes on.
+
+    In a grid test the runner records the cell's epochs with these meters: after ``gradeff_cell(cell)``,
+    ``record`` is the cell's record and ``epochs_meters`` its epochs' meter records.
     """
 
     def __init__(self, setup: _Setup):
@@ -243,10 +304,19 @@ class BenchMeters:
     def epochs_meters(self) -> list[dict]:
         return list(self._metering.epochs) if self._metering is not None else []
 
-    def __enter__(self) -> BenchMeters:
+    def _new_metering(self):
         from gradeff.metering import EpochMetering
 
         self._metering = EpochMetering(self._setup.device, self._setup.config.meters)
+        return self._metering
+
+    def _recorded(self, record) -> None:
+        """A grid cell's record, from the runner that recorded its epochs with these meters."""
+        self.record, self.meters = record, record.meters
+        self.memory = record.meters.get("memory", {})
+
+    def __enter__(self) -> BenchMeters:
+        self._new_metering()
         self._started = time.time()
         self._metering.__enter__()
         return self

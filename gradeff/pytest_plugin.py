@@ -277,12 +277,18 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
 
     The record goes to the results file the moment the cell ends (also under pytest-xdist, where
     pytest-benchmark switches itself off and the epochs are then timed by the loop alone).
+
+    The test's own cell is trained from its public fixtures (``gradeff_model``, ``gradeff_optimizer``,
+    ``gradeff_data``: the objects the test received, built at its setup) and recorded with its
+    ``gradeff_meters``; another cell from a build of its own, the same way.
     """
+    from gradeff.fixtures import cell_setup
     from gradeff.grid import Cell
     from gradeff.runner import run_cell
 
     settings = request.config.stash[_CONFIG]
-    config = run_config(request.config, gradeff_seed)
+    callspec = getattr(request.node, "callspec", None)
+    own = callspec.params.get("cell") if callspec is not None else None
 
     def timer(epoch_fn, rounds, after_epoch):
         if benchmark.disabled:
@@ -307,7 +313,17 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
             pytest.skip(f"--gradeff-resume: already recorded as {settings.settled[cell.id, gradeff_seed]} "
                         f"in {settings.results}")
         benchmark.group = cell.model
-        record = run_cell(cell, config, timer=timer)
+        if cell == own:
+            setup = request.getfixturevalue("_gradeff_setup")
+            meters = request.getfixturevalue("gradeff_meters") if "gradeff_meters" in request.fixturenames else None
+        else:
+            setup, meters = cell_setup(request.config, cell, gradeff_seed), None
+        built = setup.build()
+        metering = meters._new_metering() if meters is not None and not setup.config.isolate else None
+        record = run_cell(cell, setup.config, timer=timer, built=built, metering=metering)
+        del built, setup  # a hand-run cell's objects go with it; the test's own stay its fixtures'
+        if meters is not None:
+            meters._recorded(record)
         append_record(settings.results, record)
         if record.status == "interrupted":
             # The running cell is on file; now stop the session the way Ctrl-C always does.
@@ -336,8 +352,6 @@ def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
 _GATE = pytest.StashKey[tuple[int, str]]()
 # The cells this session selected (grid tests left after -k, -m and sharding), for the gate.
 _SELECTED = pytest.StashKey[list[str]]()
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     from gradeff.gate import cells_of_items
 

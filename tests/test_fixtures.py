@@ -1,0 +1,130 @@
+"""The grid's own tests are written with the public fixtures: what they receive is what the runner trains."""
+
+import pytest
+import torch
+
+from gradeff.grid import Cell
+from gradeff.results import read_records
+from gradeff.runner import RunConfig, build_cell, run_cell
+
+PLUGIN = ("-p", "gradeff.pytest_plugin")
+
+CONFIG = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="t")
+
+
+def _losses(record):
+    return [(e.loss, e.heldout_loss, e.optimizer_steps, e.samples) for e in record.epochs]
+
+
+def test_a_prebuilt_cell_trains_as_the_runners_own_build():
+    """build_cell then run_cell(built=): the same numbers as the runner's own build, and the built model is trained."""
+    cell = Cell("llm", "adam", "accum")
+    own = run_cell(cell, CONFIG)
+    built = build_cell(cell, CONFIG)
+    model, optimizer = built.state.model, built.state.optimizer
+    before = [p.detach().clone() for p in model.parameters()]
+    record = run_cell(cell, CONFIG, built=built)
+    assert record.status == own.status == "ok"
+    assert _losses(record) == _losses(own) and record.summary.final_heldout_loss == own.summary.final_heldout_loss
+    assert record.parameters == own.parameters and record.weights == own.weights and record.hparams == own.hparams
+    assert set(record.meters) == set(own.meters) >= {"memory", "compute"}
+    assert record.meters["memory"] == own.meters["memory"]
+    assert record.meters["compute"]["model_flops"] == own.meters["compute"]["model_flops"] > 0
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()) if p.requires_grad)
+    assert optimizer.state and all(p in optimizer.state for p in model.parameters() if p.requires_grad)
+    assert record.started_at == built.started
+
+
+@pytest.mark.parametrize(("raised", "status"), [
+    (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), "oom"),
+    (RuntimeError("builder broke"), "error"),
+])
+def test_a_failed_build_is_the_cells_status(monkeypatch, raised, status):
+    """What building raised is kept, and run_cell records it as the cell's status instead of raising."""
+    import gradeff.runner
+
+    def fail(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(gradeff.runner, "prepare_state", fail)
+    built = build_cell(Cell("llm", "sgd", "standard"), CONFIG)
+    assert built.state is None and built.error is raised and built.weights is not None
+    record = run_cell(Cell("llm", "sgd", "standard"), CONFIG, built=built)
+    assert record.status == status and str(raised).splitlines()[0] in record.detail
+    assert record.weights == built.weights.to_record() and record.epochs == ()
+
+
+def test_only_the_plain_path_takes_a_prebuilt_state():
+    """A skipped, tuned or isolated cell builds its own models: handing it one is a mistake, said at once."""
+    from dataclasses import replace
+
+    built = build_cell(Cell("llm", "sgd", "standard"), CONFIG)
+    for cell, settings in ((Cell("llm", "sgd", "standard", method="bitfit"), CONFIG),
+                           (Cell("llm", "sgd", "standard"), replace(CONFIG, tune="lr")),
+                           (Cell("llm", "sgd", "standard"), replace(CONFIG, isolate=True))):
+        with pytest.raises(ValueError, match="prebuilt state is trained only where"):
+            run_cell(cell, settings, built=built)
+
+
+GRID_TEST = '''
+import pytest
+import torch
+
+
+@pytest.mark.gradeff_grid("main")
+def test_cell(cell, gradeff_model, gradeff_optimizer, gradeff_data, gradeff_meters, gradeff_cell):
+    built = gradeff_model is not None
+    before = [p.detach().clone() for p in gradeff_model.parameters()] if built else []
+    record = gradeff_cell(cell)
+    print(f"\\nCELL {record.cell} {record.status} built={built}")
+    assert gradeff_meters.record is record
+    if not built:
+        assert gradeff_optimizer is None and gradeff_data is None
+        if record.status == "skipped":
+            pytest.skip(record.detail)
+        assert record.status == "ok", record.detail
+        return
+    assert record.status == "ok", record.detail
+    # The objects this test received are the ones trained: the model's parameters moved, the optimizer holds state
+    # for exactly them, the data is the one trained on, the meters recorded the epochs.
+    assert all(not torch.equal(b, p) for b, p in zip(before, gradeff_model.parameters()))
+    params = {id(p) for group in gradeff_optimizer.param_groups for p in group["params"]}
+    assert params == {id(p) for p in gradeff_model.parameters()} and gradeff_optimizer.state
+    assert record.task["train_samples"] == len(gradeff_data)
+    assert len(gradeff_meters.epochs_meters) == len(record.epochs) == gradeff_data.epochs
+    assert [e.meters for e in record.epochs] == gradeff_meters.epochs_meters
+    assert record.meters["memory"] == gradeff_meters.memory and "compute" in record.meters
+'''
+
+
+def test_the_grid_test_trains_the_objects_it_received(pytester, tmp_path):
+    """Fixture values are what the runner trains; a skipped cell builds nothing and is still recorded."""
+    pytester.makepyfile(test_grid=GRID_TEST)
+    results = tmp_path / "r.jsonl"
+    outcome = pytester.runpytest_subprocess(
+        *PLUGIN, "-s", "-k", "llm-adam-standard or llm-cgd-checkpoint", "--gradeff-methods", "full,bitfit",
+        "--gradeff-epochs", "2", f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=2, skipped=2)
+    outcome.stdout.fnmatch_lines_random(["*CELL llm-adam-standard ok built=True*",
+                                         "*CELL llm-cgd-checkpoint ok built=True*",
+                                         "*CELL llm-adam-standard-bitfit skipped built=False*"])
+    records = {r.cell: r for r in read_records(results)}
+    assert records["llm-cgd-checkpoint-bitfit"].status == "skipped"
+    assert "trains only bias terms" in records["llm-cgd-checkpoint-bitfit"].detail
+
+
+@pytest.mark.parametrize("option", [("--gradeff-tune", "lr", "--gradeff-tune-points", "1"), ("--gradeff-isolate",)])
+def test_tuned_and_isolated_cells_build_their_own_models(pytester, tmp_path, option):
+    """Under --gradeff-tune (a fresh model per trial) and --gradeff-isolate (built in the cell's process) the
+    fixtures build nothing and are None; the cell is trained and recorded as before."""
+    pytester.makepyfile(test_grid=GRID_TEST)
+    results = tmp_path / "r.jsonl"
+    outcome = pytester.runpytest_subprocess(*PLUGIN, "-s", "-k", "llm-sgd-standard", "--gradeff-epochs", "1",
+                                            *option, f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=1)
+    outcome.stdout.fnmatch_lines(["*CELL llm-sgd-standard ok built=False*"])
+    (record,) = read_records(results)
+    assert record.status == "ok" and (record.tuning if "--gradeff-tune" in option
+                                      else record.environment["process"] == "isolated")
+
+
