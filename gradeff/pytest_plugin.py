@@ -352,10 +352,19 @@ def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
 _GATE = pytest.StashKey[tuple[int, str]]()
 # The cells this session selected (grid tests left after -k, -m and sharding), for the gate.
 _SELECTED = pytest.StashKey[list[str]]()
+# Where an xdist worker hands its selection back to the controller (config.workeroutput).
+_SELECTED_OUTPUT = "gradeff_selected"
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     from gradeff.gate import cells_of_items
 
-    session.config.stash[_SELECTED] = cells_of_items(session.items)
+    selected = session.config.stash[_SELECTED] = cells_of_items(session.items)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        # pytest-xdist: the whole selection goes back to the controller when this worker finishes, benchmarks
+        # written with the public fixtures included (their cell ids are not in their node ids).
+        workeroutput[_SELECTED_OUTPUT] = selected
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -369,6 +378,16 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
     selection = config.stash[_CONFIG].selection
     known = {cell.id for grid in GRIDS for cell in cells(grid, **{PLURALS[a]: keys for a, keys in selection.items()})}
     config.stash[_SELECTED] = list(dict.fromkeys(c for c in (cell_of_nodeid(i, known) for i in ids) if c))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist: a finished worker's own selection joins the controller's (every worker collects the same items;
+    one that crashed hands nothing back, a replacement or another worker does)."""
+    output = getattr(node, "workeroutput", None) or {}
+    if output.get(_SELECTED_OUTPUT):
+        config = node.config
+        config.stash[_SELECTED] = list(dict.fromkeys([*config.stash.get(_SELECTED, []), *output[_SELECTED_OUTPUT]]))
 
 
 @pytest.hookimpl(trylast=True)

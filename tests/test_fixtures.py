@@ -89,7 +89,7 @@ def test_cell(cell, gradeff_model, gradeff_optimizer, gradeff_data, gradeff_mete
     # for exactly them, the data is the one trained on, the meters recorded the epochs.
     assert all(not torch.equal(b, p) for b, p in zip(before, gradeff_model.parameters()))
     params = {id(p) for group in gradeff_optimizer.param_groups for p in group["params"]}
-    assert params == {id(p) for p in gradeff_model.parameters()} and gradeff_optimizer.state
+    assert params == {id(p) for p in gradeff_model.parameters()}
     assert record.task["train_samples"] == len(gradeff_data)
     assert len(gradeff_meters.epochs_meters) == len(record.epochs) == gradeff_data.epochs
     assert [e.meters for e in record.epochs] == gradeff_meters.epochs_meters
@@ -128,3 +128,53 @@ def test_tuned_and_isolated_cells_build_their_own_models(pytester, tmp_path, opt
                                       else record.environment["process"] == "isolated")
 
 
+CRASH_BEFORE_METERS = """
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def crash_my_step(request):
+    if os.environ.get("MY_STEP_CRASHES") and request.node.originalname == "test_my_step":
+        raise RuntimeError("gone before its meters opened: no record")
+"""
+
+
+ONE_STEP_BENCH = """
+import pytest
+
+
+@pytest.mark.parametrize("gradeff_model", ["llm"], indirect=True)
+def test_my_step(gradeff_model, gradeff_meters):
+    with gradeff_meters as meters, meters.epoch() as log:
+        log.step(float(sum(p.double().sum() for p in gradeff_model.parameters())), samples=8)
+"""
+
+
+def test_under_xdist_a_custom_benchmark_without_a_record_is_missing(pytester, tmp_path, monkeypatch):
+    """-n 2: the workers hand their selection back, custom cells included, so the gate misses a custom benchmark
+    that left no record (with a grid cell selected beside it, the gate judges only the selection)."""
+    pytester.makepyfile(test_mine=ONE_STEP_BENCH, test_grid=GRID_TEST)
+    pytester.makeconftest(CRASH_BEFORE_METERS)
+    args = (*PLUGIN, "-n", "2", "-p", "no:randomly", "test_mine.py", "test_grid.py", "-k", "my_step or llm-sgd-standard",
+            "--gradeff-epochs", "1")
+    baseline = tmp_path / "base.jsonl"
+    outcome = pytester.runpytest_subprocess(*args, f"--gradeff-results={baseline}")
+    outcome.assert_outcomes(passed=2)
+    assert {r.cell for r in read_records(baseline)} == {"llm-adamw-my_step", "llm-sgd-standard"}
+    # All recorded: the gate passes, and it judged both cells.
+    again = tmp_path / "again.jsonl"
+    gated = pytester.runpytest_subprocess(*args, f"--gradeff-results={again}", f"--gradeff-baseline={baseline}",
+                                          "--gradeff-compare-args=--time-ratio 100")
+    gated.stdout.fnmatch_lines(["*gradeff compare with*no regression*"])
+    assert gated.ret == 0
+    assert set((tmp_path / "last-session.cells").read_text().split()) == {"llm-adamw-my_step", "llm-sgd-standard"}
+    # The benchmark leaves no record: missing, a regression.
+    monkeypatch.setenv("MY_STEP_CRASHES", "1")
+    gated = pytester.runpytest_subprocess(*args, f"--gradeff-results={tmp_path / 'third.jsonl'}",
+                                          f"--gradeff-baseline={baseline}", "--gradeff-compare-args=--time-ratio 100")
+    gated.assert_outcomes(passed=1, errors=1)
+    gated.stdout.fnmatch_lines(["*gradeff compare with*REGRESSION*", "*only in baseline: llm-adamw-my_step*",
+                                "*1 missing*"])
+    assert set((tmp_path / "last-session.cells").read_text().split()) == {"llm-adamw-my_step", "llm-sgd-standard"}
