@@ -21,8 +21,10 @@ results file, so it is in the session's summary, the report and the gate::
 
 A benchmark's record is a cell of the ``custom`` grid whose strategy is the test's name (``my_step``
 for ``test_my_step``): id ``llm-adam-my_step``, a column of its own beside the memory strategies.
-Unparametrized, the optimizer is AdamW and the data is the model's own task. Datasets are built once
-per session (per task, sizes and seed); the model and optimizer are fresh for every test.
+Unparametrized, the optimizer is AdamW, the method ``full`` and the data the model's own task;
+``gradeff_method`` (a method key, ``indirect=True``) fine-tunes with LoRA, BitFit, ... as a grid cell does
+(``llm-adam-my_step-lora``), and a method the model cannot take skips the benchmark with the reason, recorded.
+Datasets are built once per session (per task, sizes and seed); the model and optimizer are fresh for every test.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from typing import Any
 
 import pytest
 
-__all__ = ["BenchData", "BenchMeters", "EpochLog", "gradeff_data", "gradeff_meters", "gradeff_model",
-           "gradeff_optimizer"]
+__all__ = ["BenchData", "BenchMeters", "EpochLog", "gradeff_data", "gradeff_meters", "gradeff_method",
+           "gradeff_model", "gradeff_optimizer"]
 
 CUSTOM_GRID = "custom"
 
@@ -54,6 +56,16 @@ def _bench_name(test_name: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", test_name.lower().removeprefix("test_")) or "bench"
 
 
+def _bench_id(model: str, optimizer: str, bench: str, method: str, dataset: str | None) -> str:
+    """``model-optimizer-bench``, then the method and the dataset where they depart from the full model on its own
+    task: the main study's ids with the benchmark as the strategy (``llm-adam-my_step-lora``)."""
+    from gradeff.models import MODELS
+
+    own_task = MODELS[model].task if model in MODELS else None
+    return "-".join([model, optimizer, bench, *([method] if method != "full" else []),
+                     *([dataset] if dataset is not None and dataset != own_task else [])])
+
+
 def bench_cell_id(item) -> str | None:
     """The cell id a collected test of the public fixtures records (``llm-adam-my_step``), or ``None``.
 
@@ -63,7 +75,8 @@ def bench_cell_id(item) -> str | None:
     params = callspec.params if callspec is not None else {}
     if "gradeff_meters" not in getattr(item, "fixturenames", ()) or params.get("gradeff_model") is None:
         return None
-    return f"{params['gradeff_model']}-{params.get('gradeff_optimizer', 'adamw')}-{_bench_name(item.originalname)}"
+    return _bench_id(params["gradeff_model"], params.get("gradeff_optimizer", "adamw"), _bench_name(item.originalname),
+                     params.get("gradeff_method", "full"), params.get("gradeff_data"))
 
 
 @dataclass(kw_only=True)
@@ -149,9 +162,31 @@ def cell_setup(config: pytest.Config, cell, seed: int) -> _Setup:
 
 
 @pytest.fixture
-def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int) -> _Setup:
-    from gradeff.data import TASKS
+def gradeff_method(request: pytest.FixtureRequest) -> str:
+    """The fine-tuning method of the benchmark's model (``indirect`` parameter: a method key such as ``lora`` or
+    ``bitfit``; default ``full``), applied as a grid cell applies it: ``gradeff_model`` is the adapted model and
+    ``gradeff_optimizer`` trains its trainable parameters at the method's learning-rate scale. Recorded as the
+    record's ``method``, and in its id where it is not ``full`` (``llm-adam-my_step-lora``). In a grid test, the
+    cell's method. Every public fixture depends on it, so it need not be among the test's arguments.
+    """
     from gradeff.grid import Cell
+    from gradeff.methods import METHODS
+    from gradeff.registry import UnknownKeyError
+
+    cell = _param(request, "cell")
+    if isinstance(cell, Cell):
+        return cell.method
+    try:
+        return METHODS[getattr(request, "param", "full")].key
+    except UnknownKeyError as exc:
+        message = f"{request.node.nodeid}: gradeff_method: {exc}"
+    pytest.fail(message, pytrace=False)  # outside the handler: the usage error alone, no chained KeyError
+
+
+@pytest.fixture
+def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_method: str) -> _Setup:
+    from gradeff.data import TASKS
+    from gradeff.grid import Cell, incompatibility
     from gradeff.models import MODELS
     from gradeff.optim import OPTIMIZERS
     from gradeff.pytest_plugin import _CONFIG, run_config
@@ -171,11 +206,17 @@ def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int) -> _Setup:
         optimizer = OPTIMIZERS[_param(request, "gradeff_optimizer", "adamw")].key
         dataset = TASKS[_param(request, "gradeff_data", spec.task)].key
     except UnknownKeyError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        pytest.fail(f"{request.node.nodeid}: {exc}", pytrace=False)
     bench = _bench_name(request.node.originalname)
     # Built as the main study's cell of these keys with the standard strategy: the user's loop is the strategy.
-    cell = Cell(model, optimizer, "standard", dataset=dataset)
-    return _Setup.of(cell, run_config(request.config, gradeff_seed), settings, bench=bench)
+    cell = Cell(model, optimizer, "standard", method=gradeff_method, dataset=dataset)
+    setup = _Setup.of(cell, run_config(request.config, gradeff_seed), settings, bench=bench)
+    reason = incompatibility(cell)
+    if reason is not None:
+        # As a grid cell is: skipped with its reason before anything is built, and recorded so.
+        BenchMeters(setup).skipped(reason)
+        pytest.skip(reason)
+    return setup
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,10 +391,37 @@ class BenchMeters:
             status, detail = "interrupted", "interrupted by the user (Ctrl-C)"
         else:
             status, detail = "error", f"{exc_type.__name__}: {exc}"
-        self.record = self._record(status, detail)
+        self._finish(status, detail)
+
+    def skipped(self, reason: str) -> None:
+        """Record the benchmark as ``skipped`` with its reason, nothing built (a cell its model cannot run)."""
+        self._started = time.time()
+        self._finish("skipped", reason)
+
+    def _finish(self, status: str, detail: str) -> None:
         from gradeff.results import append_record
 
+        self.record = self._record(status, detail)
         append_record(self._setup.settings.results, self.record)
+
+    def _compute(self, epochs) -> dict:
+        """Model FLOPs, FLOP/s and MFU of the epochs, counted on the benchmark's model as a grid cell's are."""
+        import torch
+
+        from gradeff.meters.flops import compute_record
+        from gradeff.runner import _model_flops
+
+        setup = self._setup
+        if setup.state is None:
+            return {"not_measured": "the benchmark used no gradeff_model"}
+        try:
+            flops = _model_flops(setup.cell, setup.config, setup.state)
+        except Exception as exc:  # an op the counter cannot follow costs the figure, never the record
+            return {"not_measured": f"{type(exc).__name__}: {exc}"}
+        device = setup.device
+        return compute_record(flops, list(epochs), precision=setup.config.precision,
+                              override_tflops=setup.config.meters.peak_tflops,
+                              device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
 
     def _record(self, status: str, detail: str):
         from gradeff.environment import code_version, environment
@@ -368,21 +436,25 @@ class BenchMeters:
             EpochRecord(epoch=index, loss=log.loss_sum / log.targets if log.targets else float("nan"),
                         seconds=seconds, optimizer_steps=log.optimizer_steps, closure_calls=log.closure_calls,
                         samples=log.samples, targets=log.targets, meters=meters, **log.heldout)
-            for index, ((log, seconds), meters) in enumerate(zip(self._epochs, self._metering.epochs)))
-        self.meters = aggregate(self._metering.epochs, config.meters.grid_gco2_per_kwh)
+            for index, ((log, seconds), meters) in enumerate(zip(self._epochs, self.epochs_meters)))
+        self.meters = aggregate(self.epochs_meters, config.meters.grid_gco2_per_kwh)
         if self.memory:
             self.meters["memory"] = self.memory
-        dataset = setup.data()
-        heldout = dataset.heldout
+        if epochs:
+            self.meters["compute"] = self._compute(epochs)
+        dataset = setup.data() if status != "skipped" else None
+        heldout = dataset.heldout if dataset is not None else None
         finished = time.time()
         model = setup.state.model if setup.state is not None else None
         return CellRecord(
-            cell=f"{cell.model}-{cell.optimizer}-{setup.bench}", grid=CUSTOM_GRID, model=cell.model,
+            cell=_bench_id(cell.model, cell.optimizer, setup.bench, cell.method, cell.dataset), grid=CUSTOM_GRID,
+            model=cell.model,
             optimizer=cell.optimizer, strategy=setup.bench, method=cell.method, dataset=cell.dataset,
             profile=config.profile, seed=config.seed, device=str(setup.device), status=status, detail=detail,
             epochs=epochs, summary=Summary.of(list(epochs), finished - self._started, untrained=None,
                                               floor=heldout.loss_floor if heldout is not None else None),
-            loss_floor=dataset.loss_floor, task=_task_record(cell, dataset),
+            loss_floor=dataset.loss_floor if dataset is not None else None,
+            task=_task_record(cell, dataset) if dataset is not None else {},
             parameters=parameter_counts(model) if model is not None else {},
             weights=setup.weights.to_record() if setup.weights is not None else {},
             hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for(cell.method, cell.model, config.profile))},

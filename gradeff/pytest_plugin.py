@@ -16,7 +16,8 @@ import pytest
 from gradeff.devices import pin_worker_device, resolve_device
 from gradeff.distributed import read_world_size
 # The public fixtures of a benchmark of one's own: a plugin's fixtures are the functions in its namespace.
-from gradeff.fixtures import _gradeff_setup, gradeff_data, gradeff_meters, gradeff_model, gradeff_optimizer  # noqa: F401
+from gradeff.fixtures import (_gradeff_setup, gradeff_data, gradeff_meters, gradeff_method,  # noqa: F401
+                              gradeff_model, gradeff_optimizer)
 from gradeff.grid import GRIDS, PLURALS, cells
 from gradeff.models import MODELS
 from gradeff.options import DEFAULT_RESULTS, Settings, add_options, read_settings

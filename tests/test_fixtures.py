@@ -178,3 +178,74 @@ def test_under_xdist_a_custom_benchmark_without_a_record_is_missing(pytester, tm
     gated.stdout.fnmatch_lines(["*gradeff compare with*REGRESSION*", "*only in baseline: llm-adamw-my_step*",
                                 "*1 missing*"])
     assert set((tmp_path / "last-session.cells").read_text().split()) == {"llm-adamw-my_step", "llm-sgd-standard"}
+
+
+METHOD_BENCH = '''
+import pytest
+
+
+@pytest.mark.parametrize("gradeff_method", ["lora", "bitfit"], indirect=True)
+@pytest.mark.parametrize("gradeff_model", ["llm"], indirect=True)
+def test_adapted(gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters):
+    trainable = [p for p in gradeff_model.parameters() if p.requires_grad]
+    assert 0 < sum(p.numel() for p in trainable) < sum(p.numel() for p in gradeff_model.parameters()) / 2
+    assert {id(p) for g in gradeff_optimizer.param_groups for p in g["params"]} == {id(p) for p in trainable}
+    with gradeff_meters as meters, meters.epoch() as log:
+        for batch in gradeff_data.batches(0):
+            gradeff_model(**batch).loss.backward()
+            gradeff_optimizer.step()
+            log.step(0.0, samples=len(batch["input_ids"]))
+    group = gradeff_optimizer.param_groups[0]
+    print("LR", group.get("initial_lr", group["lr"]))
+
+
+@pytest.mark.parametrize("gradeff_method", ["nope"], indirect=True)
+@pytest.mark.parametrize("gradeff_model", ["llm"], indirect=True)
+def test_unknown(gradeff_model):
+    pass
+'''
+
+
+def test_a_benchmarks_method_is_applied_recorded_and_checked(pytester, tmp_path):
+    """gradeff_method=lora: the adapted model, its trainable parameters at the method's rate, ``method`` and the id;
+    bitfit on a model without biases is skipped with the grid's reason and recorded; a bad key names the valid ones."""
+    from gradeff.hparams import hparams_for, method_hparams_for
+
+    pytester.makepyfile(test_methods=METHOD_BENCH)
+    results = tmp_path / "r.jsonl"
+    outcome = pytester.runpytest_subprocess(*PLUGIN, "-s", "--gradeff-epochs", "1", f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=1, skipped=1, errors=1)
+    outcome.stdout.fnmatch_lines(["*test_unknown*gradeff_method: unknown method 'nope'; valid methods: full, lora,*"])
+    assert "During handling" not in outcome.stdout.str()
+    lr = hparams_for("llm", "tiny").lr * method_hparams_for("lora", "llm", "tiny").lr_scale
+    outcome.stdout.fnmatch_lines([f"*LR {lr}"])
+    records = {r.cell: r for r in read_records(results)}
+    assert set(records) == {"llm-adamw-adapted-lora", "llm-adamw-adapted-bitfit"}
+    lora, bitfit = records["llm-adamw-adapted-lora"], records["llm-adamw-adapted-bitfit"]
+    assert lora.status == "ok" and lora.method == "lora" and lora.strategy == "adapted" and lora.grid == "custom"
+    assert 0 < lora.parameters["trainable"] < lora.parameters["total"]
+    assert lora.hparams["method"]["lr_scale"] == method_hparams_for("lora", "llm", "tiny").lr_scale != 1
+    assert bitfit.status == "skipped" and bitfit.method == "bitfit" and "trains only bias terms" in bitfit.detail
+    assert bitfit.epochs == () and bitfit.parameters == {}
+
+
+def test_a_benchmarks_cell_id_carries_its_method_and_dataset_as_grid_ids_do():
+    """Known at collection for the gate: the main study's convention, with the benchmark in the strategy's place."""
+    from types import SimpleNamespace
+
+    from gradeff.fixtures import bench_cell_id
+    from gradeff.grid import cell_id
+
+    def item(**params):
+        return SimpleNamespace(callspec=SimpleNamespace(params=params), fixturenames=("gradeff_meters",),
+                               originalname="test_my_step")
+
+    assert bench_cell_id(item(gradeff_model="llm")) == "llm-adamw-my_step"
+    assert bench_cell_id(item(gradeff_model="llm", gradeff_method="full", gradeff_data="causal_lm")) == \
+        "llm-adamw-my_step"
+    assert bench_cell_id(item(gradeff_model="llm", gradeff_optimizer="adam", gradeff_method="lora")) == \
+        cell_id("main", model="llm", optimizer="adam", strategy="my_step", method="lora") == "llm-adam-my_step-lora"
+    assert bench_cell_id(item(gradeff_model="vit", gradeff_method="bitfit", gradeff_data="digits")) == \
+        cell_id("main", model="vit", optimizer="adamw", strategy="my_step", method="bitfit", dataset="digits")
+    assert bench_cell_id(SimpleNamespace(callspec=SimpleNamespace(params={"gradeff_model": "llm"}),
+                                         fixturenames=("gradeff_model",), originalname="test_x")) is None
