@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import gc
+import sys
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,6 +24,7 @@ from gradeff.meters.memory import (
     measure_step_memory,
     optimizer_state_bytes,
     parameter_bytes,
+    parameter_counts,
     trainable_parameter_bytes,
 )
 from gradeff.models import MODELS, build_model, llm
@@ -262,3 +266,162 @@ def test_measure_step_memory_llama():
     assert mem.parameter_bytes == mem.trainable_parameter_bytes == mem.gradient_bytes == parameter_bytes(model)
     assert mem.optimizer_state_bytes == 2 * mem.parameter_bytes + STEP_COUNTER_BYTES * n_tensors
     assert mem.activation_bytes == forward_only
+
+
+# -- byte counts of known tensors -----------------------------------------------------------
+
+
+def _module_with(**params: torch.Tensor) -> nn.Module:
+    module = nn.Module()
+    for name, value in params.items():
+        module._parameters[name] = value  # any tensor, as sharding and quantisation libraries register them
+    return module
+
+
+class DTensor(torch.Tensor):
+    """Stands for torch.distributed's DTensor, which the meters recognise by name: numel() is the whole tensor's."""
+
+
+def _sharded(whole: int, local: int) -> torch.Tensor:
+    t = torch.zeros(whole).as_subclass(DTensor)
+    t._local_tensor = torch.zeros(local)
+    return t
+
+
+def test_a_sharded_tensor_counts_its_local_shard_only():
+    """A DTensor of 100 floats whose process holds 25: 100 bytes, as parameter, gradient and optimizer state."""
+    shard = _sharded(100, 25)
+    assert parameter_bytes(_module_with(w=shard)) == 100
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+    opt.state[opt.param_groups[0]["params"][0]] = {"exp_avg": _sharded(100, 25)}
+    assert optimizer_state_bytes(opt) == 100
+
+
+def test_a_local_shard_attribute_on_another_tensor_class_is_not_followed():
+    """Only a DTensor's ``_local_tensor`` is its shard; another tensor counts itself."""
+    t = torch.zeros(100)
+    t._local_tensor = torch.zeros(25)
+    assert parameter_bytes(_module_with(w=t)) == 400
+
+
+def test_a_four_bit_weight_counts_packed_bytes_and_its_constants_and_the_values_it_stands_for():
+    """A 16 x 16 weight packed two values a byte (128 B) with absmax (16 floats), code (256 floats) and a
+    double-quantisation state (absmax 1 float, code 256 floats, offset 1 float); the offset of the outer state is
+    absent (single quantisation has none) and a non-tensor field is not counted."""
+    packed = nn.Parameter(torch.zeros(128, dtype=torch.uint8), requires_grad=False)
+    inner = SimpleNamespace(absmax=torch.zeros(1), code=torch.zeros(256), offset=torch.zeros(1))
+    packed.quant_state = SimpleNamespace(absmax=torch.zeros(16), code=torch.zeros(256), blocksize=64,
+                                         shape=torch.Size([16, 16]), state2=inner)
+    model = _module_with(w=packed, b=nn.Parameter(torch.zeros(16)))
+    assert parameter_bytes(model) == 128 + 4 * (16 + 256) + 4 * (1 + 256 + 1) + 4 * 16
+    assert parameter_counts(model) == {"total": 256 + 16, "trainable": 16}
+
+
+def test_parameter_counts_of_a_partly_frozen_model():
+    """Linear(4, 3) frozen, Linear(3, 2) trainable: 23 values, 8 of them trainable; tied ones once."""
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    model[0].requires_grad_(False)
+    assert parameter_counts(model) == {"total": 15 + 8, "trainable": 8}
+    assert trainable_parameter_bytes(model) == 4 * 8 and parameter_bytes(model) == 4 * 23
+    tied = build("llm")
+    assert parameter_counts(tied)["total"] == sum(p.numel() for p in tied.parameters())
+    assert parameter_counts(tied)["total"] * 4 == parameter_bytes(tied)
+
+
+def test_frozen_parameters_hold_no_gradient_bytes():
+    """After a backward pass only the trainable Linear holds gradients: 8 floats."""
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    model[0].requires_grad_(False)
+    model(torch.randn(5, 4)).sum().backward()
+    assert gradient_bytes(model) == 4 * 8
+
+
+def test_optimizer_state_counts_every_storage_after_a_shared_one():
+    """A shared storage is skipped once seen, and the state that follows it is still counted."""
+    p = nn.Parameter(torch.zeros(10))
+    opt = torch.optim.SGD([p], lr=0.1)
+    buf = torch.zeros(10)
+    opt.state[p] = {"a": buf, "b": buf[:5], "c": torch.zeros(3)}
+    assert optimizer_state_bytes(opt) == 40 + 12
+
+
+def test_tensors_without_an_address_are_each_counted():
+    """Meta tensors all sit at address 0 and must not merge; a sparse tensor, with no single storage, counts
+    itself."""
+    p = nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.1)
+    opt.state[p] = {"a": torch.zeros(10, device="meta"), "b": torch.zeros(10, device="meta")}
+    assert optimizer_state_bytes(opt) == 80
+    opt.state[p] = {"sparse": torch.zeros(10).to_sparse()}
+    assert optimizer_state_bytes(opt) == 40
+
+
+def test_a_counter_reads_zero_before_and_counts_each_save():
+    """A counter never entered has counted nothing; sin saves its input once; a meta tensor saved (no address to
+    follow) counts its bytes for good."""
+    fresh = ActivationCounter()
+    assert (fresh.saved_bytes, fresh.total_saved_bytes, fresh.saved_tensors) == (0, 0, 0)
+    x = torch.randn(64, requires_grad=True)
+    with ActivationCounter() as counter:
+        x.sin()
+    assert (counter.saved_tensors, counter.saved_bytes) == (1, 64 * 4)
+    meta = torch.zeros(10, device="meta", requires_grad=True)
+    with ActivationCounter() as on_meta:
+        meta.sin()
+    assert (on_meta.saved_tensors, on_meta.saved_bytes, on_meta.total_saved_bytes) == (1, 40, 40)
+
+
+def test_storages_freed_after_their_window_closed_leave_no_trace(monkeypatch):
+    """A counter reopened while the last window's saved tensors are alive: their later freeing neither errors nor
+    changes the new window's figures."""
+    errors = []
+    monkeypatch.setattr(sys, "unraisablehook", errors.append)
+    x = torch.randn(64, requires_grad=True)
+    counter = ActivationCounter()
+    with counter:
+        y = (x * 2).sin()  # saves x * 2, which only y's graph holds
+    with counter:
+        z = x[:8].exp()  # saves its output, 8 floats
+    del y
+    gc.collect()
+    assert (counter.saved_bytes, counter.total_saved_bytes) == (8 * 4, 8 * 4)
+    del z
+    gc.collect()
+    assert not errors
+
+
+def _mlp_step():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 16)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        opt.step()
+
+    return model, opt, step
+
+
+def test_measure_step_memory_tracks_the_live_peak_by_default():
+    """The peak holds at least parameters, gradients and optimizer state at once, all on the CPU; untracked, none."""
+    model, opt, step = _mlp_step()
+    step()
+    mem = measure_step_memory(model, opt, step)
+    assert mem.peak_bytes >= mem.parameter_bytes + mem.gradient_bytes + mem.optimizer_state_bytes
+    assert mem.peak_by_device == {"cpu": mem.peak_bytes}
+    untracked = measure_step_memory(model, opt, step, track_peak=False)
+    assert (untracked.peak_bytes, untracked.peak_by_device) == (None, None)
+    assert untracked.activation_bytes == mem.activation_bytes > 0
+
+
+def test_last_steps_gradients_are_not_resident_for_the_measured_step():
+    """Gradients left by the previous step die at this step's zero_grad: the peak is the same as with none left."""
+    model, opt, step = _mlp_step()
+    step()
+    opt.zero_grad(set_to_none=True)
+    clean = measure_step_memory(model, opt, step).peak_bytes
+    step()
+    assert gradient_bytes(model) > 0
+    assert measure_step_memory(model, opt, step).peak_bytes == clean
