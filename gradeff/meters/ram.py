@@ -16,7 +16,8 @@ mark (``VmHWM`` in ``/proc/<pid>/status``) and resets it on request (writing ``5
 opens and reads it when one closes, so a peak that lasted a microsecond between two
 samples is still caught. A side effect: ``getrusage``'s ``ru_maxrss`` of the process
 follows the reset. Child processes have their own marks, which peak at other moments, so
-with children the tree's peak falls back to the samples (``peak_source="sampled"``).
+with children the tree's peak falls back to the samples (``peak_source="sampled"``). multiprocessing's
+resource tracker and fork server, idle helpers that outlive the workers they served, are not counted as children.
 """
 
 from __future__ import annotations
@@ -80,18 +81,34 @@ def _proc_children_pids(pid: int) -> list[int] | None:
         return None
 
 
+# Python's own helper processes: multiprocessing starts its resource tracker (and, on request, its fork server)
+# the first time a process spawns workers, and they live, idle, until it exits. They are not a cell's work: counted
+# as children they would turn every later cell's exact kernel peak into a sampled one for the rest of the session.
+_PYTHON_HELPERS = ("from multiprocessing.resource_tracker import main", "from multiprocessing.forkserver import main")
+
+
+def _is_python_helper(proc: psutil.Process) -> bool:
+    try:
+        command = proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return any(arg.startswith(_PYTHON_HELPERS) for arg in command)
+
+
 def _descendants(proc: psutil.Process) -> list[psutil.Process]:
-    """All descendants of ``proc``, by the cheap ``/proc`` route when available."""
+    """All descendants of ``proc`` but Python's idle helpers, by the cheap ``/proc`` route when available."""
     pending = _proc_children_pids(proc.pid)
     if pending is None:
-        return proc.children(recursive=True)
+        return [child for child in proc.children(recursive=True) if not _is_python_helper(child)]
     found: list[psutil.Process] = []
     while pending:
         pid = pending.pop()
         try:
-            found.append(psutil.Process(pid))
+            child = psutil.Process(pid)
         except psutil.NoSuchProcess:
             continue  # exited between the listing and now: it holds no memory
+        if not _is_python_helper(child):
+            found.append(child)
         pending.extend(_proc_children_pids(pid) or [])
     return found
 

@@ -181,6 +181,22 @@ def test_children_make_the_peak_a_sampled_lower_bound():
     assert seg.record.peak_rss_bytes >= 100 * MB
 
 
+@needs_kernel_peak
+def test_python_helper_processes_are_not_children():
+    """An idle multiprocessing helper (a resource tracker) beside the process leaves its peak exact; a worker not."""
+    helper = subprocess.Popen([sys.executable, "-c", "from multiprocessing.resource_tracker import main; "
+                               "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.2)
+        with RamMeter(hz=10) as meter:
+            with meter.segment() as seg:
+                pass
+    finally:
+        helper.kill()
+        helper.wait()
+    assert seg.record.peak_source == meter.record.peak_source == "kernel"
+
+
 def test_segment_needs_an_open_window():
     """A segment outside `with meter:` is a usage error."""
     meter = RamMeter()
