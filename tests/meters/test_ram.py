@@ -167,9 +167,8 @@ def test_each_segment_has_its_own_peak(spikes):
     assert first["duration_s"] < window["duration_s"]
 
 
-def test_children_make_the_peak_a_sampled_lower_bound():
-    """With a child process the tree's peak comes from samples and says so."""
-    child = spawn_child_holding_100mb()
+def _segment_beside(child: subprocess.Popen):
+    """An empty segment metered while ``child`` runs; the child is ended afterwards. Returns (window, segment)."""
     try:
         with RamMeter(hz=10) as meter:
             with meter.segment() as seg:
@@ -177,8 +176,14 @@ def test_children_make_the_peak_a_sampled_lower_bound():
     finally:
         child.kill()
         child.wait()
-    assert meter.record.peak_source == seg.record.peak_source == "sampled"
-    assert seg.record.peak_rss_bytes >= 100 * MB
+    return meter.record, seg.record
+
+
+def test_children_make_the_peak_a_sampled_lower_bound():
+    """With a child process the tree's peak comes from samples and says so."""
+    window, segment = _segment_beside(spawn_child_holding_100mb())
+    assert window.peak_source == segment.peak_source == "sampled"
+    assert segment.peak_rss_bytes >= 100 * MB
 
 
 @needs_kernel_peak
@@ -186,15 +191,9 @@ def test_python_helper_processes_are_not_children():
     """An idle multiprocessing helper (a resource tracker) beside the process leaves its peak exact; a worker not."""
     helper = subprocess.Popen([sys.executable, "-c", "from multiprocessing.resource_tracker import main; "
                                "import time; time.sleep(60)"])
-    try:
-        time.sleep(0.2)
-        with RamMeter(hz=10) as meter:
-            with meter.segment() as seg:
-                pass
-    finally:
-        helper.kill()
-        helper.wait()
-    assert seg.record.peak_source == meter.record.peak_source == "kernel"
+    time.sleep(0.2)
+    window, segment = _segment_beside(helper)
+    assert window.peak_source == segment.peak_source == "kernel"
 
 
 def test_segment_needs_an_open_window():
