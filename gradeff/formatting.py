@@ -69,10 +69,7 @@ def format_joules(value: object) -> str:
     number = as_number(value)
     if number is None:
         return NA
-    for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
-        if abs(number) >= scale:
-            return f"{_three_digits(number / scale)} {unit}"
-    return f"{_three_digits(number)} J"
+    return _in_largest_unit(number, ((" MJ", 1e6), (" kJ", 1e3))) or f"{_three_digits(number)} J"
 
 
 def format_energy(value: object) -> str:
@@ -92,18 +89,13 @@ def format_rate(value: object) -> str:
     number = as_number(value)
     if number is None:
         return NA
-    for suffix, scale in (("M", 1e6), ("k", 1e3)):
-        if abs(number) >= scale:
-            return f"{_three_digits(number / scale)}{suffix} img/s"
-    return f"{_three_digits(number)} img/s"
+    return (_in_largest_unit(number, (("M img/s", 1e6), ("k img/s", 1e3)))
+            or f"{_three_digits(number)} img/s")
 
 
 def format_quantity(value: float) -> str:
     """A count with three significant digits and a B/M/k suffix, trailing zeros kept: ``4.30M``, ``950``."""
-    for suffix, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{_three_digits(value / scale)}{suffix}"
-    return f"{value:.0f}"
+    return _in_largest_unit(value, (("B", 1e9), ("M", 1e6), ("k", 1e3))) or f"{value:.0f}"
 
 
 def format_percent(value: object) -> str:
@@ -146,6 +138,14 @@ def format_value(value: object, unit: str) -> str:
         The text, :data:`NA` where there is no finite number.
     """
     return _FORMATTERS.get(unit, format_loss)(value)
+
+
+def _in_largest_unit(number: float, units: tuple[tuple[str, float], ...]) -> str | None:
+    """``number`` in the first of ``units`` (suffix, scale; largest first) it reaches, three digits; else ``None``."""
+    for suffix, scale in units:
+        if abs(number) >= scale:
+            return f"{_three_digits(number / scale)}{suffix}"
+    return None
 
 
 def _three_digits(number: float) -> str:
