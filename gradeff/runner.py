@@ -300,11 +300,11 @@ _FLOPS_SEEN: dict[tuple, StepFlops] = {}
 
 
 def _model_flops(cell: Cell, config: RunConfig, state: TrainState) -> StepFlops:
-    batch = _first_micro_batch(state)
+    batch = state.dataset.batch(state.step_groups(0)[0][0])  # on the host: only a count moves it to the device
     key = (cell.model, cell.method, cell.dataset, config.profile, config.weights, repr(config.data), config.precision,
            state.device.type, tuple((name, tuple(t.shape)) for name, t in sorted(batch.items())))
     if key not in _FLOPS_SEEN:
-        _FLOPS_SEEN[key] = count_step_flops(state.model, batch)
+        _FLOPS_SEEN[key] = count_step_flops(state.model, move_batch(batch, state.device))
     return _FLOPS_SEEN[key]
 
 
