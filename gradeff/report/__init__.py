@@ -233,22 +233,14 @@ def write_report(
 
     Raises:
         NotADirectoryError: the template folder named does not exist.
+        gradeff.outputs.OutputError: the file could not be written (disk full, I/O error); it is left as it was.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".csv":
+    from gradeff.outputs import write_text, write_with
+
+    # Written whole, then renamed over the target: never seen half-written by a browser or a CI upload.
+    if Path(path).suffix.lower() == ".csv":
         from gradeff.report.csv_export import write_csv
 
-        with open(path, "w", encoding="utf-8", newline="") as handle:
-            write_csv(records, handle)
-        return path
+        return write_with(path, lambda handle: write_csv(records, handle))
     view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title)
-    html = render_html(view, templates=templates)
-    # Write then rename: a report being rewritten is never seen half-written by a browser or CI upload.
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(html, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_text(path, render_html(view, templates=templates))
