@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from gradeff.data.image_rows import decode_images, undecoded_column
+
 __all__ = [
     "BPE_VOCAB", "BUILTIN", "HELDOUT_FRACTION", "KNOWN", "ROLES", "SUPPORTED_FORMATS", "SYNTHETIC_TOO", "DataSource",
     "KnownData", "build_task", "builtin_path", "load_real", "open_splits", "parse_columns", "parse_sources",
@@ -342,14 +344,46 @@ def _columns(source: DataSource, column_names: list[str]) -> dict[str, str]:
     return chosen
 
 
-def validate_source(source: DataSource, cache_root: Path) -> dict:
-    """Open a source and check its splits and columns, as a cell would; returns what was found."""
+def validate_source(source: DataSource, cache_root: Path, profile: str | None = None) -> dict:
+    """Open a source and check its splits and columns, as a cell would; returns what was found.
+
+    With a ``profile``, every image a cell of that profile can read (the first rows of each split, up to the
+    largest training and held-out sizes of any model: what :func:`_prepare` selects) is decoded too, so a
+    corrupt one is named, by file and row, before the first cell.
+    """
     train, heldout, fmt, note = open_splits(source, cache_root)
     columns = _columns(source, list(train.column_names))
     missing = [c for c in columns.values() if c not in heldout.column_names]
     if missing:
         raise ValueError(f"{source.key}: the held-out split lacks column(s) {', '.join(missing)}")
-    return {"format": fmt, "columns": columns, "train_rows": len(train), "heldout_rows": len(heldout), "heldout": note}
+    decoded = 0
+    if profile is not None and "image" in columns:
+        train_cap, heldout_cap = _largest_caps(source.key, profile)
+        for name, split, cap in (("train", train, train_cap), ("held-out", heldout, heldout_cap)):
+            cells = undecoded_column(split.select(range(min(len(split), cap))), columns["image"])
+            decoded += len(decode_images(cells, where=_where(source, cache_root, name),
+                                         folder=_folder(source, cache_root)))
+    return {"format": fmt, "columns": columns, "train_rows": len(train), "heldout_rows": len(heldout), "heldout": note,
+            "images_decoded": decoded}
+
+
+def _largest_caps(key: str, profile: str) -> tuple[int, int]:
+    """The most training and held-out rows any model's cell of ``profile`` reads from task ``key``."""
+    from gradeff.hparams import hparams_for
+    from gradeff.models import MODELS
+
+    sizes = [hparams_for(model, profile, dataset=key) for model in MODELS]
+    return max(hp.train_samples for hp in sizes), max(hp.heldout_samples for hp in sizes)
+
+
+def _where(source: DataSource, cache_root: Path, split: str) -> str:
+    return f"{source.key}={_resolve_path(source, cache_root)}, the {split!r} split"
+
+
+def _folder(source: DataSource, cache_root: Path) -> Path:
+    """Where relative image paths of a source are looked for: its folder, or the folder of its one file."""
+    path = _resolve_path(source, cache_root)
+    return path if path.is_dir() else path.parent
 
 
 # ---------------------------------------------------------------------------------------------- preparation
@@ -372,29 +406,35 @@ def _cache_key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def _to_uint8_images(images, size: int):
-    """Images (PIL, arrays) → ``(N, 3, size, size)`` uint8, resized with antialiased bilinear interpolation."""
+def _to_uint8(image, size: int):
+    """An image (PIL, array) → ``(3, size, size)`` uint8, resized with antialiased bilinear interpolation."""
     import numpy as np
     import torch
     import torch.nn.functional as F
 
-    out = torch.empty((len(images), 3, size, size), dtype=torch.uint8)
-    for i, image in enumerate(images):
-        if hasattr(image, "convert"):
-            array = np.asarray(image.convert("RGB"))
-        else:
-            array = np.asarray(image)
-            if array.ndim == 2:
-                array = np.repeat(array[..., None], 3, axis=2)
-            elif array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3):
-                array = array.transpose(1, 2, 0)
-            if array.shape[2] == 1:
-                array = np.repeat(array, 3, axis=2)
-        pixels = torch.tensor(array).permute(2, 0, 1).float()[None]
-        if pixels.shape[-2:] != (size, size):
-            pixels = F.interpolate(pixels, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-        out[i] = pixels[0].round().clamp(0, 255).to(torch.uint8)
-    return out
+    if hasattr(image, "convert"):
+        array = np.asarray(image.convert("RGB"))
+    else:
+        array = np.asarray(image)
+        if array.ndim == 2:
+            array = np.repeat(array[..., None], 3, axis=2)
+        elif array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3):
+            array = array.transpose(1, 2, 0)
+        if array.shape[2] == 1:
+            array = np.repeat(array, 3, axis=2)
+    pixels = torch.tensor(array).permute(2, 0, 1).float()[None]
+    if pixels.shape[-2:] != (size, size):
+        pixels = F.interpolate(pixels, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return pixels[0].round().clamp(0, 255).to(torch.uint8)
+
+
+def _to_uint8_images(cells: list, size: int, *, where: str, folder: Path | None = None):
+    """An image column's cells (see :func:`undecoded_column`) → ``(N, 3, size, size)`` uint8; a cell that does
+    not decode raises :class:`BadImage` naming its row and file."""
+    import torch
+
+    images = decode_images(cells, where=where, folder=folder, convert=lambda image: _to_uint8(image, size))
+    return torch.stack(images) if images else torch.empty((0, 3, size, size), dtype=torch.uint8)
 
 
 def _multi_hot(train, heldout, column: str):
@@ -534,7 +574,10 @@ def _prepare(source: DataSource, *, image_size, seq_len, caption_len, vocab_size
     splits: dict[str, dict] = {"train": {}, "heldout": {}}
     if "image" in columns:
         for name, split in (("train", train), ("heldout", heldout)):
-            splits[name]["pixel_values"] = _to_uint8_images(split[columns["image"]], image_size)
+            splits[name]["pixel_values"] = _to_uint8_images(
+                undecoded_column(split, columns["image"]), image_size,
+                where=_where(source, cache_root, "held-out" if name == "heldout" else name),
+                folder=_folder(source, cache_root))
         info["image_size"] = image_size
     if kind == "image_classification":
         train_labels, heldout_labels, names = _label_ids(train, heldout, columns["label"])
