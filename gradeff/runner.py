@@ -13,6 +13,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
@@ -70,6 +71,7 @@ class RunConfig:
         data: local real datasets (``--gradeff-data KEY=PATH``) that replace or fill the tasks they name.
         world_size: how many processes a sharded strategy's cell trains across (``--gradeff-world-size``).
         rank: this process's rank inside a sharded cell (set by :mod:`gradeff.distributed`); ``None`` elsewhere.
+        threads: torch's intra-op threads while the cell is built and trained (``None``: the process's own).
     """
 
     profile: str = "tiny"
@@ -91,6 +93,7 @@ class RunConfig:
     data: tuple = ()
     world_size: int = 2
     rank: int | None = None
+    threads: int | None = None
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -263,13 +266,33 @@ def build_cell(cell: Cell, config: RunConfig) -> Built:
     hp, method_hp = _cell_hparams(cell, config)
     torch.set_flush_denormal(True)  # as while training: a pretraining run on the way sees the same arithmetic
     try:
-        hp = _cell_data(cell, config, hp)[1]
-        _build_into(built, cell, config, hp, method_hp, device)
+        with intra_op_threads(config.threads):
+            hp = _cell_data(cell, config, hp)[1]
+            _build_into(built, cell, config, hp, method_hp, device)
     except (Exception, KeyboardInterrupt) as exc:
         built.error = exc
     finally:
         torch.set_flush_denormal(False)
     return built
+
+
+@contextmanager
+def intra_op_threads(threads: int | None):
+    """torch's intra-op thread count set to ``threads`` inside the block (``None``: left alone), then restored.
+
+    The thread count decides how a kernel splits its float sums, hence the last bits of every loss: a cell that
+    took its count from the machine or from how pytest was started (serial, ``-n 2``) would not repeat its own
+    numbers. The record's environment says the count the cell ran with.
+    """
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def release(device: torch.device | str) -> None:
@@ -450,7 +473,8 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
     """One training of a cell (the body of :func:`run_cell`)."""
     if STRATEGIES[cell.strategy].shards and config.rank is None and _cannot_run(cell, config) is None:
         # The cell's W processes each come back here with their rank set; this one gathers their records.
-        return run_sharded(cell, config)
+        with intra_op_threads(config.threads):
+            return run_sharded(cell, config)
     # Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token)
     # run 10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a
     # cell's time (a tiny DINOv2 step: 2.4 s with them, 0.1 s without). The flag is process-wide, so it is
@@ -458,7 +482,8 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
     # float laws) gets IEEE arithmetic.
     torch.set_flush_denormal(True)
     try:
-        return _train_once(cell, config, timer=timer, built=built, metering=metering)
+        with intra_op_threads(config.threads):
+            return _train_once(cell, config, timer=timer, built=built, metering=metering)
     finally:
         torch.set_flush_denormal(False)
 
