@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
-import tempfile
+import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
@@ -42,9 +42,15 @@ class OutputError(OSError):
 
 
 def _open_temporary(path: Path) -> tuple[TextIO, Path]:
-    """A new text file beside ``path`` (same folder, hence the same file system: the rename is atomic)."""
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    return os.fdopen(fd, "w", encoding="utf-8", newline=""), Path(name)
+    """A new text file beside ``path`` (same folder, hence the same file system: the rename is atomic), created
+    with the permissions a plain ``open`` would give (mkstemp's are owner-only, which a report must not get)."""
+    while True:
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            return os.fdopen(fd, "w", encoding="utf-8", newline=""), temporary
+        except FileExistsError:  # another writer's temporary file: draw another name
+            continue
 
 
 def write_with(path: str | os.PathLike[str], write: Callable[[TextIO], object]) -> Path:

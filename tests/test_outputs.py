@@ -58,6 +58,18 @@ def test_a_file_is_replaced_whole(tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["report.html"]
 
 
+def test_a_written_file_has_the_permissions_of_a_plain_open(tmp_path):
+    """The umask decides, as for open(): not the owner-only mode of a temporary file."""
+    umask = os.umask(0o022)
+    try:
+        write_text(tmp_path / "report.html", "x")
+        (tmp_path / "plain.html").write_text("x")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "report.html").stat().st_mode == (tmp_path / "plain.html").stat().st_mode
+    assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o644
+
+
 def test_a_writer_callback_gets_a_text_handle(tmp_path):
     """write_with hands the callback a handle opened without newline translation (what csv wants)."""
     target = tmp_path / "t.csv"
