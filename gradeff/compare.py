@@ -220,7 +220,7 @@ def _judgement(primary: CellRecord, runs: list[CellRecord], current: CellRecord,
 
 def _same_experiment(primary: CellRecord, run: CellRecord) -> list[str]:
     """Why a perturbation run is not the baseline record's experiment with another summation order."""
-    problems = _differences(primary, run)[0]
+    problems = [problem.replace(" (current)", " (perturbation run)") for problem in _differences(primary, run)[0]]
     if run.code_version != primary.code_version:
         problems.append(f"code_version differs: {primary.code_version} (baseline) vs {run.code_version} "
                         "(perturbation run)")
@@ -466,7 +466,7 @@ def read_cells(path: str | Path) -> list[str]:
 def _parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser = parser_class(
         prog="gradeff compare", description="Compare two gradeff results files cell by cell and metric by metric; "
-        "exit 0 without regression, 1 with one, 2 on unusable input.")
+        "exit 0 without regression, 1 with one, 2 on unusable input, 74 when --output could not be written.")
     parser.add_argument("baseline", type=Path, help="results file of the reference run (JSON lines)")
     parser.add_argument("current", type=Path, help="results file of the run to judge")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table (CI logs, PR comments)")
@@ -496,7 +496,7 @@ def _parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParse
                              "<stem>.perturbed.jsonl where it exists)")
     parser.add_argument("--band-factor", type=float, default=Band().factor, metavar="K",
                         help=f"band on another numerics environment: K times the largest change a perturbation run "
-                             f"made to the cell's losses (default {Band().factor:g})")
+                             f"made to the losses of a cell of the same optimizer (default {Band().factor:g})")
     parser.add_argument("--band-floor", type=float, default=Band().floor, metavar="RTOL",
                         help=f"the band's smallest relative tolerance (default {Band().floor:g})")
     parser.add_argument("--rule", action="append", default=[], metavar="METRIC:KEY=VALUE",

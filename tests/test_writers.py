@@ -56,7 +56,8 @@ def test_gradeff_report_on_a_full_disk_exits_74_in_one_line(tmp_path, monkeypatc
 def test_gradeff_report_refuses_to_write_over_its_input(tmp_path, capsys, results):
     before = results.read_text()
     assert cli_main(["report", str(results), "-o", str(results)]) == 2
-    assert f"-o and results file 1 are both {results}: the report would overwrite the records" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"-o and results file 1 are both {results}: the report would overwrite the records" in err
     assert results.read_text() == before
 
 

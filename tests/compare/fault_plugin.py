@@ -40,11 +40,8 @@ def inject(fault: str) -> None:
 
         def summed_micro_batches(*args, **kwargs):
             state = prepare_state(*args, **kwargs)
-            k = state.micro_batches_per_step
-            if k > 1:
-                for parameter in state.model.parameters():
-                    if parameter.requires_grad:
-                        parameter.register_hook(lambda grad, k=k: grad * k)
+            if state.micro_batches_per_step > 1:
+                _sum_gradients(state.optimizer, state.micro_batches_per_step)
             return state
 
         runner.prepare_state = summed_micro_batches
@@ -52,6 +49,25 @@ def inject(fault: str) -> None:
         import gradeff.strategies.prepare as prepare
 
         prepare.enable_checkpointing = lambda model: None
+
+
+def _sum_gradients(optimizer, k: int) -> None:
+    """Every closure the optimizer calls leaves k times the right gradients (scaled in place: no tensor is
+    allocated, so the memory figures do not move)."""
+    step = optimizer.step
+
+    def summed_step(closure):
+        def summed():
+            loss = closure()
+            for group in optimizer.param_groups:
+                for parameter in group["params"]:
+                    if parameter.grad is not None:
+                        parameter.grad.mul_(k)
+            return loss
+
+        return step(summed)
+
+    optimizer.step = summed_step
 
 
 def pytest_configure(config) -> None:
