@@ -132,6 +132,7 @@ HPARAMS: dict[tuple[str, str], HParams] = {
     for profile, sizes in (("tiny", _TINY_FINE_TUNE), ("small", _SMALL_FINE_TUNE), ("paper", _PAPER_FINE_TUNE))
 }
 
+_TINY_REAL = dict(batch_size=8, eval_every=0)
 # A dataset's own sizes, which replace the model's where the cell trains on that dataset.
 DATASET_HPARAMS: dict[tuple[str, str], dict] = {
     ("cifar100", "tiny"): dict(num_classes=100),
@@ -148,12 +149,13 @@ DATASET_HPARAMS: dict[tuple[str, str], dict] = {
     # (vit on 512 digits, ~1 s; llm on 256 windows of help text), all the data at the larger profiles.
     # Real data's test and validation splits are its own or carved out (gradeff.data.real), these sizes caps; its
     # cells are evaluated at the epochs' ends. digits: 1,797 rows → 1,293 to train on after the two carve-outs.
-    ("digits", "tiny"): dict(num_classes=10, train_samples=512, heldout_samples=256, eval_every=0),
+    # At tiny, batches of 8 as before the main tasks grew: a local dataset may hold only a few dozen rows.
+    ("digits", "tiny"): dict(num_classes=10, train_samples=512, heldout_samples=256, **_TINY_REAL),
     ("digits", "small"): dict(num_classes=10, train_samples=1_280, heldout_samples=360, eval_every=0),
     ("digits", "paper"): dict(num_classes=10, train_samples=1_280, heldout_samples=360, eval_every=0),
-    ("pydoc", "tiny"): dict(train_samples=256, heldout_samples=64, eval_every=0),
+    ("pydoc", "tiny"): dict(train_samples=256, heldout_samples=64, **_TINY_REAL),
     ("pydoc", "small"): dict(train_samples=1_024, heldout_samples=256, eval_every=0),
-}
+} | {(key, "tiny"): dict(_TINY_REAL) for key in ("images", "text", "mmimdb", "mmimdb_genres")}
 
 
 def _task_default(task: str, profile: str) -> HParams:

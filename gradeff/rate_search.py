@@ -38,6 +38,8 @@ class SearchSettings:
             (``gradeff.hparams.LR_CENTRES``).
         widen: at most this many rates added beyond the grid's edges (one at a time, past the edge the best sits on).
         epochs: epochs per trial (``None``: the profile's).
+        train_samples: training samples per epoch of a trial, at most (``None``: the profile's): with ``epochs``,
+            what bounds a search at a profile whose cells cost minutes.
         cache_dir: the pretrained-backbone cache the trials read.
     """
 
@@ -47,6 +49,7 @@ class SearchSettings:
     spread: float = 2.0
     widen: int = 4
     epochs: int | None = None
+    train_samples: int | None = None
     cache_dir: str | None = None
 
     def __post_init__(self):
@@ -69,6 +72,7 @@ def _trial_loss(cell: Cell, settings: SearchSettings, lr: float, seed: int) -> f
 
     record = run_cell(cell, RunConfig(profile=settings.profile, seed=seed, epochs=settings.epochs, device="cpu",
                                       cache_dir=settings.cache_dir, lr=lr, trial=True,
+                                      train_samples=settings.train_samples,
                                       lr_source="a tuning trial's rate (scripts/tune_rates.py)"))
     return record.summary.final_validation_loss if record.status == "ok" else None
 
@@ -128,6 +132,7 @@ def search_cells(cells: Sequence[Cell], settings: SearchSettings, *, workers: in
         "profile": settings.profile, "seeds": list(settings.seeds), "points": settings.points,
         "spread_decades": settings.spread, "widen": settings.widen,
         "epochs": settings.epochs if settings.epochs is not None else "the profile's",
+        "train_samples": settings.train_samples if settings.train_samples is not None else "the profile's",
         "scored_on": "final validation loss, mean over the seeds (the test split is never read)",
         "budget": {"cells": len(rows), "trials": trials, "cpu_seconds": round(sum(cpu for _, cpu in results), 1),
                    "wall_seconds": round(time.perf_counter() - started, 1), "workers": workers,

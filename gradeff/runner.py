@@ -71,6 +71,8 @@ class RunConfig:
         lr_source: where ``lr`` came from, for the record.
         trial: a tuning trial: the cell trains and evaluates its validation split only; the test split is never
             read, and nothing else is measured (no memory step, no inference cost).
+        train_samples: at most this many training samples an epoch (whole steps under every strategy): a search
+            that bounds its budget (``scripts/tune_rates.py --train-samples``); ``None``: the profile's.
         isolate: train each cell in a fresh process of its own, so its RSS peak is its own.
         process: ``isolated`` in such a process, ``shared`` otherwise (recorded with the environment).
         data: local real datasets (``--gradeff-data KEY=PATH``) that replace or fill the tasks they name.
@@ -95,6 +97,7 @@ class RunConfig:
     lr: float | None = None
     lr_source: str = ""
     trial: bool = False
+    train_samples: int | None = None
     isolate: bool = False
     process: str = "shared"
     data: tuple = ()
@@ -239,6 +242,9 @@ def _cell_hparams(cell: Cell, config: RunConfig) -> tuple[HParams, MethodHParams
     scale is 1 (a tuned rate was tuned with the method in place).
     """
     hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
+    if config.train_samples is not None:
+        step = hp.batch_size * hp.accum_steps
+        hp = replace(hp, train_samples=max(step, min(hp.train_samples, config.train_samples) // step * step))
     method_hp = method_hparams_for(cell.method, cell.model, config.profile)
     if config.lr is not None:
         rate = RateChoice(lr=config.lr, source=config.lr_source or "a tuning trial's rate", replaces=True)

@@ -12,8 +12,8 @@ rows of the same cells (``gradeff/tuned_rates.json``, or ``--table``); the searc
 seeds, grid, epochs, budget in trials and CPU seconds, code version, date) goes beside them.
 
 Budget: cells × seeds × (points + the widening actually used) trials of the profile's epochs, each a cell's
-training plus one validation pass per epoch; ``--epochs`` bounds it where a profile's epochs cost too much (the
-row then says so). ``--workers`` trials run side by side, one core each. Exits 1 if a chosen rate is still at the
+training and one validation pass; ``--epochs`` and ``--train-samples`` bound it where a profile's cells cost
+too much (the search's provenance then says so). ``--workers`` trials run side by side, one core each. Exits 1 if a chosen rate is still at the
 edge of the rates tried (widen further, or accept it knowingly), 0 otherwise.
 """
 
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spread", type=float, default=2.0, help="decades the first grid spans (default 2)")
     parser.add_argument("--widen", type=int, default=4, help="rates the search may add past an edge (default 4)")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per trial (default: the profile's)")
+    parser.add_argument("--train-samples", type=int, default=None,
+                        help="training samples per epoch of a trial, at most (default: the profile's)")
     parser.add_argument("--workers", type=int, default=2, help="trials side by side, one core each (default 2)")
     parser.add_argument("--cache", default=None, help="pretrained-backbone cache (default $GRADEFF_CACHE)")
     parser.add_argument("--table", default=str(TABLE_PATH), help=f"the table to update (default {TABLE_PATH})")
@@ -56,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                  if (keys := _keys(getattr(args, axis))) is not None}
     todo = tunable_cells(c for c in cells(args.grid, **selection) if c.strategy == strategy)
     settings = SearchSettings(profile=args.profile, seeds=seeds, points=args.points, spread=args.spread,
-                              widen=args.widen, epochs=args.epochs, cache_dir=args.cache)
+                              widen=args.widen, epochs=args.epochs, train_samples=args.train_samples,
+                              cache_dir=args.cache)
     command = shlex.join(["scripts/tune_rates.py", *(argv if argv is not None else sys.argv[1:])])
     print(f"searching {len(todo)} cells at {args.profile}: seeds {seeds}, {args.points} rates over {args.spread} "
           f"decades, widening up to {args.widen}", flush=True)
