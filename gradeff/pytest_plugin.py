@@ -68,8 +68,8 @@ def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
         if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
                 and record.seed in seeds and record.code_version == version
                 and record.hparams.get("precision", "fp32") == precision
-                # Records older than the protocols trained at the shared rate.
-                and record.hparams.get("protocol", "shared") == protocol
+                # The same code version writes the protocol: a record without one (made by hand) is not told apart.
+                and record.hparams.get("protocol", protocol) == protocol
                 # A sharded cell's record settles it only for the same number of processes.
                 and record.hparams.get("world_size", world_size) == world_size
                 and record.hparams.get("epochs")

@@ -115,30 +115,32 @@ def test_masked_posterior_matches_brute_force():
     assert np.all(got[~masked[0]] == 1.0)
 
 
-def test_masked_lm_masks_about_15_percent():
-    """15 % of positions (plus one guaranteed per sequence) are [MASK] and are the only targets."""
+def test_masked_lm_masks_about_30_percent():
+    """30 % of positions (ModernBERT's rate; plus one guaranteed per sequence) are [MASK] and are the only targets."""
     hp = hparams_for("modernbert", "small")
     data = make_dataset("masked_lm", hp, 0)
     ids, labels = data.tensors["input_ids"], data.tensors["labels"]
     is_mask = ids == SPECIAL_TOKENS["mask"]
+    assert TASKS["masked_lm"].options["mask_prob"] == 0.3
     assert torch.equal(is_mask, labels != IGNORE_INDEX)
-    assert 0.14 < is_mask.float().mean() < 0.17
+    assert 0.29 < is_mask.float().mean() < 0.32
     assert torch.equal(data.targets, is_mask.sum(dim=1))
 
 
 def test_caption_first_token_names_the_class():
-    """Captions of the same class start with the same token, different classes differently."""
+    """Captions of the same class start with the same token, different classes differently: the images' average
+    block (which motifs they show, wherever they sit) names the first token far above chance (1 in 10)."""
     hp = hparams_for("vlm", "tiny")
     data = make_dataset("image_captioning", hp, 0)
     first = data.tensors["input_ids"][:, 1]
     assert data.tensors["labels"][:, 0].eq(IGNORE_INDEX).all()
     images = data.tensors["pixel_values"]
-    # Same first token ⇔ same template: images of one first token are closer to their own mean.
+    blocks = images.reshape(len(images), 3, 4, 8, 4, 8).mean(dim=(2, 4)).flatten(1)
     tokens = first.unique()
-    assert len(tokens) > 1
-    means = torch.stack([images[first == t].mean(0) for t in tokens])
-    nearest = torch.cdist(images.flatten(1), means.flatten(1)).argmin(1)
-    assert (tokens[nearest] == first).float().mean() > 0.9
+    assert len(tokens) == hp.num_classes
+    means = torch.stack([blocks[first == t].mean(0) for t in tokens])
+    nearest = torch.cdist(blocks, means).argmin(1)
+    assert (tokens[nearest] == first).float().mean() > 0.6
 
 
 def test_task_needs_its_hyperparameters():
