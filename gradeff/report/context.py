@@ -101,7 +101,8 @@ def _flat(prefix: str, value: object, out: dict[str, object]) -> None:
 def _hparams(record: CellRecord) -> dict[str, object]:
     out: dict[str, object] = {}
     if isinstance(record.hparams, Mapping):
-        _flat("", record.hparams, out)
+        # Where each rate came from is a sentence per cell (the summary tallies it), not a setting to tabulate.
+        _flat("", {k: v for k, v in record.hparams.items() if k != "lr_source"}, out)
     return out
 
 

@@ -323,3 +323,25 @@ def test_short_text_rows_still_fill_the_windows(tmp_path):
     data = load_real(DataSource(key="text", path=str(path)), kind="causal_lm", seq_len=16, vocab_size=300,
                      train_cap=12, heldout_cap=4, cache_root=tmp_path)
     assert (len(data), len(data.heldout)) == (12, 4)
+
+
+def test_real_data_has_three_disjoint_splits(tmp_path):
+    """Own test and validation splits are taken as they are; without them, fixed carve-outs of the training rows
+    (20 % test, then 10 % of the rest validation), disjoint from what is trained on and the same every time."""
+    rows = {"text": [f"row {i}" for i in range(100)]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows),
+                          "validation": datasets.Dataset.from_dict({"text": ["v1", "v2"]}),
+                          "test": datasets.Dataset.from_dict({"text": ["t1"]})}).save_to_disk(str(tmp_path / "own"))
+    train, test, validation, _, notes = real.open_splits(DataSource(key="text", path=str(tmp_path / "own")), tmp_path)
+    assert (len(train), test["text"], validation["text"]) == (100, ["t1"], ["v1", "v2"])
+    assert notes == {"heldout_split": "the dataset's own 'test' split",
+                     "validation_split": "the dataset's own 'validation' split"}
+    datasets.Dataset.from_dict(rows).to_parquet(str(tmp_path / "bare.parquet"))
+    source = DataSource(key="text", path=str(tmp_path / "bare.parquet"))
+    train, test, validation, _, notes = real.open_splits(source, tmp_path)
+    assert (len(train), len(test), len(validation)) == (72, 20, 8)
+    split_rows = [set(split["text"]) for split in (train, test, validation)]
+    assert set.union(*split_rows) == set(rows["text"]) and sum(map(len, split_rows)) == 100
+    assert notes["validation_split"].startswith("10% of the training rows held out")
+    again = real.open_splits(source, tmp_path)
+    assert again[2]["text"] == validation["text"] and again[1]["text"] == test["text"]
