@@ -22,6 +22,7 @@ from gradeff.grid import AXES, PLURALS, axis_registry
 from gradeff.hparams import MEMORY_MARGIN
 from gradeff.models import MODELS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
+from gradeff.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
 __all__ = ["DEFAULT_RESULTS", "MAX_SEED", "Settings", "add_options", "default_threads", "parse_seeds", "read_settings"]
 
@@ -162,9 +163,14 @@ def add_options(parser: pytest.Parser) -> None:
                          "fine-tuning study's backbones start from the suite's own cached pretraining")
     group.addoption("--gradeff-cache", default=None, metavar="DIR",
                     help="folder of the pretrained-backbone cache (default $GRADEFF_CACHE, else ~/.cache/gradeff)")
+    group.addoption("--gradeff-protocol", choices=PROTOCOLS, default=DEFAULT_PROTOCOL,
+                    help="where each cell's learning rate comes from: tuned (default; per optimizer and method, from "
+                         "the committed table scripts/tune_rates.py produced on the validation split) or shared (the "
+                         "papers' protocol: one rate per model, the PEFT paper's fixed rates)")
     group.addoption("--gradeff-tune", choices=("lr",), default=None,
                     help="search each cell's learning rate on a log grid around its optimizer's own centre and keep "
-                         "the best final held-out loss (fair comparison of optimizers; the search's cost is recorded)")
+                         "the best final validation loss (the test split is never read by the search; its trials, "
+                         "cost and whether the choice sits at the grid's edge are recorded)")
     group.addoption("--gradeff-tune-points", type=_positive_int, default=5, metavar="N",
                     help="learning rates the search tries, besides the profile's shared one (default 5)")
     group.addoption("--gradeff-isolate", action="store_true",
@@ -225,6 +231,7 @@ class Settings:
     resume: bool
     tune: str | None = None
     tune_points: int = 5
+    protocol: str = DEFAULT_PROTOCOL
     isolate: bool = False
     data: tuple = ()
     session: str = ""
@@ -464,6 +471,7 @@ def read_settings(config: pytest.Config) -> Settings:
         report=_report(config.getoption("gradeff_report")), baseline=baseline,
         compare_args=_compare_args(config.getoption("gradeff_compare_args"), baseline),
         resume=config.getoption("gradeff_resume"), tune=config.getoption("gradeff_tune"),
-        tune_points=config.getoption("gradeff_tune_points"), isolate=config.getoption("gradeff_isolate"),
+        tune_points=config.getoption("gradeff_tune_points"), protocol=config.getoption("gradeff_protocol"),
+        isolate=config.getoption("gradeff_isolate"),
         data=_data_sources(config),
     )

@@ -53,8 +53,9 @@ def pytest_addhooks(pluginmanager) -> None:
 
 def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
                    epochs: int | None, precision: str = "fp32",
-                   world_size: int | None = None) -> dict[tuple[str, int], str]:
-    """``(cell id, seed)`` pairs with a final record for this profile, epoch count and code version → status."""
+                   world_size: int | None = None, protocol: str = "tuned") -> dict[tuple[str, int], str]:
+    """``(cell id, seed)`` pairs with a final record for this profile, epoch count, protocol and code version →
+    status."""
     from gradeff.environment import code_version
     from gradeff.hparams import hparams_for
 
@@ -67,6 +68,8 @@ def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
         if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
                 and record.seed in seeds and record.code_version == version
                 and record.hparams.get("precision", "fp32") == precision
+                # The same code version writes the protocol: a record without one (made by hand) is not told apart.
+                and record.hparams.get("protocol", protocol) == protocol
                 # A sharded cell's record settles it only for the same number of processes.
                 and record.hparams.get("world_size", world_size) == world_size
                 and record.hparams.get("epochs")
@@ -143,7 +146,8 @@ def pytest_configure(config: pytest.Config) -> None:
     settled = _settled_cells(settings.results, profile=settings.profile, seeds=settings.seeds,
                              epochs=settings.epochs,
                              precision=config.getoption("gradeff_precision"),
-                             world_size=read_world_size(config)) if settings.resume else {}
+                             world_size=read_world_size(config),
+                             protocol=settings.protocol) if settings.resume else {}
     config.stash[_CONFIG] = dataclasses.replace(settings, session=session, settled=settled)
     from gradeff.shard import read_shard
 
@@ -261,8 +265,8 @@ def run_config(config: pytest.Config, seed: int):
                                          peak_tflops=config.getoption("gradeff_peak_tflops")),
                     memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
                     weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
-                    tune_points=settings.tune_points, isolate=settings.isolate, data=settings.data,
-                    threads=settings.threads)
+                    tune_points=settings.tune_points, protocol=settings.protocol, isolate=settings.isolate,
+                    data=settings.data, threads=settings.threads)
     return dataclasses.replace(run, precision=config.stash[_PRECISION], world_size=config.stash[_WORLD_SIZE])
 
 

@@ -72,6 +72,7 @@ def build_view(
     Returns:
         The view model, ready for :func:`render_html`.
     """
+    records = list(records)
     runs_kept, superseded = analysis.latest_records(records)
     runs_kept = analysis.sort_records(runs_kept)
     runs = analysis.runs_by_cell(runs_kept)
@@ -93,8 +94,9 @@ def build_view(
         model_views.append(ModelView(
             key=model, name=name, slug=slug,
             summary=f"{len(group)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
-            tables=tuple(tables.grid_table(slug, name, METRICS[k], group, optimizers_of[model], strategies, runs)
-                         for k in tables.grid_metrics_for(group)),
+            tables=(*(tables.grid_table(slug, name, METRICS[k], group, optimizers_of[model], strategies, runs)
+                      for k in tables.grid_metrics_for(group)),
+                    tables.target_table(slug, group, optimizers_of[model], strategies)),
             curves=figures.loss_curves_figure(slug, name, group, optimizers, strategies),
             pareto=pareto, pareto_cells=front, memory=figures.memory_figure(slug, name, group)))
     recommended, wins = tables.recommendation_table(models, main_runs)
@@ -107,6 +109,7 @@ def build_view(
         notices=_notices(kept, superseded, skipped_lines, runs_kept),
         recommendations=recommended, wins=wins,
         best_loss=tables.best_loss_table(models, groups), best=tables.best_table(models, groups),
+        protocols=tables.protocol_tables(records),
         ratios=tables.ratio_tables(models, optimizers, main),
         models=tuple(model_views),
         heatmap=figures.heatmap_figure(models, groups, optimizers_of, strategies),

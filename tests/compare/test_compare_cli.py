@@ -270,7 +270,7 @@ def test_python_dash_m_runs_the_gate(files):
     assert done.returncode == 1 and "ok → oom" in done.stdout
 
 
-SLEEP_PER_FORWARD_S = 0.1  # × 8 forward passes per tiny llm epoch: +0.8 s on ≈ 0.1 s epochs
+SLEEP_PER_FORWARD_S = 0.1  # × 24 forward passes per tiny llm epoch: +2.4 s on ≈ 0.5 s epochs
 
 
 @pytest.fixture

@@ -387,3 +387,25 @@ def test_a_corrupt_image_in_an_imagefolder_stops_the_session_before_any_cell(pyt
     message = "\n".join(outcome.errlines + outcome.outlines)
     assert f"--gradeff-data images={tmp_path / 'folder'}: images=" in message
     assert "row " in message and f"(file {bad}): cannot decode the image" in message
+
+
+def test_real_data_has_three_disjoint_splits(tmp_path):
+    """Own test and validation splits are taken as they are; without them, fixed carve-outs of the training rows
+    (20 % test, then 10 % of the rest validation), disjoint from what is trained on and the same every time."""
+    rows = {"text": [f"row {i}" for i in range(100)]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows),
+                          "validation": datasets.Dataset.from_dict({"text": ["v1", "v2"]}),
+                          "test": datasets.Dataset.from_dict({"text": ["t1"]})}).save_to_disk(str(tmp_path / "own"))
+    train, test, validation, _, notes = real.open_splits(DataSource(key="text", path=str(tmp_path / "own")), tmp_path)
+    assert (len(train), test["text"], validation["text"]) == (100, ["t1"], ["v1", "v2"])
+    assert notes == {"heldout_split": "the dataset's own 'test' split",
+                     "validation_split": "the dataset's own 'validation' split"}
+    datasets.Dataset.from_dict(rows).to_parquet(str(tmp_path / "bare.parquet"))
+    source = DataSource(key="text", path=str(tmp_path / "bare.parquet"))
+    train, test, validation, _, notes = real.open_splits(source, tmp_path)
+    assert (len(train), len(test), len(validation)) == (72, 20, 8)
+    split_rows = [set(split["text"]) for split in (train, test, validation)]
+    assert set.union(*split_rows) == set(rows["text"]) and sum(map(len, split_rows)) == 100
+    assert notes["validation_split"].startswith("10% of the training rows held out")
+    again = real.open_splits(source, tmp_path)
+    assert again[2]["text"] == validation["text"] and again[1]["text"] == test["text"]
