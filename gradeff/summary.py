@@ -82,7 +82,8 @@ def _accuracy_row(r: CellRecord, name: str) -> str:
     bayes = r.task.get("bayes_accuracy") if isinstance(r.task, dict) else None
     trained = f"{_count(parameters.get('trainable'))}/{_count(parameters.get('total'))}"
     return (f"{name:<34} {r.status:<7} {_fmt(accuracy, '.1f'):>6} {_fmt(bayes and 100 * bayes, '.1f'):>6} "
-            f"{_fmt(metrics.metric_value(r, 'test_loss'), '.3f'):>7} {trained:>15} {_fmt(_mib(_train_memory(r)), '.2f'):>8} "
+            f"{_fmt(metrics.metric_value(r, 'test_loss'), '.3f'):>7} {trained:>15} "
+            f"{_fmt(_mib(_train_memory(r)), '.2f'):>8} "
             f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {_fmt(_section(r, 'energy').get('joules'), '.1f'):>7}")
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gradeff.analysis import naming, scope
-from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, Metric, metric_value
+from gradeff.analysis.metrics import ANSWER_OBJECTIVES, Metric, metric_value
 from gradeff.analysis.pairing import IDENTICAL, SINGLE_DRAW, TIE, WINNER
 from gradeff.analysis.runs import CellRuns, canonical
 from gradeff.analysis.verdicts import Verdict, verdicts
@@ -158,7 +158,8 @@ def _group_text(group: Sequence[str], labels: Mapping[str, str]) -> str:
 
 
 def verdict_text(verdict: Verdict, labels: Mapping[str, str]) -> str:
-    """One verdict in words: ``adam/standard 2.31 ± 0.04 (n=3)``, ``tie: ...``, ``... (single draw)``, or ``n/a: why``."""
+    """One verdict in words: ``adam/standard 2.31 ± 0.04 (n=3)``, ``tie between ...``, ``... (single draw)``, or
+    ``n/a: why``."""
     ranking, metric = verdict.ranking, verdict.metric
     if ranking is None or metric is None:
         return f"{NA}: {verdict.reason}"

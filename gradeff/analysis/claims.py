@@ -630,7 +630,8 @@ def _llm_loss_scale(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
                                       "run that has not diverged does not"), 0
 
 
-CLAIMS = CLAIMS + tuple(Claim(study="main", grids=("main",), key=key, claim=claim, check=check) for key, claim, check in (
+CLAIMS = CLAIMS + tuple(Claim(study="main", grids=("main",), key=key, claim=claim, check=check)
+                        for key, claim, check in (
     ("accum_lowest_loss", "gradient accumulation gives the lowest or near-lowest loss on every model",
      _accum_lowest_loss),
     ("accum_time", "accumulation reduces time (ViT −23 % for adaptive optimizers, ModernBERT −11…−20 %)", _accum_time),

@@ -10,7 +10,7 @@ read and comparisons pair seeds, and a missing measurement is ``None`` (never 0)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gradeff import analysis

@@ -3,7 +3,8 @@
 Everything the page shows is decided in Python: which cells, in which order, which one is best,
 how each number reads (units, ``n/a``, "diverged at step 37"). The page is a function of the set of
 records (their order does not matter), opens with the Answer (:mod:`gradeff.report.answer`, the same
-verdict lines as the terminal summary), and each section reads its own study's records only. This module assembles the view
+verdict lines as the terminal summary), and each section reads its own study's records only. This module assembles
+the view
 (:mod:`gradeff.report.view`) from the tables (:mod:`gradeff.report.tables`), figures
 (:mod:`gradeff.report.figures`), context (:mod:`gradeff.report.context`) and the sections of the
 PEFT study (:mod:`gradeff.report.peft`, :mod:`gradeff.report.inference`), the memory study

@@ -22,8 +22,8 @@ from gradeff.formatting import as_number, format_loss, format_percent, format_va
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.report import plots
-from gradeff.report.view import FigureView, config_label, display_name, first_word, short_label, status_text
-from gradeff.results import FAILED_STATUSES, CellRecord
+from gradeff.report.view import FigureView, config_label, display_name, first_word, short_label
+from gradeff.results import FAILED_STATUSES
 
 __all__ = ["accuracy_curves_figure", "heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure",
            "tradeoff_figure"]
@@ -219,7 +219,8 @@ def accuracy_curves_figure(groups: Mapping[tuple[str, str], Mapping[str, CellRun
                 record = cell_runs.first
                 if record.strategy != strategy:
                     continue
-                points = cell_runs.mean_series(lambda e: None if e.heldout_accuracy is None else 100 * e.heldout_accuracy)
+                points = cell_runs.mean_series(
+                    lambda e: None if e.heldout_accuracy is None else 100 * e.heldout_accuracy)
                 if not points:
                     undrawn.append(f"{record.cell} ({cell_runs.status})")
                     continue

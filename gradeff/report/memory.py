@@ -198,7 +198,8 @@ def _table(slug: str, title: str, runs: Mapping[str, CellRuns], reference: CellR
         id=f"{slug}-strategies", caption=f"{title}: every strategy's plan and measurements",
         header=TABLE_HEADER, rows=tuple(_row(r, reference) for r in runs.values()),
         note=(f"{reference_text} Figures are means over the seeds that ended ok (± 95 % half-width and n with "
-              "several); ratios are taken seed by seed. Live peak: tensors alive at once in one training step, exact on any device; n/a "
+              "several); ratios are taken seed by seed. Live peak: tensors alive at once in one training step, exact on "
+              "any device; n/a "
               "for compiled cells. Breakdown sum: parameters + gradients + optimizer state + activations saved for "
               "backward, the figure's memory. Predicted peak: the adaptive plan's prediction for the blocks it "
               "chose. Compile time is paid once before the first epoch and is not part of the time per epoch. "

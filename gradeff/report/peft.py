@@ -21,7 +21,7 @@ from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, qualit
 from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.analysis.verdicts import verdict
 from gradeff.data import TASKS
-from gradeff.formatting import NA, as_number, format_percent, format_ratio, format_seconds, format_value
+from gradeff.formatting import NA, as_number, format_percent, format_seconds
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.report import figures, inference

@@ -56,7 +56,8 @@ def resolve(key: str, records: Sequence[CellRecord]) -> Metric:
     return quality_metric(records) if key == "quality" else METRICS[key]
 
 
-def metric_cell(record: CellRecord | None, metric: Metric, best: float | None, *, best_title: str = "best of this model",
+def metric_cell(record: CellRecord | None, metric: Metric, best: float | None, *,
+                best_title: str = "best of this model",
                 text: Callable[[CellRecord, float], tuple[str, str]] | None = None) -> Cell:
     """One table cell of one record's metric: its value (best highlighted), a failed cell's status, or ``n/a``.
 
