@@ -244,9 +244,23 @@ def _cheap_methods(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
         energy_verdict = effect_verdict(energy, 20, 30, 10, wrong_sign=-1)
         energy_why = f"{energy_verdict} (20–30 % ± 10 points; more energy than full fine-tuning contradicts)"
     measured = (f"accuracy cost {accuracy.text('points')} over {len(costs)} cells"
-                + (f"; energy cut {energy.text()}" if energy is not None else "; energy n/a"))
+                + (f"; energy cut {energy.text()}" if energy is not None else "; energy n/a")
+                + _below_sanity(records, cheap + full))
     why = f"accuracy cost: {accuracy_verdict} (1–2 points ± 2); energy: {energy_why}"
     return measured, _combine(accuracy_verdict, energy_verdict), why, accuracy.n
+
+
+def _below_sanity(records: Sequence[CellRecord], tuned: Sequence[CellRecord]) -> str:
+    """``; not above the raw-pixel 1-NN baseline: ...`` for the fine-tuned cells that do not beat their dataset's
+    sanity baseline (where the records carry one): their accuracy says nothing about the method."""
+    from gradeff.analysis.answer import sanity_accuracy
+
+    behind = []
+    for cell, runs in by_cell(tuned).items():
+        baseline, mean = sanity_accuracy(records, runs.first.dataset), runs.mean("heldout_accuracy")
+        if baseline is not None and mean is not None and mean <= baseline:
+            behind.append(cell)
+    return f"; not above the raw-pixel 1-NN baseline: {', '.join(behind)}" if behind else ""
 
 
 def _adaptive_memory(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:

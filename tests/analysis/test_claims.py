@@ -96,6 +96,16 @@ def test_cheap_methods_reproduced_with_measured_energy():
     assert result.grids == ("peft",) and result.study == "peft"
 
 
+def test_cheap_methods_flag_cells_that_do_not_beat_the_sanity_baseline():
+    """A raw-pixel 1-NN accuracy on the dataset: fine-tuned cells at or below it are named."""
+    records = _cheap(75.0, 0.785, seeds=1)
+    baseline = _peft("vit_s-pixel_1nn-standard-cifar100", accuracy=0.79)
+    result = _claim([*records, baseline], "cheap_methods")
+    assert result.measured.endswith("; not above the raw-pixel 1-NN baseline: vit_s-qlora-standard-cifar100, "
+                                    "vit_s-bitfit-standard-cifar100, tinyvit-full-standard-cifar100")
+    assert "baseline" not in _claim(records, "cheap_methods").measured
+
+
 @pytest.mark.parametrize(("joules", "accuracy", "verdict"), [
     (98.0, 0.785, NOT_REPRODUCED),   # 2 % less energy: not the claimed cut
     (130.0, 0.785, CONTRADICTED),    # more energy than full fine-tuning
