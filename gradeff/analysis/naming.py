@@ -56,7 +56,7 @@ def what_ran(record: CellRecord) -> str:
     name = MODELS[record.model].name if record.model in MODELS else record.model
     if real_weights(record):
         return name
-    family = name.split(" ", 1)[0]
+    family = name.split(" ", 1)[0].removesuffix("-style")  # "Llama-3.2-1B-style decoder" → "Llama-3.2-1B"
     detail = provenance(record)
     return f"{family}-shaped" + (f", {detail}" if detail else "")
 

@@ -137,6 +137,6 @@ def test_names_say_what_ran():
     assert not naming.real_weights(run(weights={"source": "local", "real": False}))
     assert naming.real_weights(run(weights={"source": "pretrained", "real": True}))
     big = run(parameters={"total": 1.24e9}, weights={})
-    assert naming.what_ran(big) == "Llama-3.2-1B-style-shaped, 1240 M" and naming.weights_source(big) is None
+    assert naming.what_ran(big) == "Llama-3.2-1B-shaped, 1240 M" and naming.weights_source(big) is None
     assert naming.what_ran(run("mystery-adam-standard", grid="elsewhere", weights=[])) == "mystery-shaped"
     assert naming.group_title([]) == "" and naming.group_title([clip]).endswith("· CIFAR-100 (synthetic, 100 classes)")
