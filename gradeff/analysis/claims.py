@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gradeff.analysis import naming
@@ -668,12 +668,14 @@ def _seeds_text(seeds: int) -> str:
     return "" if seeds < 1 else SINGLE_DRAW if seeds == 1 else f"{seeds} seeds"
 
 
-def evaluate_claims(records: Iterable[CellRecord], *, study: str | None = None) -> list[ClaimResult]:
-    """Every claim (of one study, if given) checked against the records of its own grids.
+def evaluate_claims(records: Iterable[CellRecord], *, study: str | None = None,
+                    keys: Collection[str] | None = None) -> list[ClaimResult]:
+    """Every claim (of one study, or with one of the given keys) checked against the records of its own grids.
 
     Args:
         records: records of any studies, any number of seeds, in any order.
         study: only this study's claims.
+        keys: only the claims with these keys.
 
     Returns:
         One result per claim, in the order of :data:`CLAIMS`.
@@ -681,7 +683,7 @@ def evaluate_claims(records: Iterable[CellRecord], *, study: str | None = None) 
     records, _ = canonical(records)
     results = []
     for claim in CLAIMS:
-        if study is not None and claim.study != study:
+        if (study is not None and claim.study != study) or (keys is not None and claim.key not in keys):
             continue
         own = [r for r in records if r.grid in claim.grids]
         measured, verdict, why, seeds = claim.check(own)
