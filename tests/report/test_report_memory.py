@@ -341,7 +341,7 @@ def test_levels_with_the_same_adaptive_plan_are_one_entry(memory_record):
     cells = [memory_record("standard", peak=10 * MIB, seconds=1.0)]
     for percent, seconds in ((80, 1.20), (60, 1.21), (40, 1.19), (20, 1.22)):
         cells.append(memory_record(f"budget{percent}", peak=7 * MIB, activation=4 * MIB, seconds=seconds,
-                                   plan=adaptive_plan(percent / 100)))
+                                   joules=11.0, plan=adaptive_plan(percent / 100)))
     cells.append(memory_record("compile_budget80", peak=None, activation=5 * MIB, seconds=1.4,
                                plan=compiler_plan(0.8)))
     view = build_memory_view(cells)
