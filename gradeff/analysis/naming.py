@@ -16,6 +16,8 @@ from gradeff.results import CellRecord
 
 __all__ = ["group_title", "provenance", "real_weights", "weights_source", "what_ran"]
 
+# First words of a model name that name no model alone.
+_GENERIC = frozenset({"Vision"})
 _STARTS = {"random": "random init", "pretrained": "pretrained here on a synthetic task",
            "local": "weights from a local folder"}
 
@@ -56,7 +58,9 @@ def what_ran(record: CellRecord) -> str:
     name = MODELS[record.model].name if record.model in MODELS else record.model
     if real_weights(record):
         return name
-    family = name.split(" ", 1)[0].removesuffix("-style")  # "Llama-3.2-1B-style decoder" → "Llama-3.2-1B"
+    words = name.split(" ")
+    # The first word names the family ("CLIP ViT-B/16" → "CLIP"), unless it names none alone ("Vision Mamba").
+    family = " ".join(words[:2] if words[0] in _GENERIC and len(words) > 1 else words[:1]).removesuffix("-style")
     detail = provenance(record)
     return f"{family}-shaped" + (f", {detail}" if detail else "")
 

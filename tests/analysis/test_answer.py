@@ -139,4 +139,6 @@ def test_names_say_what_ran():
     big = run(parameters={"total": 1.24e9}, weights={})
     assert naming.what_ran(big) == "Llama-3.2-1B-shaped, 1240 M" and naming.weights_source(big) is None
     assert naming.what_ran(run("mystery-adam-standard", grid="elsewhere", weights=[])) == "mystery-shaped"
+    vim = run("vim_s-lora-standard-cifar100", grid="peft", weights={"source": "pretrained"}, parameters={})
+    assert naming.what_ran(vim) == "Vision Mamba-shaped, pretrained here on a synthetic task"
     assert naming.group_title([]) == "" and naming.group_title([clip]).endswith("· CIFAR-100 (synthetic, 100 classes)")
