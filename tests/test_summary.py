@@ -77,8 +77,9 @@ def test_forward_backward_passes_count_every_micro_batch():
     accum = next(line for line in lines if line.startswith("llm-sgd-accum"))
     standard = next(line for line in lines if line.startswith("llm-sgd-standard"))
     # Steps and f+b: 2 epochs × 8 closure calls; × 4 micro-batches under accumulation.
-    assert accum.split()[2] == "2" and accum.split()[8:10] == ["16", "64"]
-    assert standard.split()[8:10] == ["16", "16"]
+    # The last six columns: steps, f+b, activation and state MiB, RSS MiB, joules.
+    assert accum.split()[2] == "2" and accum.split()[-6:-4] == ["16", "64"]
+    assert standard.split()[-6:-4] == ["16", "16"]
 
 
 def test_the_summary_ends_with_one_verdict_line_per_model():
@@ -92,3 +93,24 @@ def test_the_summary_ends_with_one_verdict_line_per_model():
     assert lines[-1].startswith("llm: test loss: adam 1 (single draw) | fastest to target: n/a")
     assert " | least memory: " in lines[-1] and " | least energy to target: " in lines[-1]
     assert summary_lines([run(grid="memory", cell="llm-standard")])[-1].startswith("energy source")
+
+
+def test_time_to_target_reads_steps_not_reached_or_na_and_protocols_are_named():
+    """The main table's `to target` column: steps where reached, `not reached` where the test loss never got
+    there, `n/a` without a test split; one line per protocol says where the cells' rates came from."""
+    import dataclasses
+
+    from gradeff.summary import target_text
+
+    base = _record("llm-adam-standard").summary
+    assert target_text(dataclasses.replace(base, steps_to_target=36, target_reached=True)) == "36 steps"
+    assert target_text(dataclasses.replace(base, target_reached=False)) == "not reached"
+    assert target_text(base) == "n/a"
+    tuned = dataclasses.replace(_record("llm-adam-standard"), hparams={"protocol": "tuned",
+                                                                        "lr_source": "tuned table: search s1"},
+                                summary=dataclasses.replace(base, target_reached=False))
+    shared = dataclasses.replace(_record("llm-sgd-standard", optimizer="sgd"),
+                                 hparams={"protocol": "tuned", "lr_source": "shared: no rate"})
+    lines = summary_lines([tuned, shared])
+    assert "not reached" in lines[1]
+    assert "learning rates: protocol tuned — shared 1, tuned table 1" in lines  # cells in the registry order

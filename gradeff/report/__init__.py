@@ -78,6 +78,7 @@ def build_view(
     Returns:
         The view model, ready for :func:`render_html`.
     """
+    records = list(records)
     kept, superseded = analysis.canonical(records)
     studies = scope.split(kept)
     main = studies["main"]
@@ -97,8 +98,9 @@ def build_view(
             key=model, name=name, slug=slug,
             summary=f"{len(runs)} cells{seeds}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
                     + f"; {naming.what_ran(groups[model][0])}",
-            tables=tuple(tables.grid_table(slug, name, tables.resolve(k, groups[model]), runs, optimizers_of[model],
-                                           strategies) for k in tables.grid_metrics_for(groups[model])),
+            tables=(*(tables.grid_table(slug, name, tables.resolve(k, groups[model]), runs, optimizers_of[model],
+                                        strategies) for k in tables.grid_metrics_for(groups[model])),
+                    tables.target_table(slug, runs, optimizers_of[model], strategies)),
             curves=figures.loss_curves_figure(slug, name, runs, optimizers, strategies),
             pareto=pareto, pareto_cells=front, memory=figures.memory_figure(slug, name, runs)))
     recommended, wins = tables.recommendation_table(models, runs_by_model)
@@ -116,6 +118,7 @@ def build_view(
         notices=_notices(kept, superseded, skipped_lines),
         recommendations=recommended, wins=wins,
         best_loss=tables.best_loss_table(models, runs_by_model), best=tables.best_table(models, runs_by_model),
+        protocols=tables.protocol_tables(records),
         ratios=tables.ratio_tables(models, optimizers, main),
         models=tuple(model_views),
         heatmap=figures.heatmap_figure(models, runs_by_model, optimizers_of, strategies),
@@ -239,22 +242,14 @@ def write_report(
 
     Raises:
         NotADirectoryError: the template folder named does not exist.
+        gradeff.outputs.OutputError: the file could not be written (disk full, I/O error); it is left as it was.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".csv":
+    from gradeff.outputs import write_text, write_with
+
+    # Written whole, then renamed over the target: never seen half-written by a browser or a CI upload.
+    if Path(path).suffix.lower() == ".csv":
         from gradeff.report.csv_export import write_csv
 
-        with open(path, "w", encoding="utf-8", newline="") as handle:
-            write_csv(records, handle)
-        return path
+        return write_with(path, lambda handle: write_csv(records, handle))
     view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title)
-    html = render_html(view, templates=templates)
-    # Write then rename: a report being rewritten is never seen half-written by a browser or CI upload.
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(html, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_text(path, render_html(view, templates=templates))

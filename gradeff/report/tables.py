@@ -33,7 +33,7 @@ from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "BEST_METRICS", "GRID_METRICS", "best_loss_table", "best_table", "grid_metrics_for", "grid_table", "metric_cell",
-    "places", "ratio_cell", "ratio_tables", "recommendation_table", "runs_cell",
+    "places", "protocol_tables", "ratio_cell", "ratio_tables", "recommendation_table", "runs_cell", "target_table",
 ]
 
 # The per-model tables: the quality metric first (resolved per model), then the paper's tables — loss (4–7),
@@ -402,3 +402,100 @@ def ratio_tables(models: Sequence[str], optimizers: Sequence[str],
                       "printed). Identical: the same numbers on every seed." if measured else
                       f"n/a: no optimizer has both {top} and {bottom} cells that ended ok with this metric.")))
     return tuple(tables)
+
+
+def _target_cell(cell_runs: CellRuns | None, fastest: float | None) -> Cell:
+    """Steps to the target, the mean over the seeds that reached it; how many seeds did, where not all."""
+    if cell_runs is None:
+        return Cell(text=NA, css="na", title="cell not in the results")
+    ok = cell_runs.ok
+    if not ok:
+        first = cell_runs.first
+        return Cell(text=status_text(first), css=f"status {first.status}", title=first.detail)
+    test = f"test loss {format_loss(cell_runs.mean('test_loss'))}"
+    steps = [as_number(r.summary.steps_to_target) for r in ok]
+    reached = [s for s in steps if s is not None]
+    of_seeds = f" ({len(reached)} of {len(ok)} seeds)" if len(ok) > 1 and len(reached) < len(ok) else ""
+    if not reached:
+        never = any(getattr(r.summary, "target_reached", None) is False for r in ok)
+        return Cell(text="not reached" if never else NA, css="na", sub=test,
+                    title="the test loss never reached the target" if never else "no test split")
+    mean_steps = sum(reached) / len(reached)
+    seconds = [as_number(r.summary.seconds_to_target) for r in ok]
+    seconds = [s for s in seconds if s is not None]
+    seconds_text = format_value(sum(seconds) / len(seconds) if seconds else None, "seconds")
+    # A cell is fastest only when every seed got there: a mean over the lucky seeds is no ranking.
+    best = fastest is not None and not of_seeds and mean_steps == fastest
+    return Cell(text=f"{mean_steps:.0f} steps{of_seeds}", sub=f"{seconds_text}; {test}", css="best" if best else "",
+                title="fewest steps to the target (mean over seeds)" if best else "")
+
+
+def target_table(model_slug: str, runs: Mapping[str, CellRuns], optimizers: Sequence[str],
+                 strategies: Sequence[str]) -> Table:
+    """One model's optimizer × strategy table of time to the test-loss target (AlgoPerf's measure), over seeds.
+
+    Each cell: optimizer steps to the target (evaluated every ``eval_every`` steps outside the timing; the mean
+    over seeds, with how many seeds reached it where not all did), the training seconds they took, and the final
+    test loss; ``not reached`` where the test loss never got there, ``n/a`` where there is no test split.
+    """
+    by_cell = {(r.first.optimizer, r.first.strategy): r for r in runs.values()}
+    records = [r for cell_runs in runs.values() for r in cell_runs.runs]
+    everywhere = [cell_runs for cell_runs in runs.values() if cell_runs.ok
+                  and all(as_number(r.summary.steps_to_target) is not None for r in cell_runs.ok)]
+    means = [sum(as_number(r.summary.steps_to_target) for r in c.ok) / len(c.ok) for c in everywhere]
+    reached = sum(as_number(r.summary.steps_to_target) is not None for r in records if r.status == "ok")
+    targets = {round(t, 4) for t in (as_number(r.summary.target_loss) for r in records) if t is not None}
+    target = f"target test loss {', '.join(map(str, sorted(targets)))}: " if targets else ""
+    rows = tuple(Row(label=display_name(OPTIMIZERS, opt),
+                     cells=tuple(_target_cell(by_cell.get((opt, st)), min(means) if means else None)
+                                 for st in strategies)) for opt in optimizers)
+    every = sorted({r.evaluation.get("every_steps") for r in records
+                    if isinstance(r.evaluation, Mapping) and r.evaluation.get("every_steps")})
+    return Table(id=f"{model_slug}-to-target", caption="Optimizer steps to the target test loss",
+                 header=("optimizer", *strategies), rows=rows,
+                 note=f"{target}halfway from the untrained model's test loss to the test split's floor. "
+                      f"{reached} of {len(records)} runs ({len(runs)} cells) reached it. The test split is evaluated "
+                      + (f"every {', '.join(map(str, every))} optimizer steps and " if every else "")
+                      + "after each epoch, outside the timed epochs; seconds are training seconds.")
+
+
+def protocol_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
+    """Where cells ran under both learning-rate protocols: each model's optimizers ranked by its quality metric
+    (test loss, or test top-1 / F1 for classifiers: :func:`~gradeff.analysis.metrics.quality_metric`) under each
+    protocol, the best strategy of each optimizer by its mean over seeds, side by side; ``()`` otherwise.
+
+    Args:
+        records: every record read (not only the latest of each cell: the two protocols' runs share cell ids).
+    """
+    latest: dict[tuple, CellRecord] = {}
+    for record in records:
+        protocol = record.hparams.get("protocol") if isinstance(record.hparams, Mapping) else None
+        if protocol and record.grid == "main":
+            latest[(protocol, record.cell, record.seed)] = record
+    protocols = tuple(dict.fromkeys(key[0] for key in latest))
+    if len(protocols) < 2:
+        return ()
+    models = tuple(dict.fromkeys(r.model for r in latest.values()))
+    rows = []
+    for model in models:
+        metric = quality_metric(r for r in latest.values() if r.model == model)
+        sign = 1 if metric.goal == "min" else -1
+        cells = []
+        for protocol in protocols:
+            values: dict[str, dict[str, list[float]]] = {}
+            for (p, _, _), r in latest.items():
+                value = analysis.metric_value(r, metric)
+                if p == protocol and r.model == model and r.status == "ok" and value is not None:
+                    values.setdefault(r.optimizer, {}).setdefault(r.strategy, []).append(value)
+            best = {opt: sign * min(sign * sum(v) / len(v) for v in by_strategy.values())
+                    for opt, by_strategy in values.items()}
+            ranking = sorted(best, key=lambda o: sign * best[o])
+            cells.append(Cell(text=" < ".join(display_name(OPTIMIZERS, o) for o in ranking) or NA, css="text",
+                              sub=f"{metric.label}: " + ", ".join(format_value(best[o], metric.unit) for o in ranking)
+                              if ranking else ""))
+        rows.append(Row(label=display_name(MODELS, model), cells=tuple(cells)))
+    return (Table(id="protocol-rankings", caption="Optimizers ranked by test quality under each learning-rate "
+                                                  "protocol", header=("model", *protocols), rows=tuple(rows),
+                  note="tuned: each optimizer at its own rate from the tuned table (searched on the validation "
+                       "split); shared: one rate per model for every optimizer, as in the paper. Each optimizer by "
+                       "its best strategy, mean over seeds; best first."),)

@@ -248,7 +248,7 @@ def test_hparams_and_methods_describe_heldout_parameters_and_weights(peft_cells,
     assert "PEFT study" in table.caption and "heldout_samples" in table.note
     text = dict(methods(peft_cells + [make_record()]))
     assert "eval mode" in text["Test evaluation"] and "without autograd" in text["Test evaluation"]
-    assert "outside the epoch's timing" in text["Test evaluation"]
+    assert "outside the epochs' timing" in text["Test evaluation"]
     assert "5 of the 6 runs" in text["Test evaluation"]
     assert "unpacked" in text["Parameters"] and "random (5 cells), n/a (1 cell)" in text["Starting weights"]
 
