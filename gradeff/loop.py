@@ -264,9 +264,13 @@ def warm_up(state: TrainState) -> None:
     """One forward and backward pass without an optimizer step, outside any measurement.
 
     The first pass pays for lazy allocations and kernel selection; doing it here keeps that
-    one-off cost out of epoch 0's time. Parameters are unchanged; the gradients are dropped.
+    one-off cost out of epoch 0's time. It leaves no trace (:func:`gradeff.untouched.untouched`):
+    parameters, buffers (BatchNorm statistics) and the RNG are as before, the gradients dropped.
     """
+    from gradeff.untouched import untouched
+
     batch = move_batch(state.dataset.batch(torch.arange(min(state.batch_size, len(state.dataset)))), state.device)
-    state.model(**batch).loss.backward()
+    with untouched(state.model):
+        state.model(**batch).loss.backward()
     state.optimizer.zero_grad(set_to_none=True)
     sync(state.device)

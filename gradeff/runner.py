@@ -24,12 +24,11 @@ from gradeff.devices import resolve_device
 from gradeff.distributed import run_sharded, sharding_incompatibility
 from gradeff.environment import code_version, environment
 from gradeff.evaluation import CellEvaluation, Evaluation
-from gradeff.inference import InferenceCost, measure_inference
+from gradeff.inference import InferenceCost, deployed_parameter_counts, measure_inference
 from gradeff.grid import Cell, incompatibility
 from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParams, hparams_for, method_hparams_for
 from gradeff.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
-from gradeff.meters import parameter_counts
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
 from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
@@ -730,7 +729,7 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
         **outcome, epochs=epochs, summary=summary,
         loss_floor=state.dataset.loss_floor if state is not None else None,
         task=_task_record(cell, state.dataset) if state is not None else {},
-        parameters=parameter_counts(state.model) if state is not None else {},
+        parameters=deployed_parameter_counts(state.model) if state is not None else {},
         weights=progress.weights.to_record() if progress.weights is not None else {}, plan=progress.plan,
         inference=_inference_record(progress.inference, summary.final_heldout_accuracy),
         curve=tuple(point.as_dict() for point in curve),

@@ -86,8 +86,8 @@ def _cell_text(value: object) -> str:
 
 
 def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of the CSV: one row per cell (a cell's last record wins), main study, PEFT study, then
-    memory study, each in its grid order.
+    """The header and rows of the CSV: one row per cell and seed (a rerun's newest record wins), main study, PEFT
+    study, memory study, then real data, each in its grid order.
 
     Args:
         records: records in reading order.
@@ -96,8 +96,9 @@ def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]
         ``(header, rows)``, every value already text.
     """
     kept, _ = analysis.latest_records(records)
-    main, peft, memory = split_studies(kept)
-    rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft), *sort_memory(memory))]
+    main, peft, memory, real = split_studies(kept)
+    rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft), *sort_memory(memory),
+                              *analysis.sort_records(real))]
     known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS, *_STUDY_COLUMNS)
     extra = sorted({key for row in rows for key in row} - set(known))
     header = [*known, *extra]
