@@ -70,17 +70,21 @@ def to_reference(model: str, state: dict[str, torch.Tensor]) -> dict[str, torch.
     return {key: torch.cat([p[i] for i in sorted(p)]) if len(p) > 1 else p[0] for key, p in parts.items()}
 
 
-def perturbed(model: str, profile: str = "tiny", *, seed: int = 0, num_labels: int | None = None) -> torch.nn.Module:
-    """A model whose every tensor is moved off its initial value (zero-initialised biases, BatchNorm's running
-    statistics, the zero-scaled last BN of an MBConv), so that a tensor loaded into the wrong place shows."""
-    torch.manual_seed(seed)
-    network = build_model(model, profile, num_labels=num_labels)
+def perturb(network: torch.nn.Module, scale: float = 0.05) -> torch.nn.Module:
+    """Move every tensor of a model off its initial value (zero-initialised biases, BatchNorm's running statistics,
+    the zero-scaled last BN of an MBConv), so that a tensor loaded into the wrong place shows."""
     with torch.no_grad():
         for name, tensor in network.state_dict().items():
             if tensor.is_floating_point():
-                noise = 0.05 * torch.randn_like(tensor)
+                noise = scale * torch.randn_like(tensor)
                 tensor.copy_(tensor.abs() + 0.5 + noise.abs() if name.endswith("running_var") else tensor + noise)
-    return network.eval()
+    return network
+
+
+def perturbed(model: str, profile: str = "tiny", *, seed: int = 0, num_labels: int | None = None) -> torch.nn.Module:
+    """One of our models, seeded, every tensor perturbed (:func:`perturb`), in eval mode."""
+    torch.manual_seed(seed)
+    return perturb(build_model(model, profile, num_labels=num_labels)).eval()
 
 
 def save_reference(model: str, state: dict[str, torch.Tensor], folder: Path) -> Path:
