@@ -474,8 +474,20 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
 
 def _cannot_run(cell: Cell, config: RunConfig) -> str | None:
     """Why the cell cannot run with these settings (its skip reason), or ``None``."""
-    return (incompatibility(cell) or precision_incompatibility(cell.optimizer, config.precision)
-            or sharding_incompatibility(cell, config))
+    return (_weights_needed(cell, config) or incompatibility(cell)
+            or precision_incompatibility(cell.optimizer, config.precision) or sharding_incompatibility(cell, config))
+
+
+def _weights_needed(cell: Cell, config: RunConfig) -> str | None:
+    """A model that runs only from given weights, without them (or without an implementation to load them into)."""
+    spec = MODELS[cell.model]
+    if spec.needs_weights and cell.model not in dict(config.weights):
+        return (f"needs weights: --gradeff-weights {cell.model}=PATH (a save_pretrained copy of {spec.hub_id}, with "
+                f"its tokenizer) or {cell.model}=hub with --gradeff-allow-hub"
+                + (f"; and besides, {spec.unavailable}" if spec.unavailable else ""))
+    if spec.unavailable:
+        return f"not runnable: {spec.unavailable}"
+    return None
 
 
 def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Built | None,

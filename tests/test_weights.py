@@ -116,3 +116,11 @@ def test_the_record_names_file_hash_and_origin(hub_cache):
                       "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}
     assert sha256(record["path"]) == record["sha256"]
     assert hub_origin("/elsewhere/model.safetensors") == (None, None)
+
+
+def test_a_baselines_hub_id_is_its_save_pretrained_snapshot(hub_cache):
+    """CLIP's default repository resolves to its snapshot folder, loaded by transformers with its own config."""
+    snapshot = hub_cache("openai/clip-vit-base-patch16", {"config.json": b'{"model_type": "clip"}',
+                                                          "model.safetensors": b"w", "tokenizer.json": b"{}"})
+    source = resolve_for("clip", "hub", allow_hub=True)
+    assert (source.path, source.format, source.repo_id) == (snapshot, "save_pretrained", "openai/clip-vit-base-patch16")

@@ -168,15 +168,17 @@ def model_type(model: str) -> str | None:
 def resolve_for(model: str, text: str, *, allow_hub: bool = False) -> WeightSource:
     """Resolve ``text`` (a path or a hub id) as a weight source for ``model`` (see :func:`gradeff.weights.resolve`).
 
-    A bare ``hub`` stands for the backbone's documented default repository (:attr:`KeyMap.hub_default`).
+    A bare ``hub`` stands for the model's published repository (:attr:`gradeff.models.ModelSpec.hub_id`).
     """
-    key_map = KEY_MAPS.get(model)
+    from gradeff.models import MODELS
+
+    key_map, hub_id = KEY_MAPS.get(model), MODELS[model].hub_id
     if text == "hub":
-        if key_map is None:
+        if not hub_id:
             raise WeightSourceError(f"{model} has no default hub repository; give its id")
-        text = key_map.hub_default[0]
+        text = hub_id
     # The default repository's documented checkpoint, where its snapshot holds another copy beside it.
-    prefer = key_map.hub_default[1] if key_map is not None and text == key_map.hub_default[0] else None
+    prefer = key_map.hub_file if key_map is not None and text == hub_id else None
     return resolve(text, allow_hub=allow_hub, model_type=model_type(model), state_dicts=key_map is not None,
                    prefer=prefer)
 

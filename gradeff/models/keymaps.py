@@ -83,7 +83,8 @@ class KeyMap:
             ``num_batches_tracked`` counter, which some training scripts strip); the model keeps its own value.
         containers: keys of a wrapping dict that hold the state dict, tried in order.
         prefixes: key prefixes stripped before mapping, when every key carries one of them.
-        hub_default: the hub repository a bare ``--gradeff-weights KEY=hub`` would mean, and the file in it.
+        hub_file: the checkpoint the model's hub repository (:attr:`gradeff.models.ModelSpec.hub_id`) documents,
+            taken where the snapshot holds another copy beside it.
     """
 
     model: str
@@ -93,7 +94,7 @@ class KeyMap:
     optional: tuple[str, ...] = ()
     containers: tuple[str, ...] = ("state_dict", "model")
     prefixes: tuple[str, ...] = ("module.",)
-    hub_default: tuple[str, str] = field(default=("", ""))
+    hub_file: str = ""
 
     def our_keys(self, key: str) -> tuple[str, ...] | None:
         """The key(s) of ours a reference key becomes, ``None`` if no rule covers it."""
@@ -167,7 +168,7 @@ KEY_MAPS: dict[str, KeyMap] = {
     # take one third each), pre-norm blocks, the class token's state through the final norm to the head.
     "vit_s": KeyMap(
         model="vit_s", reference="timm vit_small_patch16_224",
-        hub_default=("timm/vit_small_patch16_224.augreg_in21k_ft_in1k", "model.safetensors"),
+        hub_file="model.safetensors",
         rules=(
             _rule(r"cls_token", "vit.embeddings.cls_token"),
             _rule(r"pos_embed", "vit.embeddings.position_embeddings"),
@@ -187,7 +188,7 @@ KEY_MAPS: dict[str, KeyMap] = {
     # norm and linear head.norm / head.fc.
     "tinyvit": KeyMap(
         model="tinyvit", reference="timm tiny_vit_21m_224", optional=_BN,
-        hub_default=("timm/tiny_vit_21m_224.dist_in22k_ft_in1k", "model.safetensors"),
+        hub_file="model.safetensors",
         rules=(
             _rule(r"patch_embed\.(conv[12]\.(?:conv|bn)\..+)", "tinyvit.patch_embed.{0}"),
             _rule(r"stages\.(\d)\.blocks\.(.+)", "tinyvit.stages.{0}.blocks.{1}"),
@@ -201,7 +202,7 @@ KEY_MAPS: dict[str, KeyMap] = {
     # hustvl/Vim vim/models_mamba.py (VisionMamba, bimamba v2): the mixers' parameter names are the reference's.
     "vim_s": KeyMap(
         model="vim_s", reference="hustvl/Vim vim_small_patch16_224_bimambav2 (middle class token)",
-        hub_default=("hustvl/Vim-small-midclstok", "vim_s_midclstok_80p5acc.pth"),
+        hub_file="vim_s_midclstok_80p5acc.pth",
         rules=(
             _rule(r"patch_embed\.proj\.(weight|bias)", "vim.embeddings.projection.{0}"),
             _rule(r"cls_token", "vim.embeddings.cls_token"),
@@ -217,7 +218,7 @@ KEY_MAPS: dict[str, KeyMap] = {
     "mambavision_t": KeyMap(
         model="mambavision_t", reference="NVlabs/MambaVision mamba_vision_T", optional=_BN,
         prefixes=("module.", "model."),
-        hub_default=("nvidia/MambaVision-T-1K", "mambavision_tiny_1k.pth.tar"),
+        hub_file="mambavision_tiny_1k.pth.tar",
         rules=(
             _rule(r"patch_embed\.(conv_down\.\d\..+)", "mambavision.patch_embed.{0}"),
             _rule(r"levels\.(\d)\.(.+)", "mambavision.levels.{0}.{1}"),
