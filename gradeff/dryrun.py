@@ -27,10 +27,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-
-import torch
+from typing import TYPE_CHECKING
 
 from gradeff.formatting import format_bytes, format_seconds
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["DEFAULT_MFU", "DEVICE_MEMORY", "CellPlan", "Target", "add_options", "dry_run_lines", "plan_cell",
            "pretraining_seconds", "target_for"]
@@ -104,6 +106,8 @@ def target_for(named: str, device: str, *, precision: str, peak_tflops: float | 
     else:
         resolved = resolve_device(device)
         if resolved.type == "cuda":
+            import torch
+
             properties = torch.cuda.get_device_properties(resolved)
             name, memory = properties.name, properties.total_memory
         else:
@@ -160,6 +164,8 @@ def _four_bit_bytes(numel: int) -> int:
 
 
 def _meta_batch(task_kind: str, hp, batch_size: int) -> dict[str, torch.Tensor]:
+    import torch
+
     meta = torch.device("meta")
     if task_kind == "image_classification":
         return {"pixel_values": torch.empty(batch_size, 3, hp.image_size, hp.image_size, device=meta),
@@ -191,6 +197,8 @@ class _SavedOnMeta:
         self.stack.pop()
 
     def run(self, fn):
+        import torch
+
         handles = []
         for name, layer in self.layers:
             def enter(module, args, name=name):
@@ -210,6 +218,8 @@ class _SavedOnMeta:
 def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer: str, batch_size: int,
              num_classes: int, image_size: int) -> _Pass:
     """Build the model with its method on meta and run one forward and backward of a micro-batch."""
+    import torch
+
     from gradeff.data import TASKS
     from gradeff.hparams import hparams_for, method_hparams_for
     from gradeff.meters.flops import counted
