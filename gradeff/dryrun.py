@@ -262,16 +262,21 @@ def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer:
     return _Pass(flops=flops, forward_flops=forward_flops, profile=profile_, samples=batch_size)
 
 
+@lru_cache(maxsize=64)
+def _given_weights(model: str, path: str, profile: str, num_classes: int, seed: int):
+    # Once per model and classes: every method and strategy of a backbone reads the same checkpoint.
+    from gradeff.models.checkpoint import given_weights
+
+    return given_weights(model, path, profile, num_labels=num_classes, seed=seed)
+
+
 def _weights_text(cell, config, num_classes: int) -> str:
     from gradeff.models import MODELS
     from gradeff.pretrain import _INFO, pretrained_folder
 
     given = dict(config.weights)
     if cell.model in given:
-        from gradeff.models.checkpoint import given_weights
-
-        weights = given_weights(cell.model, given[cell.model], config.profile, num_labels=num_classes,
-                                seed=config.seed)
+        weights = _given_weights(cell.model, given[cell.model], config.profile, num_classes, config.seed)
         checkpoint = weights.checkpoint or {}
         head = f", head {checkpoint['head']}" if "head" in checkpoint else ""
         return f"{weights.format} {weights.path}{head}"

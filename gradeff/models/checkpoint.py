@@ -70,12 +70,11 @@ class Layout:
         return asdict(self)
 
 
-def _split_shape(shape: tuple, parts: int) -> tuple:
-    return tuple((shape[0] // parts, *shape[1:]) for _ in range(parts))
-
-
-def _split_tensor(tensor, parts: int) -> tuple:
-    return tuple(tensor.chunk(parts, dim=0))
+def _split(value, parts: int) -> tuple:
+    """One fused tensor (or its shape, when only shapes were read) in ``parts`` equal parts along dimension 0."""
+    if isinstance(value, tuple):
+        return tuple((value[0] // parts, *value[1:]) for _ in range(parts))
+    return tuple(value.chunk(parts, dim=0))
 
 
 def _listed(keys) -> str:
@@ -109,9 +108,8 @@ def check_layout(key_map: KeyMap, checkpoint: Mapping, model_shapes: Mapping[str
     Raises:
         CheckpointError: missing, unexpected or mismatched keys, named.
     """
-    split = _split_shape if all(isinstance(v, tuple) for v in checkpoint.values()) else _split_tensor
     try:
-        mapped, how = _map(key_map, checkpoint, split)
+        mapped, how = _map(key_map, checkpoint, _split)
     except ValueError as exc:
         raise CheckpointError(str(exc)) from None
     shapes = {key: tuple(getattr(value, "shape", value)) for key, value in mapped.ours.items()}
@@ -235,7 +233,7 @@ def check_source(model: str, source: WeightSource, profile: str, *, num_labels: 
 
 def _head_rows(key_map: KeyMap, shapes: Mapping) -> int | None:
     try:
-        mapped, _ = _map(key_map, shapes, _split_shape)
+        mapped, _ = _map(key_map, shapes, _split)
     except ValueError:
         return None  # check_layout names what is wrong with the file
     head = mapped.ours.get(key_map.head[0])
@@ -260,7 +258,7 @@ def load_checkpoint(model: torch.nn.Module, key: str, path: str | Path, *, num_l
     checkpoint = load_state_dict(path)
     own = model.state_dict()
     layout = check_layout(key_map, checkpoint, {k: tuple(v.shape) for k, v in own.items()}, num_labels=num_labels)
-    mapped, _ = _map(key_map, checkpoint, _split_tensor)
+    mapped, _ = _map(key_map, checkpoint, _split)
     tensors = {k: v for k, v in mapped.ours.items() if not (layout.head == "reinitialised" and k in key_map.head)}
     with torch.no_grad():
         for name, tensor in tensors.items():

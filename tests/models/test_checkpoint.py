@@ -162,3 +162,13 @@ def test_loading_into_a_built_model_checks_the_tensors_too(published):
 
     with pytest.raises(CheckpointError, match="of another shape"):
         load_checkpoint(build_model("vim_s", "small"), "vim_s", published["vim_s"][1], num_labels=10)
+
+
+def test_a_wrapped_timm_pickle_is_split_from_its_shapes_too(published, tmp_path):
+    """A ViT-S state dict pickled inside {'model': ...}: its fused qkv is split whether shapes or tensors are read."""
+    path = tmp_path / "vit_s.pth"
+    torch.save({"model": _state_of("vit_s", published), "epoch": 3}, path)
+    assert check_source("vit_s", resolve_for("vit_s", str(path)), "tiny").unwrapped == "['model']"
+    loaded = from_checkpoint("vit_s", path, profile="tiny")
+    assert torch.equal(loaded.state_dict()["vit.layers.1.attention.v_proj.weight"],
+                       published["vit_s"][0].state_dict()["vit.layers.1.attention.v_proj.weight"])
