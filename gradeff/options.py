@@ -127,7 +127,7 @@ def add_options(parser: pytest.Parser) -> None:
                     help="start MODEL's cells from given weights (repeatable): a state-dict file (.safetensors, "
                          ".pth, .bin; the PEFT backbones, through their key maps), a folder holding one (a hub "
                          "snapshot), a save_pretrained folder, or a hub id with --gradeff-allow-hub ('hub': the "
-                         "backbone's default repository); without it the fine-tuning study's backbones start from "
+                         "model's published repository); without it the fine-tuning study's backbones start from "
                          "the suite's own cached pretraining")
     group.addoption("--gradeff-cache", default=None, metavar="DIR",
                     help="folder of the pretrained-backbone cache (default $GRADEFF_CACHE, else ~/.cache/gradeff)")
