@@ -18,7 +18,7 @@ from gradeff.formatting import as_number
 from gradeff.grid import GRIDS
 from gradeff.results import CellRecord
 
-__all__ = ["summary_lines"]
+__all__ = ["summary_lines", "target_text"]
 
 _MIB = 2**20
 
@@ -52,18 +52,27 @@ def _train_memory(record: CellRecord):
     return None if any(p is None for p in parts) else sum(parts)
 
 
+def target_text(summary) -> str:
+    """Time to target as a cell reads: optimizer steps, ``not reached``, or ``n/a`` (no test split to reach it on)."""
+    if summary.steps_to_target is not None:
+        return f"{summary.steps_to_target} steps"
+    return "not reached" if summary.target_reached is False else "n/a"
+
+
 def _loss_row(r: CellRecord, name: str) -> str:
     s = r.summary
     memory, ram, energy = (_section(r, k) for k in ("memory", "ram", "energy"))
     loss = f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}"
     return (f"{name:<30} {r.status:<9} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
+            f"{_fmt(s.final_heldout_loss, '.4f'):>9} {target_text(s):>12} "
             f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} {s.closure_calls:>5} "
             f"{_fmt(_mib(memory.get('activation_bytes')), '.2f'):>8} "
             f"{_fmt(_mib(memory.get('optimizer_state_bytes')), '.2f'):>9} "
             f"{_fmt(_mib(ram.get('peak_rss_bytes')), '.0f'):>8} {_fmt(energy.get('joules'), '.1f'):>7}")
 
 
-_LOSS_HEADER = (f"{'cell':<30} {'status':<9} {'loss first → last':>20} {'floor':>7} {'s/epoch':>8} {'steps':>6} "
+_LOSS_HEADER = (f"{'cell':<30} {'status':<9} {'loss first → last':>20} {'floor':>7} {'test loss':>9} "
+                f"{'to target':>12} {'s/epoch':>8} {'steps':>6} "
                 f"{'f+b':>5} {'act MiB':>8} {'state MiB':>9} {'RSS MiB':>8} {'J':>7}")
 
 
@@ -187,6 +196,24 @@ def _over_seeds_lines(records: list[CellRecord], focus: str) -> list[str]:
     return lines
 
 
+def _protocol_lines(records: list[CellRecord]) -> list[str]:
+    """Which learning-rate protocol the trained cells ran under, and where their rates came from."""
+    trained = [r for r in records if r.status != "skipped" and isinstance(r.hparams, dict) and "protocol" in r.hparams]
+    lines = []
+    for protocol in dict.fromkeys(r.hparams["protocol"] for r in trained):
+        sources: dict[str, int] = {}
+        for r in trained:
+            if r.hparams["protocol"] == protocol:
+                source = str(r.hparams.get("lr_source", ""))
+                kind = source.split(":")[0] if ":" in source else source
+                sources[kind] = sources.get(kind, 0) + 1
+        lines.append(f"learning rates: protocol {protocol} — " + ", ".join(f"{kind} {count}" for kind, count in
+                                                                         sources.items()))
+    lines += [f"tuned with --gradeff-tune lr: {r.cell} chose {r.tuning['chosen']:.3g} at the {r.tuning['at_edge']} "
+              f"edge of the rates tried" for r in records if isinstance(r.tuning, dict) and r.tuning.get("at_edge")]
+    return lines
+
+
 def summary_lines(records: Iterable[CellRecord]) -> list[str]:
     """The summary table(s) of ``records``: one per grid, rows sorted by cell id, then the statuses line.
 
@@ -226,6 +253,7 @@ def summary_lines(records: Iterable[CellRecord]) -> list[str]:
         lines.append(f"pretrained {model} ({when}): {info.get('optimizer_steps')} steps in "
                      f"{_fmt(info.get('seconds'), '.1f')} s, not counted in any cell; source-task held-out accuracy "
                      f"{_fmt(info.get('heldout_accuracy') and 100 * info['heldout_accuracy'], '.1f')} %")
+    lines += _protocol_lines(records)
     sources = sorted({_section(r, "energy").get("source", "none") for r in records if r.meters})
     if sources:
         lines.append(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")

@@ -65,3 +65,24 @@ def test_memory_rows_read_malformed_plans_as_na():
                                             "checkpointed_layers": None}})
     row = summary_lines([broken])[1].split()
     assert row[:3] == ["llm-standard", "ok", "-"] and row[3:5] == ["n/a", "n/a"]
+
+
+def test_time_to_target_reads_steps_not_reached_or_na_and_protocols_are_named():
+    """The main table's `to target` column: steps where reached, `not reached` where the test loss never got
+    there, `n/a` without a test split; one line per protocol says where the cells' rates came from."""
+    import dataclasses
+
+    from gradeff.summary import target_text
+
+    base = _record("llm-adam-standard").summary
+    assert target_text(dataclasses.replace(base, steps_to_target=36, target_reached=True)) == "36 steps"
+    assert target_text(dataclasses.replace(base, target_reached=False)) == "not reached"
+    assert target_text(base) == "n/a"
+    tuned = dataclasses.replace(_record("llm-adam-standard"), hparams={"protocol": "tuned",
+                                                                        "lr_source": "tuned table: search s1"},
+                                summary=dataclasses.replace(base, target_reached=False))
+    shared = dataclasses.replace(_record("llm-sgd-standard", optimizer="sgd"),
+                                 hparams={"protocol": "tuned", "lr_source": "shared: no rate"})
+    lines = summary_lines([tuned, shared])
+    assert "not reached" in lines[1]
+    assert "learning rates: protocol tuned — tuned table 1, shared 1" in lines

@@ -72,6 +72,7 @@ def build_view(
     Returns:
         The view model, ready for :func:`render_html`.
     """
+    records = list(records)
     runs_kept, superseded = analysis.latest_records(records)
     runs_kept = analysis.sort_records(runs_kept)
     runs = analysis.runs_by_cell(runs_kept)
@@ -93,8 +94,9 @@ def build_view(
         model_views.append(ModelView(
             key=model, name=name, slug=slug,
             summary=f"{len(group)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
-            tables=tuple(tables.grid_table(slug, name, METRICS[k], group, optimizers_of[model], strategies, runs)
-                         for k in tables.grid_metrics_for(group)),
+            tables=(*(tables.grid_table(slug, name, METRICS[k], group, optimizers_of[model], strategies, runs)
+                      for k in tables.grid_metrics_for(group)),
+                    tables.target_table(slug, group, optimizers_of[model], strategies)),
             curves=figures.loss_curves_figure(slug, name, group, optimizers, strategies),
             pareto=pareto, pareto_cells=front, memory=figures.memory_figure(slug, name, group)))
     recommended, wins = tables.recommendation_table(models, main_runs)
@@ -107,6 +109,7 @@ def build_view(
         notices=_notices(kept, superseded, skipped_lines, runs_kept),
         recommendations=recommended, wins=wins,
         best_loss=tables.best_loss_table(models, groups), best=tables.best_table(models, groups),
+        protocols=tables.protocol_tables(records),
         ratios=tables.ratio_tables(models, optimizers, main),
         models=tuple(model_views),
         heatmap=figures.heatmap_figure(models, groups, optimizers_of, strategies),
@@ -233,22 +236,14 @@ def write_report(
 
     Raises:
         NotADirectoryError: the template folder named does not exist.
+        gradeff.outputs.OutputError: the file could not be written (disk full, I/O error); it is left as it was.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".csv":
+    from gradeff.outputs import write_text, write_with
+
+    # Written whole, then renamed over the target: never seen half-written by a browser or a CI upload.
+    if Path(path).suffix.lower() == ".csv":
         from gradeff.report.csv_export import write_csv
 
-        with open(path, "w", encoding="utf-8", newline="") as handle:
-            write_csv(records, handle)
-        return path
+        return write_with(path, lambda handle: write_csv(records, handle))
     view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title)
-    html = render_html(view, templates=templates)
-    # Write then rename: a report being rewritten is never seen half-written by a browser or CI upload.
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(html, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_text(path, render_html(view, templates=templates))

@@ -101,7 +101,8 @@ def _flat(prefix: str, value: object, out: dict[str, object]) -> None:
 def _hparams(record: CellRecord) -> dict[str, object]:
     out: dict[str, object] = {}
     if isinstance(record.hparams, Mapping):
-        _flat("", record.hparams, out)
+        # Where each rate came from is a sentence per cell (the summary tallies it), not a setting to tabulate.
+        _flat("", {k: v for k, v in record.hparams.items() if k != "lr_source"}, out)
     return out
 
 
@@ -176,7 +177,12 @@ def hparams_table(models: Sequence[str], groups: Mapping[str, Sequence[CellRecor
 def _hparams_note(keys: Sequence[str]) -> str:
     notes = []
     if "heldout_samples" in keys:
-        notes.append("heldout_samples: the held-out split evaluated after every epoch, outside its timing (0: none)")
+        notes.append("heldout_samples: the test split, evaluated before training, every eval_every optimizer steps "
+                     "and after every epoch, outside the timing (0: none)")
+    if "validation_samples" in keys:
+        notes.append("validation_samples: the validation split tuning reads, evaluated after the last epoch")
+    if "protocol" in keys:
+        notes.append("protocol: where lr came from (tuned: the committed table; shared: one rate per model)")
     if any(key.startswith("method.") for key in keys):
         notes.append("method.*: the fine-tuning method's settings (lr_scale multiplies lr)")
     notes.append("starting weights: random initialisation, the suite's cached pretraining, or a local folder "
@@ -238,11 +244,15 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
                              "the GPU allocator peak where measured, else the live-tensor peak of a step, else the "
                              "sum of these four parts (the live peak and the memory study's plans: see 'Memory "
                              "strategies')."),
-        ("Held-out evaluation", "After each epoch, outside the epoch's timing and meters, the model is evaluated on "
-                                "the task's held-out split (never trained on) in eval mode (dropout off) without "
-                                "autograd: mean cross-entropy per target and top-1 accuracy. Final held-out "
-                                "accuracy is the last epoch's. The ceiling is the Bayes classifier's accuracy on "
-                                f"the same split. {heldout} of the {len(records)} cells here carry it."),
+        ("Held-out evaluation", "Every held-out figure is the task's test split's (never trained or tuned on), "
+                                "evaluated before training, every eval_every optimizer steps and after each epoch, "
+                                "outside the epochs' timing and meters, in eval mode (dropout off) without autograd: "
+                                "mean cross-entropy per target and top-1 accuracy. Final held-out accuracy is the "
+                                "last epoch's. The ceiling is the Bayes classifier's accuracy on the same split. "
+                                "Tuning reads the validation split, evaluated after the last epoch. Time to target: "
+                                "optimizer steps, training seconds and joules until the test loss first reached "
+                                "halfway from the untrained model's to the floor, at eval_every-step resolution. "
+                                f"{heldout} of the {len(records)} cells here carry held-out accuracy."),
         ("Parameters", "Total and trainable parameter counts are the values the model's parameters hold, tied ones "
                        "once and adapters included; a 4-bit (QLoRA NF4) weight counts the values it stands for, "
                        "unpacked, not its packed bytes. The share trained is trainable / total."),

@@ -25,7 +25,7 @@ from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "BEST_METRICS", "GRID_METRICS", "best_loss_table", "best_table", "grid_metrics_for", "grid_table",
-    "ratio_tables", "recommendation_table",
+    "protocol_tables", "ratio_tables", "recommendation_table", "target_table",
 ]
 
 # The paper's per-model tables: loss (4–7), GPU utilization (8–11), RAM (12–15), time (16–19),
@@ -340,3 +340,84 @@ def ratio_tables(models: Sequence[str], optimizers: Sequence[str],
                 note=(f"Bold: {top} lowers it (< 1); italic: it raises it (> 1)." if measured else
                       f"n/a: no optimizer has both {top} and {bottom} cells that ended ok with this metric.")))
     return tuple(tables)
+
+
+def _target_cell(record: CellRecord | None, fastest: int | None) -> Cell:
+    if record is None:
+        return Cell(text=NA, css="na", title="cell not in the results")
+    if record.status != "ok":
+        return Cell(text=status_text(record), css=f"status {record.status}", title=record.detail)
+    summary = record.summary
+    test = f"test loss {format_loss(as_number(summary.final_heldout_loss))}"
+    steps = as_number(summary.steps_to_target)
+    if steps is None:
+        reached = getattr(summary, "target_reached", None)
+        return Cell(text="not reached" if reached is False else NA, css="na", sub=test,
+                    title="the test loss never reached the target" if reached is False else "no test split")
+    seconds = format_value(as_number(summary.seconds_to_target), "seconds")
+    best = fastest is not None and steps == fastest
+    return Cell(text=f"{steps:.0f} steps", sub=f"{seconds}; {test}", css="best" if best else "",
+                title="fewest steps to the target" if best else "")
+
+
+def target_table(model_slug: str, records: Sequence[CellRecord], optimizers: Sequence[str],
+                 strategies: Sequence[str]) -> Table:
+    """One model's optimizer × strategy table of time to the test-loss target (AlgoPerf's measure).
+
+    Each cell: optimizer steps to the target (evaluated every ``eval_every`` steps outside the timing), the
+    training seconds they took, and the final test loss; ``not reached`` where the test loss never got there,
+    ``n/a`` where there is no test split.
+    """
+    by_cell = {(r.optimizer, r.strategy): r for r in records}
+    reached = [as_number(r.summary.steps_to_target) for r in records if r.status == "ok"]
+    reached = [steps for steps in reached if steps is not None]
+    targets = {round(t, 4) for t in (as_number(r.summary.target_loss) for r in records) if t is not None}
+    target = f"target test loss {', '.join(map(str, sorted(targets)))}: " if targets else ""
+    rows = tuple(Row(label=display_name(OPTIMIZERS, opt),
+                     cells=tuple(_target_cell(by_cell.get((opt, st)), min(reached) if reached else None)
+                                 for st in strategies)) for opt in optimizers)
+    every = sorted({r.evaluation.get("every_steps") for r in records
+                    if isinstance(r.evaluation, Mapping) and r.evaluation.get("every_steps")})
+    return Table(id=f"{model_slug}-to-target", caption="Optimizer steps to the target test loss",
+                 header=("optimizer", *strategies), rows=rows,
+                 note=f"{target}halfway from the untrained model's test loss to the test split's floor. "
+                      f"{len(reached)} of {len(records)} cells reached it. The test split is evaluated "
+                      + (f"every {', '.join(map(str, every))} optimizer steps and " if every else "")
+                      + "after each epoch, outside the timed epochs; seconds are training seconds.")
+
+
+def protocol_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
+    """Where cells ran under both learning-rate protocols: each model's optimizers ranked by final test loss
+    under each protocol (the best strategy of each optimizer, mean over seeds), side by side; ``()`` otherwise.
+
+    Args:
+        records: every record read (not only the latest of each cell: the two protocols' runs share cell ids).
+    """
+    latest: dict[tuple, CellRecord] = {}
+    for record in records:
+        protocol = record.hparams.get("protocol") if isinstance(record.hparams, Mapping) else None
+        if protocol and record.grid == "main":
+            latest[(protocol, record.cell, record.seed)] = record
+    protocols = tuple(dict.fromkeys(key[0] for key in latest))
+    if len(protocols) < 2:
+        return ()
+    models = tuple(dict.fromkeys(r.model for r in latest.values()))
+    rows = []
+    for model in models:
+        cells = []
+        for protocol in protocols:
+            losses: dict[str, dict[str, list[float]]] = {}
+            for (p, _, _), r in latest.items():
+                value = as_number(r.summary.final_heldout_loss)
+                if p == protocol and r.model == model and r.status == "ok" and value is not None:
+                    losses.setdefault(r.optimizer, {}).setdefault(r.strategy, []).append(value)
+            best = {opt: min(sum(v) / len(v) for v in by_strategy.values()) for opt, by_strategy in losses.items()}
+            ranking = sorted(best, key=best.get)
+            cells.append(Cell(text=" < ".join(display_name(OPTIMIZERS, o) for o in ranking) or NA, css="text",
+                              sub=", ".join(f"{format_loss(best[o])}" for o in ranking)))
+        rows.append(Row(label=display_name(MODELS, model), cells=tuple(cells)))
+    return (Table(id="protocol-rankings", caption="Optimizers ranked by final test loss under each learning-rate "
+                                                  "protocol", header=("model", *protocols), rows=tuple(rows),
+                  note="tuned: each optimizer at its own rate from the tuned table (searched on the validation "
+                       "split); shared: one rate per model for every optimizer, as in the paper. Each optimizer by "
+                       "its best strategy; lower is better."),)

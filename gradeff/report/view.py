@@ -265,6 +265,7 @@ class ReportView:
     wins: tuple[str, ...]
     best_loss: Table
     best: Table
+    protocols: tuple[Table, ...]
     ratios: tuple[Table, ...]
     models: tuple[ModelView, ...]
     heatmap: FigureView

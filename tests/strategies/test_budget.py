@@ -81,8 +81,10 @@ def test_budget_sweep_on_a_real_model(model, tmp_path, monkeypatch):
     probe = _run(model, "budget", budget=10**12)  # everything fits: the plan's predictions, nothing checkpointed
     unconstrained = probe.plan["unconstrained_peak_bytes"]
     frugal = _run(model, "budget", budget=standard.meters["memory"]["peak_bytes"] // 2 or 1)
+    # The last budget clears the fully checkpointed step's prediction after the 10 % margin: on the tiny llm's
+    # batch of 32 that prediction runs up to ~14 % above the checkpoint cell's measured peak (conservative).
     budgets = [int(unconstrained / 0.9) + 1, int(unconstrained * 0.95), int(unconstrained * 0.85),
-               int(checkpoint.meters["memory"]["peak_bytes"] * 1.2)]
+               int(checkpoint.meters["memory"]["peak_bytes"] * 1.3)]
     counts = []
     for budget in budgets:
         record = _run(model, "budget", budget=budget)
