@@ -472,11 +472,19 @@ def _run_isolated(cell: Cell, config: RunConfig) -> CellRecord:
 
     from gradeff.extend import dump_registered
 
-    child = replace(config, isolate=False, process="isolated")
+    # A spawned process starts with torch's default thread count; it trains on the caller's, as the cell would here.
+    threads = config.threads if config.threads is not None else _torch_threads()
+    child = replace(config, isolate=False, process="isolated", threads=threads)
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         # The session's own entries (a conftest's, an entry point's, a model path) are registered there too.
         line = pool.submit(_isolated_entry, cell, child, dump_registered()).result()
     return CellRecord.from_dict(json.loads(line))
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> str:

@@ -8,6 +8,7 @@ import torch
 import gradeff.runner as runner
 from gradeff.devices import resolve_device
 from gradeff.grid import Cell
+from gradeff.hparams import hparams_for
 from gradeff.runner import RunConfig, run_cell
 
 CONFIG = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="test")
@@ -17,7 +18,8 @@ def test_ok_cell_records_its_epochs():
     """A tiny cell ends ok with one epoch, its floor, hyper-parameters and environment."""
     record = run_cell(Cell("llm", "adam", "accum"), CONFIG)
     assert record.status == "ok", record.detail
-    assert len(record.epochs) == 1 and record.epochs[0].optimizer_steps == 2
+    hp = hparams_for("llm", "tiny")
+    assert len(record.epochs) == 1 and record.epochs[0].optimizer_steps == hp.train_samples // (hp.batch_size * 4)
     assert record.loss_floor is not None and record.hparams["accum_steps"] == 4
     assert record.environment["torch"] == torch.__version__ and record.session == "test"
 

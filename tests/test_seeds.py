@@ -19,7 +19,8 @@ def test_seeds_are_a_count_or_a_list(text, seed, seeds):
 
 
 @pytest.mark.parametrize(("text", "seed", "problem"), [
-    ("0", 0, "a count must be >= 1"), ("x", 0, "expected a count N"), ("1,-2", 0, "seeds must be >= 0"),
+    ("0", 0, "a count must be >= 1"), ("x", 0, "expected a count N"), ("1,-2", 0, "seeds must be in 0 … 4294967295"),
+    ("1,4294967296", 0, "seeds must be in 0 … 4294967295"),
     ("1,1", 0, "a seed is repeated"), ("1,,2", 0, "expected a count N"), (",", 0, "expected a count N"),
     ("1,2", 5, "a list of seeds replaces --gradeff-seed 5"),
 ])
@@ -30,7 +31,7 @@ def test_bad_seeds_name_the_valid_forms(text, seed, problem):
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--gradeff-seeds", "0"), ("*--gradeff-seeds 0: a count must be >= 1; expected a count N >= 1 (e.g. 3: seeds "
-                                "0, 1, 2) or a comma-separated list of seeds >= 0 (e.g. 0,1,2)*")),
+                                "0, 1, 2) or a comma-separated list of seeds in 0 … 4294967295 (e.g. 0,1,2)*")),
     (("--gradeff-seeds", "a,b"), "*--gradeff-seeds a,b: expected a count N >= 1*"),
     (("--gradeff-seed", "2", "--gradeff-seeds", "0,1"),
      "*--gradeff-seeds 0,1: a list of seeds replaces --gradeff-seed 2*"),

@@ -36,7 +36,8 @@ def llm_cells():
     """The tiny llm with Adam: unsharded, on two processes, and on one process under FSDP."""
     standard = run_cell(Cell("llm", "adam", "standard"), CONFIG)
     sharded = run_cell(Cell("llm", "adam", "fsdp"), CONFIG)
-    single = run_cell(Cell("llm", "adam", "fsdp"), replace(CONFIG, world_size=1, epochs=1))
+    # As many epochs as the standard cell: the warm-up spans the run's steps, so a shorter run differs from its first.
+    single = run_cell(Cell("llm", "adam", "fsdp"), replace(CONFIG, world_size=1))
     return standard, sharded, single
 
 
@@ -84,10 +85,10 @@ def test_fsdp_on_two_processes_holds_half_the_state_and_trains_as_one_process(ll
 
 
 def test_fsdp_on_one_process_is_the_standard_cell(llm_cells):
-    """W = 1: one shard holding everything, the standard cell's bytes and first epoch's loss."""
+    """W = 1: one shard holding everything, the standard cell's bytes and losses."""
     standard, _, single = llm_cells
     assert single.status == "ok", single.detail
-    np.testing.assert_allclose(_losses(single), _losses(standard)[:1], rtol=LOSS_RTOL, atol=0)
+    np.testing.assert_allclose(_losses(single), _losses(standard), rtol=LOSS_RTOL, atol=0)
     (rank,) = single.meters["memory"]["ranks"]
     for key in (*SHARDED, "optimizer_state_bytes"):
         assert rank[key] == standard.meters["memory"][key]
