@@ -26,8 +26,9 @@ from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "ACCURACY_FOCUS", "BASELINE_GRIDS", "MEMORY_METRICS", "OBJECTIVES", "TRAINABLE", "Versus", "Winner",
-    "bayes_accuracy", "checkpoint_ratios", "focus_of", "group_by_backbone", "inference_number", "inference_of",
-    "is_baseline", "memory_metric_for", "netscore_ranking", "pretraining_by_backbone", "ratio", "score_of",
+    "bayes_accuracy", "beats_pixel_baseline", "checkpoint_ratios", "focus_of", "group_by_backbone", "inference_number", "inference_of",
+    "is_baseline", "memory_metric_for", "netscore_ranking", "pixel_baseline_accuracy", "pretraining_by_backbone",
+    "ratio", "score_of",
     "sort_peft", "split_baselines", "split_studies", "total_parameters", "trainable_parameters",
     "trainable_percent", "training_seconds", "versus_full", "weights_source", "winners",
 ]
@@ -90,6 +91,25 @@ def bayes_accuracy(record: CellRecord) -> float | None:
     task = record.task if isinstance(record.task, Mapping) else {}
     value = as_number(task.get("bayes_accuracy"))
     return None if value is None else 100 * value
+
+
+def pixel_baseline_accuracy(record: CellRecord) -> float | None:
+    """The sanity baseline's accuracy on the cell's test split, in percent: a 1-nearest-neighbour classifier on
+    raw pixels (:mod:`gradeff.data.sanity`), recorded as ``task.pixel_1nn_accuracy`` (``None`` if unknown)."""
+    task = record.task if isinstance(record.task, Mapping) else {}
+    value = as_number(task.get("pixel_1nn_accuracy"))
+    return None if value is None else 100 * value
+
+
+def beats_pixel_baseline(record: CellRecord) -> bool | None:
+    """Whether an ``ok`` cell's test accuracy is above the raw-pixel 1-NN's on the same split.
+
+    ``None`` where either is unknown or the cell did not end ok; ``False`` flags a cell whose accuracy
+    says nothing about its fine-tuning: matching pixels against the training set did as well.
+    """
+    baseline = pixel_baseline_accuracy(record)
+    accuracy = analysis.metric_value(record, "heldout_accuracy") if analysis.comparable(record) else None
+    return None if baseline is None or accuracy is None else accuracy > baseline
 
 
 def _order(keys: Iterable[str], registry: Iterable[str]) -> dict[str, int]:

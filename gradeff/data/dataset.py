@@ -27,8 +27,10 @@ class Dataset:
             (nats per target), or ``None`` when unknown. A model can only go below it by memorising.
         floor_note: how the floor was computed.
         info: task parameters worth recording (vocabulary, classes, lengths).
-        heldout: a split of the same task that is never trained on (evaluated after each epoch),
-            with its own exact floor; ``None`` when the task has none.
+        heldout: the test split: of the same task, never trained on, the split every reported held-out
+            figure is read on, with its own exact floor; ``None`` when the task has none.
+        validation: a split of the same task for tuning and early decisions, never trained on and never
+            reported; ``None`` when the task has none.
         decode: tensor name → ``(scale, offset)`` applied to a batch of it as ``x.float() * scale + offset``:
             real images are kept as ``uint8`` (a quarter of the memory and of the cache file) and
             normalised only for the batch a step reads.
@@ -41,6 +43,7 @@ class Dataset:
     floor_note: str
     info: dict = field(default_factory=dict)
     heldout: Dataset | None = None
+    validation: Dataset | None = None
     decode: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -52,10 +55,18 @@ class Dataset:
         return int(self.targets.shape[0])
 
     def with_heldout(self, heldout: Dataset) -> Dataset:
-        """This split with ``heldout`` attached as its held-out split."""
-        if heldout.task != self.task or set(heldout.tensors) != set(self.tensors):
-            raise ValueError("a held-out split must be of the same task, with the same tensors")
+        """This split with ``heldout`` attached as its held-out (test) split."""
+        self._check_split(heldout, "held-out")
         return replace(self, heldout=heldout)
+
+    def with_validation(self, validation: Dataset) -> Dataset:
+        """This split with ``validation`` attached as its validation split."""
+        self._check_split(validation, "validation")
+        return replace(self, validation=validation)
+
+    def _check_split(self, split: Dataset, name: str) -> None:
+        if split.task != self.task or set(split.tensors) != set(self.tensors):
+            raise ValueError(f"a {name} split must be of the same task, with the same tensors")
 
     def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         """The model inputs of the samples at ``indices``."""

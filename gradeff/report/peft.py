@@ -30,8 +30,8 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "BASELINES_NOTE", "MISSING_NOTE", "TUNED_MISSING_NOTE", "build_peft_view", "format_count", "format_points",
-    "method_label",
+    "BASELINES_NOTE", "MISSING_NOTE", "SANITY_LABEL", "TUNED_MISSING_NOTE", "build_peft_view", "format_count",
+    "format_points", "method_label",
 ]
 
 MISSING_NOTE = "No records of the PEFT study (a grid read by held-out accuracy) in these results."
@@ -131,6 +131,37 @@ def _accuracy_caption(records: Sequence[CellRecord]) -> str:
     return f"Final held-out top-1 accuracy ({ceiling})"
 
 
+SANITY_LABEL = "1-NN on raw pixels (sanity baseline)"
+
+
+def _with_sanity_row(table: Table, records: Sequence[CellRecord], strategies: Sequence[str]) -> Table:
+    """The accuracy table with the raw-pixel 1-NN's accuracy as its last row, and every cell that does not
+    beat it flagged: such an accuracy says nothing about the fine-tuning method."""
+    baselines = sorted({b for b in (peft.pixel_baseline_accuracy(r) for r in records) if b is not None})
+    if not table.rows or not baselines:
+        return table
+    by_cell = {(r.method, r.strategy): r for r in records}
+    rows = []
+    for row, method in zip(table.rows, analysis.order_keys((r.method for r in records), METHODS), strict=True):
+        cells = []
+        for cell, strategy in zip(row.cells, strategies, strict=True):
+            record = by_cell.get((method, strategy))
+            if record is not None and peft.beats_pixel_baseline(record) is False:
+                cell = Cell(text=cell.text, sub="not above 1-NN on pixels", css=f"{cell.css} worse".strip(),
+                            title=f"does not beat the raw-pixel 1-NN baseline "
+                                  f"({format_percent(peft.pixel_baseline_accuracy(record))}) on this split: this "
+                                  "accuracy says nothing about the fine-tuning method")
+            cells.append(cell)
+        rows.append(Row(label=row.label, cells=tuple(cells)))
+    text = ", ".join(format_percent(b) for b in baselines)
+    rows.append(Row(label=SANITY_LABEL, cells=tuple(Cell(text=text, css="text", title="no training, no features: "
+                                                         "each test image takes the label of its nearest training "
+                                                         "image") for _ in strategies)))
+    note = (f"{table.note} Last row: a 1-nearest-neighbour classifier on raw pixels against the same training "
+            "split; a cell marked 'not above 1-NN on pixels' (in italics) learned nothing pixel matching did not.")
+    return Table(id=table.id, caption=table.caption, header=table.header, rows=tuple(rows), note=note)
+
+
 def _parameters_text(record: CellRecord, value: float) -> tuple[str, str]:
     share, total = peft.trainable_percent(record), peft.total_parameters(record)
     return format_count(value), "" if share is None else f"{_share(share)} of {format_count(total)}"
@@ -145,8 +176,9 @@ def _group_tables(slug: str, records: Sequence[CellRecord], strategies: Sequence
 
     accuracy, seconds, energy = METRICS["heldout_accuracy"], METRICS["epoch_seconds"], METRICS["energy"]
     return (
-        _method_table(slug, _accuracy_caption(records), accuracy, records, strategies, unit(accuracy),
-                      "The last epoch's accuracy on the held-out split the cell never trains on."),
+        _with_sanity_row(_method_table(slug, _accuracy_caption(records), accuracy, records, strategies,
+                                       unit(accuracy), "The last epoch's accuracy on the held-out split the cell "
+                                                       "never trains on."), records, strategies),
         _method_table(slug, "Trainable parameters (count, and share of all the model's parameters)", peft.TRAINABLE,
                       records, strategies, _parameters_text,
                       "4-bit weights count the values they hold; adapters count in the total."),
