@@ -2,8 +2,9 @@
 ``gradeff launch N [pytest args]``.
 
 Exit codes: 0 success; 2 a results file is missing, unreadable or has no readable record, or the
-command line is wrong (argparse's convention); 1 the output cannot be written (``launch``: a shard failed, or the gate
-found a regression). Messages go to stderr and name the file (and line) at fault.
+command line is wrong (argparse's convention); 74 (``EX_IOERR``) an output could not be written (disk full, I/O
+error: one line names the file, which is left as it was); ``launch``: 1 a shard failed or the gate found a
+regression. Messages go to stderr and name the file (and line) at fault.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ if TYPE_CHECKING:
 
     from gradeff.loading import LoadedResults
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_OUTPUT", "build_parser", "main"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_OUTPUT", "build_parser", "main"]
 
 EXIT_OK = 0
-EXIT_OUTPUT = 1
+EXIT_FAILED = 1  # launch: a shard failed
 EXIT_BAD_INPUT = 2  # the same code argparse uses for a bad command line: "fix what you gave me"
+EXIT_OUTPUT = 74  # gradeff.outputs.EXIT_INCOMPLETE_OUTPUT (kept literal: `gradeff list` imports nothing heavy)
 
 _AXES = ("models", "optimizers", "strategies")
 
@@ -112,11 +114,16 @@ def _run_launch(args: argparse.Namespace) -> int:
         baseline=Path(args.baseline) if args.baseline else None, compare_args=args.compare_args,
         parameters={key: value for key, value in named.items() if value is not None})
     started = time.perf_counter()
+    from gradeff.outputs import OutputError
+
     try:
         outcomes, merged = launch(options, echo=lambda line: print(line, file=sys.stderr))
     except LaunchError as exc:
         _error(str(exc))
         return EXIT_BAD_INPUT
+    except OutputError as exc:  # the merged results file: the shards' own files are still there
+        _error(str(exc))
+        return EXIT_OUTPUT
     from gradeff.results import read_records
 
     records = list(read_records(merged))
@@ -126,7 +133,7 @@ def _run_launch(args: argparse.Namespace) -> int:
     for outcome in failed:
         _error(f"shard {outcome.index} failed ({outcome.error or f'pytest exit code {outcome.returncode}'}); "
                f"see {outcome.log}")
-    code = EXIT_OUTPUT if failed else EXIT_OK
+    code = EXIT_FAILED if failed else EXIT_OK
     if not records:
         _error("no shard recorded a cell: does the selection select any?")
         return EXIT_BAD_INPUT
@@ -202,13 +209,23 @@ def _run_report(args: argparse.Namespace) -> int:
     for line in loaded.skipped_lines:
         print(f"gradeff: warning: skipped unreadable line {line}", file=sys.stderr)
 
+    if output != "-":
+        from gradeff.outputs import colliding_outputs
+
+        # The report written over a results file it reads would destroy the records it shows.
+        clashes = colliding_outputs({"-o": output} | {f"results file {i + 1}": p for i, p in enumerate(args.results)})
+        if clashes:
+            _error(f"{clashes[0]}: the report would overwrite the records; give another -o")
+            return EXIT_BAD_INPUT
     try:
         if output == "-":
             _write_stdout(fmt, args.title, loaded, templates)
         else:
             _write_file(fmt, args.title, loaded, output, templates)
     except OSError as exc:
-        _error(f"cannot write {output}: {exc.strerror or exc}")
+        from gradeff.outputs import OutputError
+
+        _error(str(exc) if isinstance(exc, OutputError) else f"cannot write {output}: {exc.strerror or exc}")
         return EXIT_OUTPUT
     if output != "-":
         print(f"gradeff: wrote {output} ({len(loaded.records)} records from {len(loaded.sources)} file(s))",
@@ -224,11 +241,10 @@ def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templa
     path = Path(output)
     if fmt == "csv" and path.suffix.lower() != ".csv":
         # write_report picks CSV by suffix; an explicit --format csv wins over the file name.
+        from gradeff.outputs import write_with
         from gradeff.report.csv_export import write_csv
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="") as handle:
-            write_csv(loaded.records, handle)
+        write_with(path, lambda handle: write_csv(loaded.records, handle))
         return
     write_report(loaded.records, path, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title,
                  templates=templates)

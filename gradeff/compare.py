@@ -7,9 +7,10 @@ notion of noise; this gate also judges status, loss and memory, each with its ow
     gradeff compare BASELINE CURRENT [--markdown] [--all] [--output FILE] [--rule METRIC:KEY=VALUE]
     python -m gradeff.compare BASELINE CURRENT
 
-Exit codes: 0 no regression, 1 regression, 2 unusable input (missing or unreadable file, no cell
-in common, cells run with another profile or seed, another environment under
-``--strict-environment``).
+Exit codes: 0 no regression, 1 regression, 2 unusable input (missing or unreadable file, the same
+file on both sides, no cell in common, cells run with another profile or seed, another environment
+under ``--strict-environment``), 74 (``EX_IOERR``) no regression but ``--output`` could not be
+written (one line says which file and why; a regression still exits 1, its verdict stands).
 
 What counts as a regression by default:
 
@@ -17,29 +18,32 @@ What counts as a regression by default:
   instead). With ``--cells FILE`` (what ``--gradeff-baseline`` passes: the cells the session
   selected, so a ``-k`` or ``--gradeff-optimizers`` slice is judged on its own cells only) a
   listed cell without a current record is missing, baseline cells not listed are out of scope;
-* a status, loss, held-out or memory change beyond its rule's tolerance
-  (:mod:`gradeff.compare_rules`: losses repeat to ~1e-7 on CPU with the same versions, so the
-  default tolerance is 1e-6 relative; ``--loose`` for GPU runs);
+* any change of status (``ok → skipped`` included), and a loss, held-out or memory figure
+  that moved beyond its tolerance in either direction (golden: :mod:`gradeff.compare_rules`);
 * a time per epoch beyond the noise-calibrated ratio of :class:`~gradeff.compare_rules.TimeRule`,
   but only when both files come from the same environment.
+
+**Exact or within a band.** A cell whose current run has the numerics environment of its baseline
+record (:data:`gradeff.portability.NUMERICS_KEYS`: CPU model and id, torch threads, instruction
+set, device, torch and transformers versions) must repeat its losses to 1e-6. On another one its
+loss and held-out figures are judged within a band measured from the baseline's own perturbation
+runs (``<baseline>.perturbed.jsonl``, or ``--perturbed FILE``: the same cells recorded with only the
+summation order changed; :class:`gradeff.portability.Band`), and a current run whose environment is
+that of a perturbation run is compared with that run exactly. Without perturbation runs a foreign
+cell falls back to the ``--loose`` tolerances. Memory counted from tensors and statuses are exact
+everywhere. Which cells were judged how, and the band's rule, are printed before the table.
 
 The environment (CPU model, logical CPUs, torch threads, device, torch and transformers versions)
 is compared first and any difference is printed first. Time measured on another machine says
 nothing about the code, so under a difference the time rows become ``advisory`` (shown, never a
-regression); ``--strict-environment`` makes a difference exit 2 instead. Losses and exact memory
-figures are still gated: they do not depend on the CPU's speed. Where the kernels themselves may
-differ (``NUMERICS_KEYS``: the CPU instruction set torch dispatched for, the device kind, torch or
-transformers versions), a loss agrees only to float tolerance, so those cells' losses and held-out
-figures are compared at ``--loose`` tolerances: a changed summation order passes, a wrong loss still
-fails.
+regression); ``--strict-environment`` makes a difference exit 2 instead.
 
-CI (``.ci/run``) gates the ``adam,cgd`` slice against the committed ``baselines/tiny-cpu.jsonl``:
-status, losses, held-out figures and memory always; time only when the runner matches the machine
-the baseline was recorded on, advisory otherwise. Recording a time baseline on the runner itself
-(the slice at the merge base, another full slice run) would double CI's time for a check that the
-noise of a shared runner makes weak anyway; a machine that wants time gated records its own
-baseline with ``scripts/calibrate_gate.sh``, which also measures the time rule's false positives
-and negatives there.
+CI (``.ci/run``) gates the ``adam,cgd`` slice against the committed ``baselines/tiny-cpu.jsonl``
+and its perturbation runs (``scripts/record_baseline.py`` records both), with ``--strict``.
+Recording a time baseline on the runner itself (the slice at the merge base, another full slice
+run) would double CI's time for a check that the noise of a shared runner makes weak anyway; a
+machine that wants time gated records its own baseline with ``scripts/calibrate_gate.sh``, which
+also measures the time rule's false positives and negatives there.
 """
 
 from __future__ import annotations
@@ -67,21 +71,22 @@ from gradeff.compare_rules import (
     ToleranceRule,
     override_rules,
 )
+from gradeff.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, colliding_outputs, write_text
+from gradeff.portability import (Band, Sensitivity, numerics, numerics_differences, perturbations, perturbed_path,
+                                 sensitivities)
 from gradeff.results import CellRecord, latest_by_run, read_records
+from gradeff.safe_text import one_line
 
 __all__ = [
-    "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE", "Comparison",
-    "MismatchError", "UnusableInput", "compare_records", "format_table", "load_results", "main", "read_cells",
-    "summary_line",
+    "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_INCOMPLETE_OUTPUT", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE",
+    "Comparison", "MismatchError", "UnusableInput", "compare_records", "format_table", "load_results", "main",
+    "read_cells", "summary_line",
 ]
 
 # What makes two runs' times comparable: the same processor, as many cores and threads, the same
 # device and the same libraries (a new torch may change kernels, hence speed and last digits).
-ENVIRONMENT_KEYS = ("cpu", "cpu_capability", "cpu_count", "torch_threads", "device", "device_name", "torch",
-                    "transformers")
-# Differences that change which kernels run or how they sum: losses then agree to float tolerance, not to
-# the last bits, and are compared with --loose tolerances (still gated: a wrong loss is still wrong).
-NUMERICS_KEYS = ("cpu_capability", "device", "torch", "transformers")
+ENVIRONMENT_KEYS = ("cpu", "cpu_id", "cpu_capability", "cpu_count", "torch_threads", "device", "device_name",
+                    "torch", "transformers")
 
 EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -103,6 +108,8 @@ class Comparison:
         only_in_baseline, only_in_current: cells of one file only.
         warnings: things a reader should know (other device kind, unreadable lines, …).
         environment: how the two environments differ (printed first); empty when they match.
+        numerics: how the loss figures of cells run on another numerics environment were judged (a band,
+            with its rule, or the loose fallback); empty when every cell was compared exactly.
         cells_compared: number of cells present in both files.
         missing: cells that should have a current record and have none (regressions unless
             ``allow_missing``).
@@ -113,6 +120,7 @@ class Comparison:
     only_in_current: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     environment: tuple[str, ...] = ()
+    numerics: tuple[str, ...] = ()
     cells_compared: int = 0
     missing: tuple[str, ...] = ()
 
@@ -158,22 +166,65 @@ def _environment_differences(b: CellRecord, c: CellRecord) -> dict[str, str]:
         if key == "device":  # cuda:0 and cuda:1 are the same kind of device
             before, after = (str(v).split(":")[0] if v is not None else None for v in (before, after))
         if before != after:
-            # Other library versions may change kernels or summation order, hence the last digits of a loss.
-            why = "; losses compared at --loose tolerance" if key in NUMERICS_KEYS else ""
-            messages[key] = f"{key} differs: {before} (baseline) vs {after} (current){why}"
+            messages[key] = f"{key} differs: {before} (baseline) vs {after} (current)"
     return messages
 
 
-def loosened(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
-    """``rules`` with loss and accuracy tolerances widened to at least ``--loose``'s (never narrowed)."""
+def widened(rules: tuple[Rule, ...], loss_rtol: float, accuracy_atol: float, basis: str = "") -> tuple[Rule, ...]:
+    """``rules`` with loss tolerances widened to at least ``loss_rtol`` (relative) and held-out accuracy's to
+    ``accuracy_atol`` (never narrowed: an explicit ``--rule`` or ``--loose`` wider still wins), noting ``basis``."""
     out = []
     for rule in rules:
         if isinstance(rule, ToleranceRule) and fnmatchcase(rule.metric, "*_loss"):
-            rule = replace(rule, rtol=max(rule.rtol, LOOSE_LOSS_RTOL))
+            rule = replace(rule, rtol=max(rule.rtol, loss_rtol), basis=basis)
         elif isinstance(rule, ToleranceRule) and rule.metric == "heldout_accuracy":
-            rule = replace(rule, atol=max(rule.atol, LOOSE_ACCURACY_ATOL))
+            rule = replace(rule, atol=max(rule.atol, accuracy_atol), basis=basis)
         out.append(rule)
     return tuple(out)
+
+
+def loosened(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+    """``rules`` with loss and accuracy tolerances widened to at least ``--loose``'s."""
+    return widened(rules, LOOSE_LOSS_RTOL, LOOSE_ACCURACY_ATOL, "--loose: no perturbation run of this cell")
+
+
+@dataclass(frozen=True, slots=True)
+class _Judgement:
+    """How one cell is judged: against which baseline record, with which rules, and what to say about it."""
+
+    reference: CellRecord
+    rules: tuple[Rule, ...]
+    numerics: str = ""  # "" exact; else the line (grouped over cells) telling how its losses were judged
+
+
+def _judgement(primary: CellRecord, runs: list[CellRecord], current: CellRecord, rules: tuple[Rule, ...],
+               band: Band, sensitivity: Sensitivity | None) -> _Judgement:
+    """Exact against the baseline record (or perturbation run) of the current run's numerics environment; else
+    the primary record within the band its sensitivity sets, or at ``--loose`` tolerance where none was measured."""
+    for reference in (primary, *runs):
+        if numerics(reference) == numerics(current):
+            return _Judgement(reference, rules)
+    differs = ", ".join(f"{key} {before} (baseline) vs {after} (current)"
+                        for key, (before, after) in numerics_differences(primary, current).items())
+    if sensitivity is None:
+        return _Judgement(primary, loosened(rules), f"numerics environment differs ({differs}) and the baseline has "
+                                                    f"no perturbation run of these cells: losses compared at --loose "
+                                                    f"tolerance (rtol {LOOSE_LOSS_RTOL:g})")
+    change = sensitivity.change
+    runs = _plural(sensitivity.runs, "perturbation run")
+    basis = f"band: {band.factor:g} × {change:.2g}, the largest change of {runs}"
+    return _Judgement(primary, widened(rules, band.loss_rtol(change), band.accuracy_atol(change), basis),
+                      f"numerics environment differs ({differs}): losses judged within a band measured by the "
+                      f"baseline's perturbation runs: {band.rule()}")
+
+
+def _same_experiment(primary: CellRecord, run: CellRecord) -> list[str]:
+    """Why a perturbation run is not the baseline record's experiment with another summation order."""
+    problems = [problem.replace(" (current)", " (perturbation run)") for problem in _differences(primary, run)[0]]
+    if run.code_version != primary.code_version:
+        problems.append(f"code_version differs: {primary.code_version} (baseline) vs {run.code_version} "
+                        "(perturbation run)")
+    return problems
 
 
 def _advisory(row: Row) -> Row:
@@ -210,7 +261,8 @@ def paired_runs(baseline: list[CellRecord], current: list[CellRecord]) -> tuple[
 
 def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules: tuple[Rule, ...] = DEFAULT_RULES,
                     *, allow_mismatch: bool = False, allow_missing: bool = False,
-                    selected: Collection[str] | None = None, strict_environment: bool = False) -> Comparison:
+                    selected: Collection[str] | None = None, strict_environment: bool = False,
+                    perturbed: list[CellRecord] = (), band: Band = Band()) -> Comparison:
     """Compare the last record of every cell of ``current`` with the last one of ``baseline`` (seed by seed).
 
     Args:
@@ -224,6 +276,8 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
             without a current record is missing even when the baseline lacks it too. ``None``:
             every baseline cell should be in current.
         strict_environment: another environment raises instead of making time rows advisory.
+        perturbed: the baseline's perturbation runs (see :mod:`gradeff.portability`).
+        band: how far a cell on another numerics environment may move, from its perturbation runs.
 
     Returns:
         The comparison; cells present on one side only are listed, missing ones as regressions.
@@ -231,6 +285,8 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
     Raises:
         MismatchError: a common cell ran with another profile or seed, and ``allow_mismatch`` is false;
             or the environments differ under ``strict_environment``.
+        UnusableInput: a perturbation run is not its baseline record's experiment (another profile, seed,
+            precision or code version).
     """
     before, after = paired_runs(baseline, current)
     if selected is not None:
@@ -238,33 +294,48 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
         # A selected cell id covers its runs over seeds.
         before = {cell: r for cell, r in before.items() if cell in scope or r.cell in scope}
     common = [cell for cell in before if cell in after]
+    runs = perturbations(perturbed)
+    foreign = defaultdict(list)
+    for cell in common:
+        for run in runs.get((before[cell].cell, before[cell].seed), []):
+            for problem in _same_experiment(before[cell], run):
+                foreign[problem].append(cell)
+    if foreign:
+        raise UnusableInput("perturbation runs of another experiment: " + "; ".join(_grouped(foreign))
+                            + "; record the baseline and its perturbation runs together (scripts/record_baseline.py)")
+    measured = sensitivities(latest_by_run(baseline).values(), perturbed)
+    judgements = {cell: _judgement(before[cell], runs.get(key := (before[cell].cell, before[cell].seed), []),
+                                   after[cell], rules, band, measured.get(key)) for cell in common}
     mismatches: dict[str, list[str]] = defaultdict(list)
     notes: dict[str, list[str]] = defaultdict(list)
     environment: dict[str, list[str]] = defaultdict(list)
-    other_kernels = set()  # cells whose losses are compared at --loose tolerance
+    judged: dict[str, list[str]] = defaultdict(list)
     for cell in common:
         refusals, warnings = _differences(before[cell], after[cell])
         for message in refusals:
             mismatches[message].append(cell)
         for message in warnings:
             notes[message].append(cell)
-        differences = _environment_differences(before[cell], after[cell])
-        for message in differences.values():
+        for message in _environment_differences(judgements[cell].reference, after[cell]).values():
             environment[message].append(cell)
-        if differences.keys() & set(NUMERICS_KEYS):
-            other_kernels.add(cell)
+        if judgements[cell].reference is not before[cell]:
+            # Recorded two cells at a time (scripts/record_baseline.py): its numbers are the yardstick, its time is not.
+            environment["the current run's numerics are a perturbation run's: compared with it exactly, its time "
+                        "recorded under pytest -n 2"].append(cell)
+        if judgements[cell].numerics:
+            judged[judgements[cell].numerics].append(cell)
     if mismatches and not allow_mismatch:
         raise MismatchError("refusing to compare: " + "; ".join(_grouped(mismatches))
                             + " (pass --allow-mismatch to compare anyway)")
     if environment and strict_environment:
         raise MismatchError("refusing to compare under --strict-environment: " + "; ".join(_grouped(environment)))
     elsewhere = {cell for cells in environment.values() for cell in cells}
-    loose = loosened(rules)
     rows = []
     for cell in common:
-        for rule in loose if cell in other_kernels else rules:
+        judgement = judgements[cell]
+        for rule in judgement.rules:
             # The run's key names it (llm-adam-accum-seed1 where a cell is repeated over seeds).
-            row = replace(rule.compare(before[cell], after[cell]), cell=cell)
+            row = replace(rule.compare(judgement.reference, after[cell]), cell=cell)
             rows.append(_advisory(row) if isinstance(rule, TimeRule) and cell in elsewhere else row)
     only_in_baseline = tuple(cell for cell in before if cell not in after)
     ran = {*before, *after, *(r.cell for r in (*before.values(), *after.values()))}
@@ -276,7 +347,8 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
     return Comparison(rows=tuple(rows), only_in_baseline=only_in_baseline,
                       only_in_current=tuple(cell for cell in after if cell not in before),
                       warnings=tuple(_grouped(mismatches) + _grouped(notes)),
-                      environment=tuple(_grouped(environment)), cells_compared=len(common), missing=missing)
+                      environment=tuple(_grouped(environment)), numerics=tuple(_grouped(judged)),
+                      cells_compared=len(common), missing=missing)
 
 
 
@@ -319,12 +391,16 @@ def format_table(comparison: Comparison, markdown: bool = False, all_rows: bool 
         The text, ending with a newline.
     """
     rows = [r for r in comparison.rows if all_rows or r.noteworthy]
-    cells = [[str(getattr(r, column)) for column in _COLUMNS] for r in rows]
+    # Every field comes from a results file someone else wrote: one line each, control characters made visible.
+    cells = [[one_line(getattr(r, column)) for column in _COLUMNS] for r in rows]
     bullet = "- " if markdown else ""
     # First, before any verdict: numbers from two machines are read differently.
-    lines = [f"{bullet}environment differs: {line}" for line in comparison.environment]
+    lines = [f"{bullet}environment differs: {one_line(line)}" for line in comparison.environment]
     if comparison.environment:
-        lines += [f"{bullet}time rows are advisory: time measured in another environment is not a regression", ""]
+        lines += [f"{bullet}time rows are advisory: time measured in another environment is not a regression"]
+    lines += [f"{bullet}{one_line(line)}" for line in comparison.numerics]
+    if comparison.environment or comparison.numerics:
+        lines.append("")
     if not rows:
         lines.append("no change beyond tolerance")
     elif markdown:
@@ -338,6 +414,7 @@ def format_table(comparison: Comparison, markdown: bool = False, all_rows: bool 
     extra = [f"only in baseline: {', '.join(comparison.only_in_baseline)}"] if comparison.only_in_baseline else []
     extra += [f"only in current: {', '.join(comparison.only_in_current)}"] if comparison.only_in_current else []
     extra += [f"warning: {w}" for w in comparison.warnings]
+    extra = [one_line(line) for line in extra]
     lines += ([""] + [bullet + line for line in extra]) if extra else []
     lines += ["", f"**{summary_line(comparison)}**" if markdown else summary_line(comparison)]
     return "\n".join(lines) + "\n"
@@ -389,7 +466,7 @@ def read_cells(path: str | Path) -> list[str]:
 def _parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser = parser_class(
         prog="gradeff compare", description="Compare two gradeff results files cell by cell and metric by metric; "
-        "exit 0 without regression, 1 with one, 2 on unusable input.")
+        "exit 0 without regression, 1 with one, 2 on unusable input, 74 when --output could not be written.")
     parser.add_argument("baseline", type=Path, help="results file of the reference run (JSON lines)")
     parser.add_argument("current", type=Path, help="results file of the run to judge")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table (CI logs, PR comments)")
@@ -413,6 +490,15 @@ def _parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParse
     parser.add_argument("--loose", action="store_true",
                         help=f"tolerances for GPU runs, which are not bit-reproducible: losses rtol {LOOSE_LOSS_RTOL}, "
                              f"held-out accuracy atol {LOOSE_ACCURACY_ATOL}")
+    parser.add_argument("--perturbed", type=Path, metavar="FILE",
+                        help="the baseline's perturbation runs (the same cells with another summation order), which "
+                             "measure each cell's band on another numerics environment (default: BASELINE's "
+                             "<stem>.perturbed.jsonl where it exists)")
+    parser.add_argument("--band-factor", type=float, default=Band().factor, metavar="K",
+                        help=f"band on another numerics environment: K times the largest change a perturbation run "
+                             f"made to the losses of a cell of the same optimizer (default {Band().factor:g})")
+    parser.add_argument("--band-floor", type=float, default=Band().floor, metavar="RTOL",
+                        help=f"the band's smallest relative tolerance (default {Band().floor:g})")
     parser.add_argument("--rule", action="append", default=[], metavar="METRIC:KEY=VALUE",
                         help="override a rule setting, e.g. final_loss:rtol=0.01 or '*_bytes:rtol=0.05' (repeatable)")
     parser.add_argument("--ignore", action="append", default=[], metavar="METRIC",
@@ -441,6 +527,11 @@ def _rules(args: argparse.Namespace) -> tuple[Rule, ...]:
     if unknown:
         raise ValueError(f"--ignore: unknown metric {sorted(unknown)}; metrics: {', '.join(r.metric for r in rules)}")
     return tuple(r for r in rules if r.metric not in args.ignore)
+
+
+def _band(args: argparse.Namespace) -> Band:
+    """The band of ``--band-factor`` and ``--band-floor`` (``ValueError`` naming a bad one)."""
+    return Band(factor=args.band_factor, floor=args.band_floor)
 
 
 def _number(text: str) -> float:
@@ -472,52 +563,89 @@ def parse_compare_args(text: str) -> tuple[Rule, ...]:
     return _rules(args)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _perturbed_file(args: argparse.Namespace) -> Path | None:
+    """``--perturbed``, else the baseline's ``<stem>.perturbed.jsonl`` where there is one."""
+    if args.perturbed is not None:
+        return args.perturbed
+    beside = perturbed_path(args.baseline)
+    return beside if beside.is_file() else None
+
+
+def _refuse_one_file_twice(args: argparse.Namespace, perturbed: Path | None) -> None:
+    """Comparing a file with itself always passes, and an output on an input destroys it: refused up front."""
+    inputs = {"the baseline": args.baseline, "the current file": args.current, "--perturbed": perturbed}
+    clashes = colliding_outputs(inputs)
+    if clashes:
+        raise UnusableInput(f"{clashes[0]}: a run compared with itself always passes; give the current run's "
+                            "results and a baseline recorded before it")
+    if args.output is not None:
+        clashes = colliding_outputs({"--output": args.output, **inputs, "--cells": args.cells})
+        if clashes:
+            raise UnusableInput(f"{clashes[0]}: the table would overwrite an input; give another --output")
+
+
+def main(argv: list[str] | None = None, *, current_records: list[CellRecord] | None = None,
+         selected_cells: list[str] | None = None) -> int:
     """Run the gate: ``gradeff compare BASELINE CURRENT [options]``.
 
     Args:
         argv: arguments without the program name (default ``sys.argv[1:]``).
+        current_records: the current run's records, given instead of reading CURRENT (which then only names
+            them): the pytest plugin judges its session in memory, so a disk too full to keep the session's
+            files still gets its verdict.
+        selected_cells: the cells the current run selected, given instead of a ``--cells`` file.
 
     Returns:
-        0 no regression, 1 regression, 2 unusable input (the reason is on stderr).
+        0 no regression, 1 regression, 2 unusable input (the reason is on stderr), 74 no regression but
+        ``--output`` could not be written (the total line is printed all the same).
     """
     parser = _parser()
     try:
         args = parser.parse_args(argv)
         try:
             rules = _rules(args)
+            band = _band(args)
         except ValueError as exc:
             parser.error(str(exc))
     except SystemExit as exc:  # argparse exits; a library caller (the pytest plugin) wants the code
         return exc.code if isinstance(exc.code, int) else EXIT_UNUSABLE
     try:
+        perturbed_file = _perturbed_file(args)
+        _refuse_one_file_twice(args, perturbed_file)
         baseline, warnings = load_results(args.baseline, strict=args.strict)
-        selected = read_cells(args.cells) if args.cells is not None else None
-        current, more = load_results(args.current, strict=args.strict) if not (selected is not None and
-                                                                            _empty(args.current)) else ([], [])
+        perturbed, notes = load_results(perturbed_file, strict=args.strict) if perturbed_file else ([], [])
+        selected = read_cells(args.cells) if args.cells is not None else selected_cells
+        if current_records is not None:
+            current, more = current_records, []
+        elif selected is not None and _empty(args.current):
+            current, more = [], []
+        else:
+            current, more = load_results(args.current, strict=args.strict)
         comparison = compare_records(baseline, current, rules, allow_mismatch=args.allow_mismatch,
                                      allow_missing=args.allow_missing and not args.missing_is_regression,
-                                     selected=selected, strict_environment=args.strict_environment)
+                                     selected=selected, strict_environment=args.strict_environment,
+                                     perturbed=perturbed, band=band)
         # Disjoint files are the wrong files; a selected slice that recorded nothing is a regression.
         if comparison.cells_compared == 0 and not (selected is not None and comparison.missing):
             raise UnusableInput(f"no cell in common between {args.baseline} ({len(comparison.only_in_baseline)} cells) "
                                 f"and {args.current} ({len(comparison.only_in_current)} cells)")
     except UnusableInput as exc:
-        print(f"gradeff compare: error: {exc}", file=sys.stderr)
+        print(f"gradeff compare: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_UNUSABLE
-    comparison = replace(comparison, warnings=(*warnings, *more, *comparison.warnings))
+    comparison = replace(comparison, warnings=(*warnings, *notes, *more, *comparison.warnings))
     text = format_table(comparison, markdown=args.markdown, all_rows=args.all_rows)
-    if args.output is not None:
-        try:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            print(f"gradeff compare: error: cannot write {args.output}: {exc}", file=sys.stderr)
-            return EXIT_UNUSABLE
-        print(summary_line(comparison))
-    else:
+    code = EXIT_REGRESSION if comparison.regressions else EXIT_OK
+    if args.output is None:
         print(text, end="")
-    return EXIT_REGRESSION if comparison.regressions else EXIT_OK
+        return code
+    try:
+        write_text(args.output, text)
+    except OutputError as exc:
+        # The verdict stands and is printed; only the file is missing (a regression still exits 1).
+        print(f"gradeff compare: error: {one_line(exc)}", file=sys.stderr)
+        code = code or EXIT_INCOMPLETE_OUTPUT
+    print(summary_line(comparison))
+    return code
 
 
 def _empty(path: Path) -> bool:

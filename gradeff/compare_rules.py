@@ -7,9 +7,17 @@ Lower is better for every numeric metric (loss, seconds, bytes) except held-out 
 
 Defaults, and why:
 
-* ``status``: ok → diverged/oom/error regresses, the reverse improves; every other status is
-  neutral: ``skipped`` is a capability decision, not a finding about the code under test, and
-  ``interrupted`` (Ctrl-C) says nothing about the code either. A change is still shown.
+* ``status``: golden, like every deterministic figure: any change regresses. ``ok`` → ``skipped``
+  is a capability check that broke or an optional dependency that went missing, ``ok`` →
+  ``interrupted`` a run that did not finish; ``diverged`` → ``ok`` is ``changed: better``, a
+  regression until the baseline is refreshed (its losses cannot be compared with a failed run's).
+* Deterministic figures (losses, held-out figures, memory counted from tensors) are two-sided
+  (golden): a change beyond the tolerance in either direction is a regression, noted
+  ``changed: better`` when the figure improved. A seeded run of the same code on the same
+  numerics environment repeats them, so any change means the code's behaviour changed: a
+  learning rate 1 % off that happens to lower the losses must fail as surely as one that raises
+  them, until the baseline is refreshed on purpose (README, "The committed baseline"). Sampled
+  figures (time, RSS, allocator and NVML peaks) stay one-sided: better is an improvement.
 * ``final_loss``, ``mean_loss``: ``rtol=1e-6``, ``atol=1e-7``. A CPU cell with the same seed,
   torch and transformers versions is deterministic (seeded weights, data and order, no
   nondeterministic kernels): reruns of the committed slice repeat every loss bit for bit, and
@@ -47,7 +55,8 @@ from gradeff.formatting import as_number
 from gradeff.results import FAILED_STATUSES, CellRecord
 
 __all__ = [
-    "ADVISORY", "DEFAULT_RULES", "FAILED_STATUSES", "IMPROVEMENT", "LOOSE_ACCURACY_ATOL", "LOOSE_LOSS_RTOL", "MIB", "NOT_COMPARED", "OK", "REGRESSION",
+    "ADVISORY", "CHANGED_BETTER", "DEFAULT_RULES", "FAILED_STATUSES", "IMPROVEMENT", "LOOSE_ACCURACY_ATOL",
+    "LOOSE_LOSS_RTOL", "MIB", "NOT_COMPARED", "OK", "REGRESSION",
     "VERDICTS", "Row", "Rule", "StatusRule", "TimeRule", "ToleranceRule", "override_rules",
 ]
 
@@ -137,9 +146,13 @@ def _absent(metric: str, cell: str, before: str | None, after: str | None) -> Ro
                noteworthy=len(missing) == 1)
 
 
+# The note of a deterministic figure that moved the good way: still a regression until the baseline is refreshed.
+CHANGED_BETTER = "changed: better"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusRule:
-    """How a cell ended: ok → diverged/oom/error regresses, the reverse improves, others are neutral."""
+    """How a cell ended, golden: any change regresses (``ok → skipped`` too); ``→ ok`` is ``changed: better``."""
 
     metric: str = "status"
 
@@ -147,12 +160,9 @@ class StatusRule:
         """Compare the statuses of one cell's two records."""
         before, after = baseline.status, current.status
         verdict, note = OK, ""
-        if before == OK and after in FAILED_STATUSES:
-            verdict, note = REGRESSION, current.detail
-        elif before in FAILED_STATUSES and after == OK:
-            verdict = IMPROVEMENT
-        elif after == "skipped" and before != after:
-            note = current.detail
+        if before != after:
+            # Why the current run ended as it did, where it did not end ok (a failure, a skip reason).
+            verdict, note = REGRESSION, CHANGED_BETTER if after == OK else current.detail
         # Long tracebacks would break the table; the first line says what happened.
         note = note.splitlines()[0][:100] if note else ""
         return Row(cell=current.cell, metric=self.metric, before=before, after=after,
@@ -169,6 +179,8 @@ class ToleranceRule:
         source: dotted path into the record: ``summary.final_loss``, ``meters.ram.peak_rss_bytes``.
         unit: ``loss`` (plain numbers) or ``bytes`` (shown in MiB, KiB below 1 MiB).
         higher_is_better: an increase is the improvement (accuracy); otherwise a decrease is.
+        two_sided: a deterministic figure (golden): a change beyond the tolerance either way is a regression.
+        basis: where the tolerance comes from when it is not the rule's default (a band), shown in the note.
     """
 
     metric: str
@@ -177,6 +189,8 @@ class ToleranceRule:
     atol: float = 0.0
     unit: str = "loss"
     higher_is_better: bool = False
+    two_sided: bool = False
+    basis: str = ""
 
     def __post_init__(self):
         if not (self.rtol >= 0 and self.atol >= 0):
@@ -196,11 +210,14 @@ class ToleranceRule:
         diff = after - before
         tolerance = self.atol + self.rtol * abs(before)
         worse = diff < 0 if self.higher_is_better else diff > 0
-        verdict = OK if abs(diff) <= tolerance else REGRESSION if worse else IMPROVEMENT
+        verdict = OK if abs(diff) <= tolerance else REGRESSION if worse or self.two_sided else IMPROVEMENT
         shown = _bytes(tolerance) if self.unit == "bytes" else f"{tolerance:.3g}"
+        note = f"tolerance ±{shown}" + (f" ({self.basis})" if self.basis else "")
+        if verdict == REGRESSION and not worse:
+            note = f"{CHANGED_BETTER}; {note}"
         return Row(cell=current.cell, metric=self.metric, before=fmt(before), after=fmt(after),
                    change=_pct(diff / before) if before else f"{diff:+.3g}", verdict=verdict,
-                   note=f"tolerance ±{shown}", ratio=after / before if before else None,
+                   note=note, ratio=after / before if before else None,
                    noteworthy=verdict != OK)
 
 
@@ -308,19 +325,21 @@ def _seconds(samples: list[float]) -> str:
     return f"{statistics.fmean(samples):.3g} s{spread} (n={len(samples)})"
 
 
-def _memory(metric: str, source: str, rtol: float, atol: float = 0.0) -> ToleranceRule:
-    return ToleranceRule(metric=metric, source=source, rtol=rtol, atol=atol, unit="bytes")
+def _memory(metric: str, source: str, rtol: float, atol: float = 0.0, *, two_sided: bool = False) -> ToleranceRule:
+    return ToleranceRule(metric=metric, source=source, rtol=rtol, atol=atol, unit="bytes", two_sided=two_sided)
 
 
+# Golden figures: what a seeded run repeats on the same numerics environment (two-sided: any change regresses).
 DEFAULT_RULES: tuple[Rule, ...] = (
     StatusRule(),
-    ToleranceRule(metric="final_loss", source="summary.final_loss", rtol=LOSS_RTOL, atol=LOSS_ATOL),
-    ToleranceRule(metric="mean_loss", source="summary.mean_loss", rtol=LOSS_RTOL, atol=LOSS_ATOL),
-    ToleranceRule(metric="heldout_loss", source="summary.final_heldout_loss", rtol=LOSS_RTOL, atol=LOSS_ATOL),
+    ToleranceRule(metric="final_loss", source="summary.final_loss", rtol=LOSS_RTOL, atol=LOSS_ATOL, two_sided=True),
+    ToleranceRule(metric="mean_loss", source="summary.mean_loss", rtol=LOSS_RTOL, atol=LOSS_ATOL, two_sided=True),
+    ToleranceRule(metric="heldout_loss", source="summary.final_heldout_loss", rtol=LOSS_RTOL, atol=LOSS_ATOL,
+                  two_sided=True),
     ToleranceRule(metric="heldout_accuracy", source="summary.final_heldout_accuracy", rtol=0.0, atol=1e-4,
-                  higher_is_better=True),
+                  higher_is_better=True, two_sided=True),
     TimeRule(),
-    *(_memory(name, f"meters.memory.{name}", rtol=1e-6) for name in (
+    *(_memory(name, f"meters.memory.{name}", rtol=1e-6, two_sided=True) for name in (
         "parameter_bytes", "trainable_parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
         "activation_bytes", "peak_bytes")),
     _memory("peak_rss_bytes", "meters.ram.peak_rss_bytes", rtol=0.25, atol=32 * MIB),

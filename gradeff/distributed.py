@@ -142,7 +142,8 @@ def run_sharded(cell: Cell, config: RunConfig) -> CellRecord:
     registered = dump_registered()
     ranks = [context.Process(target=_rank_main, daemon=True, name=f"gradeff-rank{rank}",
                              args=(rank, cell, replace(config, rank=rank, device=_rank_device(config.device, rank),
-                                                       isolate=False, tune=None, process="isolated"),
+                                                       isolate=False, tune=None, process="isolated",
+                                                       threads=threads),
                                    backend, init_method, threads, registered, results))
              for rank in range(size)]
     interrupted = False

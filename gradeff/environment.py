@@ -12,15 +12,44 @@ from pathlib import Path
 __all__ = ["code_version", "environment"]
 
 
-def _cpu_model() -> str:
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's ``key: value`` lines of ``/proc/cpuinfo`` (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's block ends at the first blank line
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return fields
+
+
+def _cpu_model() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+# Variables that choose which kernels run, hence how their float sums are ordered: ATen's instruction set (also
+# recorded as cpu_capability), MKL's and oneDNN's, and MKL's conditional numerical reproducibility.
+KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA",
+                    "DNNL_MAX_CPU_ISA")
+
+
+def _kernel_env() -> str | None:
+    """``MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41``: the kernel-choosing variables set (``None``)."""
+    found = [f"{name}={os.environ[name]}" for name in KERNEL_VARIABLES if os.environ.get(name)]
+    return " ".join(found) or None
+
+
+def _cpu_id() -> str | None:
+    """``GenuineIntel family 6 model 207 stepping 2``: a virtual machine may show two CPU generations under one
+    model name ("Intel(R) Xeon(R) Processor"), whose kernels need not sum in the same order."""
+    info = _cpuinfo()
+    parts = [info.get("vendor_id")] + [f"{key} {info[key]}" for key in ("cpu family", "model", "stepping")
+                                       if key in info]
+    return " ".join(p for p in parts if p).replace("cpu family", "family") or None
 
 
 @cache
@@ -39,13 +68,20 @@ def code_version() -> str:
     return f"{gradeff.__version__}+{digest.hexdigest()[:12]}"
 
 
-@cache
 def environment(device: str = "cpu") -> dict:
-    """Versions of the stack, the device and the CPU, as a flat JSON-ready dict.
+    """Versions of the stack, the device, the CPU and torch's intra-op thread count now, as a flat JSON-ready dict.
 
     Args:
         device: the device cells run on (``cpu`` or ``cuda[:N]``).
     """
+    import torch
+
+    # Read at every call: a cell's thread count is set for the cell (--gradeff-threads), after the session began.
+    return _machine(device) | {"torch_threads": torch.get_num_threads()}
+
+
+@cache
+def _machine(device: str) -> dict:
     import torch
     import transformers
 
@@ -56,11 +92,12 @@ def environment(device: str = "cpu") -> dict:
         "cuda": torch.version.cuda,
         "platform": platform.platform(),
         "cpu": _cpu_model(),
+        "cpu_id": _cpu_id(),
         "cpu_count": os.cpu_count(),
         # The instruction set torch's CPU kernels were dispatched for (AVX512, AVX2, ...): another one sums
         # in another order, so losses agree only to float tolerance, not to the last bits.
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "torch_threads": torch.get_num_threads(),
+        "kernel_env": _kernel_env(),
         "device": device,
         "device_name": None,
         "gpu_driver": None,
@@ -94,3 +131,7 @@ def environment(device: str = "cpu") -> dict:
     else:
         info["device_name"] = info["cpu"]
     return info
+
+
+# The machine part is read once per device; clearing it (a test that fakes a GPU) is clearing the environment's.
+environment.cache_clear = _machine.cache_clear

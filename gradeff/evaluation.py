@@ -1,20 +1,28 @@
 """Held-out evaluation: mean loss per target and top-1 accuracy on a split the cell never trains on.
 
-It runs after each epoch, outside the epoch's timing and meters, in eval mode (dropout off,
-batch-norm running statistics) and without autograd; the model goes back to training mode after.
+A cell evaluates its **test** split before training, every ``eval_every`` optimizer steps (a pause of the loop,
+outside the epoch's clock and meters) and after each epoch; its **validation** split once, after the last epoch
+(the final validation loss is what tuning reads; no decision reads it earlier, so earlier passes would only cost). Every pass runs in eval mode (dropout off, batch-norm running statistics) and without autograd;
+the model goes back to training mode after. A tuning trial evaluates the validation split alone: the test split
+is not even handed to it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
+from gradeff.curve import CurvePoint
 from gradeff.data.dataset import IGNORE_INDEX, Dataset
-from gradeff.loop import move_batch, sync
+from gradeff.loop import Pause, TrainState, move_batch, sync
 
-__all__ = ["Evaluation", "evaluate"]
+if TYPE_CHECKING:
+    from gradeff.metering import EpochMetering
+
+__all__ = ["CellEvaluation", "Evaluation", "evaluate"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,3 +101,91 @@ def _f1(counts: torch.Tensor) -> dict:
     denominator = 2 * tp + fp + fn
     per_label = torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), torch.ones_like(tp))
     return {"f1_micro": micro, "f1_macro": float(per_label.mean())}
+
+
+def _joules(epochs: list[dict]) -> float | None:
+    """The energy of metered epochs (or pieces), ``None`` unless every one has a figure."""
+    values = [(e.get("energy") or {}).get("joules") for e in epochs]
+    return None if any(v is None for v in values) else float(sum(values))
+
+
+@dataclass(kw_only=True)
+class CellEvaluation:
+    """A cell's evaluations: the test curve at step resolution and each epoch's test and validation figures.
+
+    Attributes:
+        state: the training state (its model is read at each evaluation: a strategy may have replaced it).
+        test / validation: the splits (``None``: not evaluated; a tuning trial has no test split).
+        batch_size: samples per evaluation pass.
+        accuracy: what :func:`evaluate` scores besides the loss.
+        every: optimizer steps between two test evaluations inside an epoch (0: epoch ends only).
+        total_epochs: the epochs the cell trains; the validation split is evaluated after the last.
+        curve: the test evaluations so far, the untrained model's first.
+        epochs: per finished epoch, its ``(test, validation)`` evaluations.
+        initial: the untrained model's test evaluation.
+    """
+
+    state: TrainState
+    test: Dataset | None
+    validation: Dataset | None
+    batch_size: int
+    accuracy: bool | str
+    every: int = 0
+    total_epochs: int = 1
+    curve: list[CurvePoint] = field(default_factory=list)
+    epochs: list[tuple[Evaluation | None, Evaluation | None]] = field(default_factory=list)
+    initial: Evaluation | None = None
+
+    def _evaluate(self, split: Dataset) -> Evaluation:
+        return evaluate(self.state.model, split, batch_size=self.batch_size, device=self.state.device,
+                        accuracy=self.accuracy)
+
+    def _point(self, evaluation: Evaluation, *, epoch: int, seconds: float, joules: float | None) -> None:
+        self.curve.append(CurvePoint(step=self.state.global_step, epoch=epoch, seconds=seconds, joules=joules,
+                                     loss=evaluation.loss, accuracy=evaluation.accuracy,
+                                     eval_seconds=evaluation.seconds))
+
+    def untrained(self) -> Evaluation | None:
+        """Evaluate the test split before any step: where time to target starts (and a zero-shot cell's result)."""
+        if self.test is not None:
+            self.initial = self._evaluate(self.test)
+            # Nothing trained yet: no seconds and no joules spent, a measured zero.
+            self._point(self.initial, epoch=0, seconds=0.0, joules=0.0)
+        return self.initial
+
+    def pause(self, metering: EpochMetering) -> Pause | None:
+        """The loop's pause that evaluates the test split every ``every`` steps, outside the meters."""
+        if self.test is None or not self.every:
+            return None
+
+        def run(epoch_seconds: float) -> None:
+            with metering.paused() as so_far:
+                before = _joules(metering.epochs)
+                now = (so_far.get("energy") or {}).get("joules")
+                self._point(self._evaluate(self.test), epoch=self.state.epoch,
+                            seconds=sum(e.seconds for e in self.state.history) + epoch_seconds,
+                            joules=None if before is None or now is None else before + now)
+
+        return Pause(every=self.every, run=run)
+
+    def after_epoch(self, metering: EpochMetering) -> None:
+        """Evaluate the test split after an epoch, and the validation split after the last (outside the epochs'
+        clocks and meters)."""
+        last = len(self.epochs) + 1 >= self.total_epochs
+        validation = self._evaluate(self.validation) if self.validation is not None and last else None
+        test = None
+        if self.test is not None:
+            test = self._evaluate(self.test)
+            self._point(test, epoch=self.state.epoch - 1, seconds=sum(e.seconds for e in self.state.history),
+                        joules=_joules(metering.epochs))
+        self.epochs.append((test, validation))
+
+    def record(self, wall_seconds: float) -> dict:
+        """How the splits were evaluated, for the cell's record (``{}`` when nothing was)."""
+        validation = sum(v.seconds for _, v in self.epochs if v is not None)
+        test = sum(point.eval_seconds for point in self.curve)
+        if not self.curve and not validation:
+            return {}
+        return {"every_steps": self.every, "points": len(self.curve), "test_seconds": test,
+                "validation_seconds": validation,
+                "fraction": (test + validation) / wall_seconds if wall_seconds > 0 else None}

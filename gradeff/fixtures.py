@@ -427,7 +427,7 @@ class BenchMeters:
         from gradeff.environment import code_version, environment
         from gradeff.hparams import method_hparams_for
         from gradeff.metering import aggregate
-        from gradeff.meters import parameter_counts
+        from gradeff.inference import deployed_parameter_counts
         from gradeff.results import CellRecord, EpochRecord, Summary
         from gradeff.runner import _task_record
 
@@ -455,7 +455,7 @@ class BenchMeters:
                                               floor=heldout.loss_floor if heldout is not None else None),
             loss_floor=dataset.loss_floor if dataset is not None else None,
             task=_task_record(cell, dataset) if dataset is not None else {},
-            parameters=parameter_counts(model) if model is not None else {},
+            parameters=deployed_parameter_counts(model) if model is not None else {},
             weights=setup.weights.to_record() if setup.weights is not None else {},
             hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for(cell.method, cell.model, config.profile))},
             environment=environment(str(setup.device)) | {"process": config.process}, meters=self.meters,

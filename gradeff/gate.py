@@ -14,7 +14,70 @@ from pathlib import Path
 
 from gradeff.results import CellRecord, read_records
 
-__all__ = ["cell_of_nodeid", "cells_of_items", "current_records"]
+__all__ = ["LAST_SESSION_CELLS", "LAST_SESSION_RECORDS", "cell_of_nodeid", "cells_of_items", "current_records",
+           "path_conflicts", "session_files"]
+
+# What a session with a baseline leaves beside its results file: its own records (the gate's "current") and
+# the cells it selected.
+LAST_SESSION_RECORDS, LAST_SESSION_CELLS = "last-session.jsonl", "last-session.cells"
+
+
+def session_files(results: Path) -> tuple[Path, Path]:
+    """Where a session with ``--gradeff-baseline`` writes its records and its selection."""
+    return results.with_name(LAST_SESSION_RECORDS), results.with_name(LAST_SESSION_CELLS)
+
+
+def _compare_options(compare_args: str):
+    """``--gradeff-compare-args`` parsed as `gradeff compare` options (already checked to parse)."""
+    import shlex
+
+    from gradeff.compare import _parser
+
+    return _parser().parse_args(["baseline", "current", *shlex.split(compare_args)])
+
+
+def _unreadable_baseline(baseline: Path, compare_args: str) -> list[str]:
+    """The baseline and its perturbation runs read as the gate will read them (``--strict``: every line must
+    be a record), before the first cell rather than after the last."""
+    from gradeff.compare import UnusableInput, load_results
+    from gradeff.portability import perturbed_path
+
+    options = _compare_options(compare_args)
+    perturbed = options.perturbed or (perturbed_path(baseline) if perturbed_path(baseline).is_file() else None)
+    problems = []
+    for path in (baseline, perturbed):
+        try:
+            if path is not None:
+                load_results(path, strict=options.strict)
+        except UnusableInput as exc:
+            problems.append(f"--gradeff-baseline: {exc}")
+    return problems
+
+
+def path_conflicts(*, results: Path, report: Path | None, baseline: Path | None, compare_args: str = "") -> list[str]:
+    """Why a session's files cannot be written as asked: a baseline that is its own results (the gate would
+    compare the session with itself and always pass), or two of its files on one path (one would overwrite the
+    other: a report written over the records, the session's records over the whole results file).
+
+    Returns:
+        One sentence per problem (empty when none), each naming the options.
+    """
+    from gradeff.outputs import colliding_outputs
+    from gradeff.portability import perturbed_path
+
+    if baseline is not None and colliding_outputs({"b": baseline, "r": results}):
+        return [f"--gradeff-baseline {baseline} is this session's own --gradeff-results file: the session's records "
+                "would be compared with themselves and always pass; give a baseline recorded before"]
+    paths = {"--gradeff-results": results, "--gradeff-report": report}
+    if baseline is None:
+        return colliding_outputs(paths)
+    records, cells = session_files(results)
+    options = _compare_options(compare_args)
+    paths |= {f"the session's records ({LAST_SESSION_RECORDS}, beside --gradeff-results)": records,
+              f"the session's selection ({LAST_SESSION_CELLS}, beside --gradeff-results)": cells,
+              "--output of --gradeff-compare-args": options.output, "--gradeff-baseline": baseline,
+              "its perturbation runs": options.perturbed or perturbed_path(baseline)}
+    return colliding_outputs(paths) or _unreadable_baseline(baseline, compare_args)
 
 # pytest appends the seed's id to the cell's when a cell is repeated over seeds (llm-adam-accum-seed1).
 _SEED_SUFFIX = re.compile(r"-seed\d+$")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,38 +38,17 @@ from torch.utils import flop_counter
 from gradeff.data.dataset import Dataset
 from gradeff.loop import move_batch, sync
 from gradeff.metering import MeterSettings
-from gradeff.meters import EnergyMeter, LivePeakTracker, parameter_counts
+from gradeff.meters import EnergyMeter, LivePeakTracker
+from gradeff.meters.memory import _logical_numel as logical_numel
 from gradeff.meters.energy import EnergySource
+from gradeff.meters.flops import formulas
 from gradeff.netscore import Score, netscore_family
 
-__all__ = ["InferenceCost", "count_macs", "measure_inference"]
+__all__ = ["InferenceCost", "count_macs", "deployed_parameter_counts", "measure_inference"]
 
 # Dataset tensors that are targets, not model inputs.
 _TARGET_KEYS = frozenset({"labels"})
 _ESTIMATED_SOURCE = "estimate"
-
-
-def _cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
-    """PyTorch's own SDPA formula for the CPU attention kernel it has no formula for.
-
-    ``FlopCounterMode`` registers ``sdpa_flop`` for the CUDA kernels of
-    ``scaled_dot_product_attention`` (flash, memory-efficient, cuDNN) but not for their CPU
-    twin, ``aten._scaled_dot_product_flash_attention_for_cpu``, which takes the same query, key
-    and value: without it a CPU count leaves out the attention matmuls that a CUDA count of the
-    same model includes. The formula object is PyTorch's (the one registered for the CUDA flash
-    kernel, unwrapped to take tensors again); nothing is counted by hand. Empty when the torch in
-    use registers the CPU kernel itself or no longer exposes the formula.
-    """
-    aten = torch.ops.aten
-    cpu_kernel = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if cpu_kernel is None or cpu_kernel in flop_counter.flop_registry:
-        return {}
-    registered = flop_counter.flop_registry.get(aten._scaled_dot_product_flash_attention)
-    formula = getattr(registered, "__wrapped__", None)
-    return {cpu_kernel: formula} if formula is not None else {}
-
-
-_EXTRA_FORMULAS = _cpu_attention_formulas()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,7 +56,8 @@ class InferenceCost:
     """The cost of running a trained model, in raw units.
 
     Attributes:
-        parameters: parameter values of the model (4-bit weights counted unpacked).
+        parameters: parameter values of the deployed model (4-bit weights counted unpacked; peft's frozen copy of
+            a retrained head left out: :func:`deployed_parameter_counts`).
         macs_per_image: multiply-accumulates of one batch-1 forward (see :func:`count_macs` for
             what is and is not counted).
         macs_by_op: the same, per ATen op (``"aten.addmm"``, ``"aten.convolution"``, ...).
@@ -100,7 +80,8 @@ class InferenceCost:
             ``"none"``; see :mod:`gradeff.meters.energy` for what each covers).
         energy_joules: energy of the throughput pass; ``None`` when it could not be read.
         energy_per_image_j: ``energy_joules / throughput_images``.
-        mean_power_w: ``energy_joules`` over the energy window's seconds.
+        mean_power_w: ``energy_joules`` over ``throughput_seconds``, so that ``throughput_seconds × mean_power_w``
+            (what NS-E and NS# charge) is the pass's measured energy.
         energy_estimated: the energy (hence the power) is the CPU-time estimate, not a reading.
             The estimate counts CPU time in clock ticks (10 ms on Linux), so over a pass of a
             few tens of milliseconds it is coarse, and may read 0 J; the scores then treat the
@@ -142,6 +123,27 @@ class InferenceCost:
                                self.mean_power_w, self.peak_bytes, self.energy_source)
 
 
+def deployed_parameter_counts(model: torch.nn.Module) -> dict[str, int]:
+    """``{"total", "trainable"}`` parameter values of the model a user deploys.
+
+    peft keeps, beside every module it retrains whole (a classification head under LoRA), a frozen copy of
+    the original (``ModulesToSaveWrapper.original_module``) so the adapter can be switched off; a deployed
+    model holds one head, so the copy is not counted. 4-bit weights count the values they hold, as in
+    :func:`gradeff.meters.parameter_counts`; adapters count.
+    """
+    copies = {id(p) for module in model.modules() if type(module).__name__ == "ModulesToSaveWrapper"
+              and isinstance(getattr(module, "original_module", None), torch.nn.Module)
+              for p in module.original_module.parameters()}
+    counts = {"total": 0, "trainable": 0}
+    for parameter in model.parameters():
+        if id(parameter) in copies:
+            continue
+        values = logical_numel(parameter)
+        counts["total"] += values
+        counts["trainable"] += values if parameter.requires_grad else 0
+    return counts
+
+
 def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: t for name, t in batch.items() if name not in _TARGET_KEYS}
 
@@ -161,8 +163,10 @@ def count_macs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple
     ``bmm``, ``baddbmm``, ``matmul`` through them), convolutions, and the fused attention kernels
     of ``scaled_dot_product_attention`` (both matmuls, QKᵀ and AV, over the full ``s_q × s_k``
     even under a causal mask), where a formula is registered for the kernel that runs: PyTorch
-    registers the CUDA flash, memory-efficient and cuDNN kernels; this module adds the CPU flash
-    kernel with the same formula. The math fallback of SDPA runs as ``bmm`` and is counted as such.
+    registers the CUDA flash, memory-efficient and cuDNN kernels; :func:`gradeff.meters.flops.formulas` adds the
+    CPU flash kernel with the same formula. The math fallback of SDPA runs as ``bmm`` and is counted as such.
+    bitsandbytes' 4-bit matmuls (QLoRA's NF4 weights) count as the dense products they compute, so a QLoRA
+    model counts what its LoRA twin counts.
 
     What is not counted: bias additions (``addmm`` counts its product only), element-wise ops
     (activations, residual adds, scaling, dropout), normalisations, softmax, reductions,
@@ -172,7 +176,7 @@ def count_macs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple
     Returns:
         ``(MACs, MACs per ATen op)``.
     """
-    counter = flop_counter.FlopCounterMode(display=False, custom_mapping=_EXTRA_FORMULAS)
+    counter = flop_counter.FlopCounterMode(display=False, custom_mapping=formulas())
     with counter:
         model(**inputs)
     by_op = {str(op): flops // 2 for op, flops in counter.get_flop_counts().get("Global", {}).items()}
@@ -253,7 +257,7 @@ def measure_inference(model: torch.nn.Module, data: Dataset, *, batch_size: int,
                                         device_index=device.index or 0,
                                         cuda_available=lambda: on_cuda and torch.cuda.is_available())
     n = len(data)
-    parameters = parameter_counts(model)["total"]
+    parameters = deployed_parameter_counts(model)["total"]
 
     with _eval_mode(model):
         singles = [move_batch(_inputs(data.batch(torch.tensor([i % n]))), device) for i in range(latency_samples)]
@@ -299,7 +303,9 @@ def measure_inference(model: torch.nn.Module, data: Dataset, *, batch_size: int,
 
     energy = meter.record
     joules = energy.joules
-    power = joules / energy.duration_s if joules is not None and energy.duration_s > 0 else None
+    # The pass's energy over the pass's seconds: NS-E charges t·P, which is then the measured energy itself
+    # (over the meter's slightly longer window, t·P would disagree with it).
+    power = joules / seconds if joules is not None and seconds > 0 else None
     return InferenceCost(
         parameters=parameters,
         macs_per_image=macs,

@@ -249,9 +249,9 @@ def merge_results(paths: Sequence[Path], output: Path) -> Path:
                                   "did not agree on the split (different selections or costs files?)")
             seen[key] = str(path)
             lines.append(record.to_json() + "\n")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text("".join(lines), encoding="utf-8")
-    return output
+    from gradeff.outputs import write_text
+
+    return write_text(output, "".join(lines))
 
 
 def describe(options: LaunchOptions) -> str:

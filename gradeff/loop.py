@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from gradeff.strategies.sharded import Ranks
 
 __all__ = [
-    "GPU_CHECK_EVERY", "Diverged", "EpochStats", "TrainState", "move_batch", "optimizer_step", "sync", "train",
+    "GPU_CHECK_EVERY", "Diverged", "EpochStats", "Pause", "TrainState", "move_batch", "optimizer_step", "sync", "train",
     "train_epoch", "warm_up",
 ]
 
@@ -58,6 +58,23 @@ class EpochStats:
     data_seconds: float = 0.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pause:
+    """Work between optimizer steps that is not training (an evaluation every ``every`` steps).
+
+    The loop stops its clock around it, so an epoch's ``seconds`` are the training's alone; ``run`` receives the
+    epoch's training seconds so far. It runs after every ``every``-th optimizer step (counted over the whole
+    cell) except an epoch's last, whose work is the epoch end's (:func:`gradeff.runner` evaluates there anyway).
+    """
+
+    every: int
+    run: Callable[[float], object]
+
+    def __post_init__(self):
+        if self.every < 1:
+            raise ValueError(f"a pause comes every >= 1 optimizer steps, got {self.every}")
+
+
 @dataclass(kw_only=True)
 class TrainState:
     """Everything one cell's training needs, and its progress.
@@ -73,6 +90,7 @@ class TrainState:
             on a GPU, where each read stalls the host until the device has caught up.
         ranks: a sharded cell's process (:class:`gradeff.strategies.sharded.Ranks`): it trains on its
             slice of each micro-batch and the step's loss is summed over the processes; ``None``: one process.
+        pause: what runs between steps outside the epoch's clock (:class:`Pause`); ``None``: nothing.
     """
 
     model: torch.nn.Module
@@ -87,6 +105,7 @@ class TrainState:
     scaler: torch.amp.GradScaler | None = None
     check_every: int | None = None
     ranks: Ranks | None = None
+    pause: Pause | None = None
     epoch: int = 0
     global_step: int = 0
     history: list[EpochStats] = field(default_factory=list)
@@ -199,8 +218,10 @@ def train_epoch(state: TrainState) -> EpochStats:
     steps = 0
     sync(state.device)
     state.data_seconds = 0.0
+    paused = 0.0  # seconds of pauses (evaluations), kept out of the epoch's time
+    groups = state.step_groups(epoch)
     start = time.perf_counter()
-    for group in state.step_groups(epoch):
+    for index, group in enumerate(groups):
         loss, closure_calls_of_step, total = optimizer_step(state, group)
         closure_calls += closure_calls_of_step
         steps += 1
@@ -213,9 +234,18 @@ def train_epoch(state: TrainState) -> EpochStats:
         loss_sum += loss.double() * total
         targets_seen += total
         samples_seen += sum(len(idx) for idx in group)
+        if state.pause is not None and index + 1 < len(groups) and state.global_step % state.pause.every == 0:
+            # A diverged model is not worth evaluating: its step is raised first, as without the pause.
+            _check_finite(pending, epoch)
+            pending = []
+            sync(state.device)
+            stopped = time.perf_counter()
+            state.pause.run(stopped - start - paused)
+            sync(state.device)
+            paused += time.perf_counter() - stopped
     _check_finite(pending, epoch)
     sync(state.device)
-    stats = EpochStats(epoch=epoch, loss=float(loss_sum) / targets_seen, seconds=time.perf_counter() - start,
+    stats = EpochStats(epoch=epoch, loss=float(loss_sum) / targets_seen, seconds=time.perf_counter() - start - paused,
                        optimizer_steps=steps, closure_calls=closure_calls, samples=samples_seen,
                        targets=targets_seen, data_seconds=state.data_seconds)
     state.history.append(stats)
@@ -234,9 +264,13 @@ def warm_up(state: TrainState) -> None:
     """One forward and backward pass without an optimizer step, outside any measurement.
 
     The first pass pays for lazy allocations and kernel selection; doing it here keeps that
-    one-off cost out of epoch 0's time. Parameters are unchanged; the gradients are dropped.
+    one-off cost out of epoch 0's time. It leaves no trace (:func:`gradeff.untouched.untouched`):
+    parameters, buffers (BatchNorm statistics) and the RNG are as before, the gradients dropped.
     """
+    from gradeff.untouched import untouched
+
     batch = move_batch(state.dataset.batch(torch.arange(min(state.batch_size, len(state.dataset)))), state.device)
-    state.model(**batch).loss.backward()
+    with untouched(state.model):
+        state.model(**batch).loss.backward()
     state.optimizer.zero_grad(set_to_none=True)
     sync(state.device)

@@ -64,6 +64,8 @@ class EpochMetering:
         self._energy = EnergyMeter(grid_gco2_per_kwh=self.settings.grid_gco2_per_kwh, device_index=index,
                                    cuda_available=lambda: on_gpu and torch.cuda.is_available())
         self._stack: ExitStack | None = None
+        self._pieces: list[dict] | None = None  # the open segment's pieces (see paused)
+        self._piece: tuple | None = None
 
     def __enter__(self) -> EpochMetering:
         stack = ExitStack()
@@ -93,21 +95,56 @@ class EpochMetering:
     def segment(self) -> Iterator[None]:
         """The block as one segment of each meter (an epoch); appends the segments' records as a dict.
 
-        A block that raises appends nothing: an epoch that did not end has no figures.
+        A block that raises appends nothing: an epoch that did not end has no figures. Inside it,
+        :meth:`paused` leaves a stretch out of every meter (an evaluation between optimizer steps): the epoch's
+        figures are then those of the pieces around it, combined as a cell's epochs are (:func:`aggregate`).
         """
         if self._stack is None:
             raise RuntimeError("EpochMetering needs the meters' window: use it inside `with metering:`")
-        sampler_cpu0 = self._sampler_cpu_s()
-        t0 = time.perf_counter()
-        energy, gpu, ram = self._energy.segment(), self._gpu.segment(), self._ram.segment()
-        with energy, gpu, ram:
-            t_fn = time.perf_counter()
+        self._pieces = []
+        self._open_piece()
+        try:
             yield
-            fn_s = time.perf_counter() - t_fn
-        reads_s = time.perf_counter() - t0 - fn_s
-        self.epochs.append({"ram": asdict(ram.record), "gpu": asdict(gpu.record), "energy": asdict(energy.record),
-                            "cost": {"reads_s": reads_s, "sampler_cpu_s": self._sampler_cpu_s() - sampler_cpu0,
-                                     "epoch_s": fn_s}})
+        finally:
+            self._close_piece()
+            pieces, self._pieces = self._pieces, None
+        self.epochs.append(pieces[0] if len(pieces) == 1 else _combine(pieces, self.settings.grid_gco2_per_kwh))
+
+    @contextmanager
+    def paused(self) -> Iterator[dict]:
+        """Inside :meth:`segment`, a block no meter measures. Yields the epoch's figures up to the pause (its
+        ``energy.joules``: the energy the training has used so far in this epoch)."""
+        if self._pieces is None:
+            raise RuntimeError("paused() belongs inside a segment")
+        self._close_piece()
+        try:
+            yield _combine(self._pieces, self.settings.grid_gco2_per_kwh)
+        finally:
+            self._open_piece()
+
+    def _open_piece(self) -> None:
+        sampler_cpu0, t0 = self._sampler_cpu_s(), time.perf_counter()
+        meters = (self._energy.segment(), self._gpu.segment(), self._ram.segment())
+        for meter in meters:
+            meter.__enter__()
+        self._piece = (meters, sampler_cpu0, t0, time.perf_counter())
+
+    def _close_piece(self) -> None:
+        meters, sampler_cpu0, t0, t_fn = self._piece
+        fn_s = time.perf_counter() - t_fn
+        for meter in reversed(meters):
+            meter.__exit__(None, None, None)
+        energy, gpu, ram = meters
+        self._pieces.append({"ram": asdict(ram.record), "gpu": asdict(gpu.record), "energy": asdict(energy.record),
+                             "cost": {"reads_s": time.perf_counter() - t0 - fn_s,
+                                      "sampler_cpu_s": self._sampler_cpu_s() - sampler_cpu0, "epoch_s": fn_s}})
+
+
+def _combine(pieces: list[dict], grid_gco2_per_kwh: float) -> dict:
+    """Pieces of one epoch as one epoch's figures (the layout of a single segment's)."""
+    combined = aggregate(pieces, grid_gco2_per_kwh)
+    del combined["cost"]["fraction"]
+    return combined
 
 
 def _weighted_mean(values, weights):

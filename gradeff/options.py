@@ -22,8 +22,9 @@ from gradeff.grid import AXES, PLURALS, axis_registry
 from gradeff.hparams import MEMORY_MARGIN
 from gradeff.models import MODELS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
+from gradeff.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
-__all__ = ["DEFAULT_RESULTS", "Settings", "add_options", "parse_seeds", "read_settings"]
+__all__ = ["DEFAULT_RESULTS", "MAX_SEED", "Settings", "add_options", "default_threads", "parse_seeds", "read_settings"]
 
 DEFAULT_RESULTS = "results/results.jsonl"
 # A sampler faster than this spends more time reading /proc and NVML than the cell spends training.
@@ -47,11 +48,42 @@ def _positive_int(text: str) -> int:
     return value
 
 
+# numpy's seeds are unsigned 32-bit integers: a larger one fails inside every cell, so it is refused here.
+MAX_SEED = 2**32 - 1
+# More intra-op threads than this is a typo, not a machine.
+_MAX_THREADS = 1024
+
+
 def _seed(text: str) -> int:
-    value = _number(text, int, "a seed (an integer >= 0)")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (torch and numpy seeds are unsigned), got {value}")
+    value = _number(text, int, f"a seed (an integer in 0 … {MAX_SEED})")
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be in 0 … {MAX_SEED} (numpy seeds are unsigned 32-bit), got {value}")
     return value
+
+
+def _threads(text: str) -> int:
+    value = _number(text, int, "a thread count (an integer >= 1)")
+    if not 1 <= value <= _MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"must be in 1 … {_MAX_THREADS}, got {value}")
+    return value
+
+
+def default_threads(environ: dict | None = None) -> int:
+    """torch's intra-op threads per cell without ``--gradeff-threads``: ``$OMP_NUM_THREADS`` (its first level), else 1.
+
+    Never the core count, nor the cores over the pytest-xdist workers: a cell's float sums run in an order set by
+    its thread count, so a count that followed the machine or the way pytest was started would change its numbers.
+
+    Raises:
+        pytest.UsageError: ``$OMP_NUM_THREADS`` is set to something other than a thread count.
+    """
+    text = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if not text:
+        return 1
+    try:
+        return _threads(text)
+    except argparse.ArgumentTypeError as exc:
+        raise _usage("$OMP_NUM_THREADS", text, f"{exc} (the default of --gradeff-threads)") from None
 
 
 def _sample_hz(text: str) -> float:
@@ -104,6 +136,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--gradeff-epochs", type=_positive_int, default=None,
                     help="epochs per cell (default: the profile's)")
     group.addoption("--gradeff-seed", type=_seed, default=0, help="seed of weights, data and order (default 0)")
+    group.addoption("--gradeff-threads", type=_threads, default=None, metavar="N",
+                    help="torch intra-op threads of every cell (default $OMP_NUM_THREADS, else 1): fixed per cell and "
+                         "recorded, so a cell's numbers do not depend on -n or the machine's cores")
     group.addoption("--gradeff-seeds", default=None, metavar="N|S1,S2,...",
                     help="run every cell once per seed: a count N (seeds --gradeff-seed … --gradeff-seed+N-1) or a "
                          "comma-separated list of seeds (0,1,2); with several seeds test ids end in -seedS and the "
@@ -128,9 +163,14 @@ def add_options(parser: pytest.Parser) -> None:
                          "fine-tuning study's backbones start from the suite's own cached pretraining")
     group.addoption("--gradeff-cache", default=None, metavar="DIR",
                     help="folder of the pretrained-backbone cache (default $GRADEFF_CACHE, else ~/.cache/gradeff)")
+    group.addoption("--gradeff-protocol", choices=PROTOCOLS, default=DEFAULT_PROTOCOL,
+                    help="where each cell's learning rate comes from: tuned (default; per optimizer and method, from "
+                         "the committed table scripts/tune_rates.py produced on the validation split) or shared (the "
+                         "papers' protocol: one rate per model, the PEFT paper's fixed rates)")
     group.addoption("--gradeff-tune", choices=("lr",), default=None,
                     help="search each cell's learning rate on a log grid around its optimizer's own centre and keep "
-                         "the best final held-out loss (fair comparison of optimizers; the search's cost is recorded)")
+                         "the best final validation loss (the test split is never read by the search; its trials, "
+                         "cost and whether the choice sits at the grid's edge are recorded)")
     group.addoption("--gradeff-tune-points", type=_positive_int, default=5, metavar="N",
                     help="learning rates the search tries, besides the profile's shared one (default 5)")
     group.addoption("--gradeff-isolate", action="store_true",
@@ -169,6 +209,7 @@ class Settings:
         selection: axis → the keys ``--gradeff-<axis>`` names (absent: each grid's own).
         weights: ``(model, folder)`` pairs of ``--gradeff-weights``.
         seeds: the seeds every cell runs with (``--gradeff-seeds``; else ``(seed,)``), ``seed`` being the first.
+        threads: torch's intra-op threads in every cell (``--gradeff-threads``, see :func:`default_threads`).
         settled: ``(cell id, seed)`` pairs ``--gradeff-resume`` skips → their recorded status (filled by the plugin).
     """
 
@@ -190,10 +231,12 @@ class Settings:
     resume: bool
     tune: str | None = None
     tune_points: int = 5
+    protocol: str = DEFAULT_PROTOCOL
     isolate: bool = False
     data: tuple = ()
     session: str = ""
     seeds: tuple[int, ...] = ()
+    threads: int = 1
     settled: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -311,7 +354,8 @@ def _compare_args(text: str, baseline: Path | None) -> str:
     return text
 
 
-_SEEDS_FORMS = "a count N >= 1 (e.g. 3: seeds 0, 1, 2) or a comma-separated list of seeds >= 0 (e.g. 0,1,2)"
+_SEEDS_FORMS = ("a count N >= 1 (e.g. 3: seeds 0, 1, 2) or a comma-separated list of seeds in 0 … 4294967295 "
+                "(e.g. 0,1,2)")
 
 
 def parse_seeds(text: str | None, seed: int = 0) -> tuple[int, ...]:
@@ -334,6 +378,9 @@ def parse_seeds(text: str | None, seed: int = 0) -> tuple[int, ...]:
             raise ValueError(f"expected {_SEEDS_FORMS}") from None
         if count < 1:
             raise ValueError(f"a count must be >= 1; expected {_SEEDS_FORMS}")
+        if seed + count - 1 > MAX_SEED:
+            raise ValueError(f"seeds {seed} … {seed + count - 1} go past {MAX_SEED} "
+                             "(numpy seeds are unsigned 32-bit)")
         return tuple(range(seed, seed + count))
     parts = [part.strip() for part in text.split(",")]
     if parts[-1] == "":
@@ -342,8 +389,8 @@ def parse_seeds(text: str | None, seed: int = 0) -> tuple[int, ...]:
         seeds = tuple(int(part) for part in parts)
     except ValueError:
         raise ValueError(f"expected {_SEEDS_FORMS}") from None
-    if not seeds or any(s < 0 for s in seeds):
-        raise ValueError(f"seeds must be >= 0; expected {_SEEDS_FORMS}")
+    if not seeds or any(not 0 <= s <= MAX_SEED for s in seeds):
+        raise ValueError(f"seeds must be in 0 … {MAX_SEED}; expected {_SEEDS_FORMS}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"a seed is repeated; expected {_SEEDS_FORMS}")
     if seed not in (0, seeds[0]):
@@ -396,7 +443,7 @@ def _data_sources(config: pytest.Config) -> tuple:
                                  columns=tuple(sorted((overrides.get(None, {}) | overrides.get(key, {})).items())),
                                  allow_hub=config.getoption("gradeff_allow_hub"))
         try:
-            real.validate_source(source, root)
+            real.validate_source(source, root, config.getoption("gradeff_profile"))
         except ValueError as exc:
             raise pytest.UsageError(f"--gradeff-data {key}={path or '(built in)'}: {exc}") from None
         sources.append(source)
@@ -415,6 +462,7 @@ def read_settings(config: pytest.Config) -> Settings:
     return Settings(
         profile=config.getoption("gradeff_profile"), epochs=config.getoption("gradeff_epochs"),
         seed=seeds[0], seeds=seeds, device=device,
+        threads=config.getoption("gradeff_threads") or default_threads(),
         results=_writable_file("--gradeff-results", Path(config.getoption("gradeff_results"))),
         sample_hz=config.getoption("gradeff_sample_hz"), grid_intensity=config.getoption("gradeff_grid_intensity"),
         memory_budget=config.getoption("gradeff_memory_budget"), memory_margin=config.getoption("gradeff_memory_margin"),
@@ -423,6 +471,7 @@ def read_settings(config: pytest.Config) -> Settings:
         report=_report(config.getoption("gradeff_report")), baseline=baseline,
         compare_args=_compare_args(config.getoption("gradeff_compare_args"), baseline),
         resume=config.getoption("gradeff_resume"), tune=config.getoption("gradeff_tune"),
-        tune_points=config.getoption("gradeff_tune_points"), isolate=config.getoption("gradeff_isolate"),
+        tune_points=config.getoption("gradeff_tune_points"), protocol=config.getoption("gradeff_protocol"),
+        isolate=config.getoption("gradeff_isolate"),
         data=_data_sources(config),
     )

@@ -10,6 +10,11 @@ for the new dataset's classes.
 
 Concurrent sessions (pytest-xdist workers) share the cache through a file lock: one pretrains,
 the others wait and load.
+
+A cached folder is trusted only when its files match the sha256 manifest written last (``checksums.sha256``,
+``sha256sum`` format, flushed to disk before the folder is renamed into place): a folder cut short by a full disk,
+a copy interrupted or bytes rotted on disk is pretrained again, with a warning naming it, instead of failing
+every cell that loads it.
 """
 
 from __future__ import annotations
@@ -21,15 +26,22 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["FORMAT", "StartingWeights", "cache_root", "pretrain", "pretrained_folder", "starting_weights"]
+__all__ = ["FORMAT", "MANIFEST", "CacheRebuiltWarning", "StartingWeights", "cache_root", "pretrain",
+           "pretrained_folder", "starting_weights", "verify_folder"]
 
 # Bump when what a pretraining produces changes, so that old caches are not reused.
 FORMAT = 2
 _INFO = "pretraining.json"
+MANIFEST = "checksums.sha256"
+
+
+class CacheRebuiltWarning(UserWarning):
+    """A cached pretrained backbone failed its checksums and is pretrained again."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,7 +81,16 @@ def _recipe(model: str, profile: str) -> dict:
 
     return {"format": FORMAT, "model": model, "profile": profile,
             "config": importlib.import_module(MODELS[model].module).CONFIGS[profile],
-            "image_size": HPARAMS[(model, profile)].image_size, "pretraining": asdict(PRETRAIN_HPARAMS[profile])}
+            "image_size": HPARAMS[(model, profile)].image_size, "pretraining": asdict(PRETRAIN_HPARAMS[profile]),
+            # The thread count orders the pretraining's float sums: backbones pretrained with another one differ
+            # in their last bits, so a cell's numbers would depend on which session filled the cache.
+            "torch_threads": _torch_threads()}
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def pretrained_folder(model: str, profile: str, seed: int, cache_dir: str | Path | None = None) -> Path:
@@ -105,6 +126,10 @@ def starting_weights(model: str, profile: str, seed: int, *, local: Mapping[str,
     folder.parent.mkdir(parents=True, exist_ok=True)
     reused = True
     with FileLock(str(folder) + ".lock"):
+        if folder.exists() and (problem := verify_folder(folder)) is not None:
+            warnings.warn(f"pretrained cache {folder}: {problem}; pretraining it again", CacheRebuiltWarning,
+                          stacklevel=2)
+            shutil.rmtree(folder)
         if not (folder / _INFO).is_file():
             pretrain(model, profile, seed, folder, device=device)
             reused = False
@@ -168,8 +193,70 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
         backbone = {name: tensor for name, tensor in network.state_dict().items() if not within(name, head)}
         network.save_pretrained(staging, state_dict=backbone)
         (staging / _INFO).write_text(json.dumps(record, indent=1), encoding="utf-8")
+        write_manifest(staging)
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return record
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(folder: Path) -> Path:
+    """Write ``folder``'s sha256 manifest (every other file, ``sha256sum`` format) last, after every file it names
+    is on disk: a manifest that exists vouches for complete files."""
+    names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
+    for name in names:
+        _fsync(folder / name)
+    manifest = folder / MANIFEST
+    with open(manifest, "w", encoding="utf-8") as handle:
+        handle.write("".join(f"{_sha256(folder / name)}  {name}\n" for name in names))
+        handle.flush()
+        os.fsync(handle.fileno())
+    _fsync(folder)  # the directory entries too, before the folder is renamed into place
+    return manifest
+
+
+# Folders verified by this process, by their manifest's (size, mtime): one hash of the weights per process, not
+# one per cell.
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def verify_folder(folder: Path) -> str | None:
+    """Why a cached folder cannot be trusted (no manifest, a file missing or changed), or ``None`` when every
+    file matches its checksum."""
+    manifest = folder / MANIFEST
+    try:
+        stat = manifest.stat()
+        lines = manifest.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return f"no readable {MANIFEST} (written last: the folder was never completed)"
+    key = (str(folder), stat.st_size, stat.st_mtime_ns)
+    if key in _VERIFIED:
+        return None
+    entries = [line.split("  ", 1) for line in lines if line.strip()]
+    if not entries or any(len(entry) != 2 for entry in entries) or _INFO not in {name for _, name in entries}:
+        return f"{MANIFEST} is malformed"
+    for expected, name in entries:
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if _sha256(path) != expected:
+            return f"{name} does not match its sha256 (truncated or changed)"
+    _VERIFIED.add(key)
+    return None

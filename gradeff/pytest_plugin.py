@@ -53,8 +53,9 @@ def pytest_addhooks(pluginmanager) -> None:
 
 def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
                    epochs: int | None, precision: str = "fp32",
-                   world_size: int | None = None) -> dict[tuple[str, int], str]:
-    """``(cell id, seed)`` pairs with a final record for this profile, epoch count and code version → status."""
+                   world_size: int | None = None, protocol: str = "tuned") -> dict[tuple[str, int], str]:
+    """``(cell id, seed)`` pairs with a final record for this profile, epoch count, protocol and code version →
+    status."""
     from gradeff.environment import code_version
     from gradeff.hparams import hparams_for
 
@@ -67,6 +68,8 @@ def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
         if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
                 and record.seed in seeds and record.code_version == version
                 and record.hparams.get("precision", "fp32") == precision
+                # The same code version writes the protocol: a record without one (made by hand) is not told apart.
+                and record.hparams.get("protocol", protocol) == protocol
                 # A sharded cell's record settles it only for the same number of processes.
                 and record.hparams.get("world_size", world_size) == world_size
                 and record.hparams.get("epochs")
@@ -123,6 +126,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gradeff_grid(key): parametrize the test's `cell` argument with the grid's "
                             "cells (after --gradeff-<axis> options)")
     settings = read_settings(config)
+    from gradeff.gate import path_conflicts
+
+    conflicts = path_conflicts(results=settings.results, report=settings.report, baseline=settings.baseline,
+                               compare_args=settings.compare_args)
+    if conflicts:
+        raise pytest.UsageError("; ".join(conflicts))
     if model_paths:
         # A model-path model starts from its folder's weights, recorded as --gradeff-weights would be.
         settings = dataclasses.replace(settings, weights=(*settings.weights, *model_paths))
@@ -132,13 +141,13 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     session = workerinput[_SESSION_KEY] if workerinput and _SESSION_KEY in workerinput else uuid.uuid4().hex[:12]
     if workerinput is not None:
-        _share_cores_between_workers()
         # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).
         settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
     settled = _settled_cells(settings.results, profile=settings.profile, seeds=settings.seeds,
                              epochs=settings.epochs,
                              precision=config.getoption("gradeff_precision"),
-                             world_size=read_world_size(config)) if settings.resume else {}
+                             world_size=read_world_size(config),
+                             protocol=settings.protocol) if settings.resume else {}
     config.stash[_CONFIG] = dataclasses.replace(settings, session=session, settled=settled)
     from gradeff.shard import read_shard
 
@@ -238,17 +247,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("gradeff_seed", settings.seeds, ids=[f"seed{seed}" for seed in settings.seeds])
 
 
-def _share_cores_between_workers() -> None:
-    # Under pytest-xdist every worker would start one intra-op thread per core; oversubscribed
-    # OpenMP threads spin-wait on each other and epochs get many times slower. Give each worker
-    # its share of the cores instead.
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers > 1:
-        import torch
-
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
-
-
 @pytest.fixture
 def gradeff_seed(request: pytest.FixtureRequest) -> int:
     """The seed a cell runs with: ``--gradeff-seed``, or one of ``--gradeff-seeds`` (grid tests are parametrized)."""
@@ -267,7 +265,8 @@ def run_config(config: pytest.Config, seed: int):
                                          peak_tflops=config.getoption("gradeff_peak_tflops")),
                     memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
                     weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
-                    tune_points=settings.tune_points, isolate=settings.isolate, data=settings.data)
+                    tune_points=settings.tune_points, protocol=settings.protocol, isolate=settings.isolate,
+                    data=settings.data, threads=settings.threads)
     return dataclasses.replace(run, precision=config.stash[_PRECISION], world_size=config.stash[_WORLD_SIZE])
 
 
@@ -391,6 +390,35 @@ def pytest_testnodedown(node, error) -> None:
         config.stash[_SELECTED] = list(dict.fromkeys([*config.stash.get(_SELECTED, []), *output[_SELECTED_OUTPUT]]))
 
 
+_SESSION = pytest.StashKey[pytest.Session]()
+# Files of this session that could not be written ("cannot write PATH: No space left on device (ENOSPC)").
+_UNWRITTEN = pytest.StashKey[list[str]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_SESSION] = session
+    session.config.stash[_UNWRITTEN] = []
+
+
+def _write_session_file(config: pytest.Config, path: Path, text: str) -> None:
+    """Write one of the session's files atomically; a failure is noted (one line) and ends the session 74."""
+    from gradeff.outputs import OutputError, write_text
+
+    try:
+        write_text(path, text)
+    except OutputError as exc:
+        config.stash[_UNWRITTEN].append(str(exc))
+
+
+def _incomplete_output(config: pytest.Config) -> None:
+    """Exit 74 (incomplete output) unless the session already fails for a test or a regression: its verdict stands."""
+    from gradeff.outputs import EXIT_INCOMPLETE_OUTPUT
+
+    session = config.stash.get(_SESSION, None)
+    if session is not None and config.stash[_UNWRITTEN] and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = EXIT_INCOMPLETE_OUTPUT
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     """--gradeff-baseline: run the regression gate on this session's cells; a regression fails the session."""
@@ -402,26 +430,33 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     import io
     import shlex
 
+    from gradeff.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE
     from gradeff.compare import main as compare_main
-    from gradeff.gate import current_records
+    from gradeff.gate import current_records, session_files
 
     records, _ = _session_records(config)
     records = current_records(records, settings.results, settings.settled)
-    # This session's records, as a file of their own: the gate's "current", and a handy artifact.
-    current = settings.results.with_name("last-session.jsonl")
-    current.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
-    # The cells it was asked to run: only these are judged, and one without a record is missing.
-    # (No grid test selected, e.g. only hand-written cells: every baseline cell is expected.)
+    current, selected = session_files(settings.results)
+    # This session's records and the cells it was asked to run, as files of their own: handy artifacts, and
+    # what `gradeff compare` reruns the gate with. The gate itself judges them in memory, so a disk too full
+    # to keep them still gets a verdict. (No grid test selected, e.g. only hand-written cells: every baseline
+    # cell is expected.)
     selection = config.stash.get(_SELECTED, [])
-    selected = settings.results.with_name("last-session.cells")
-    selected.write_text("".join(f"{cell}\n" for cell in selection), encoding="utf-8")
+    _write_session_file(config, current, "".join(r.to_json() + "\n" for r in records))
+    _write_session_file(config, selected, "".join(f"{cell}\n" for cell in selection))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = compare_main([str(settings.baseline), str(current), *(("--cells", str(selected)) if selection else ()),
-                             *shlex.split(settings.compare_args)])
-    config.stash[_GATE] = (code, out.getvalue() + err.getvalue())
-    if code != 0:
+        code = compare_main([str(settings.baseline), str(current), *shlex.split(settings.compare_args)],
+                            current_records=records, selected_cells=selection or None)
+    errors = err.getvalue()
+    if code == EXIT_INCOMPLETE_OUTPUT:
+        # The gate's own --output could not be written: said once, with the session's other unwritten files.
+        config.stash[_UNWRITTEN] += [line.removeprefix("gradeff compare: error: ") for line in errors.splitlines()]
+        errors = ""
+    config.stash[_GATE] = (code, out.getvalue() + errors)
+    if code in (EXIT_REGRESSION, EXIT_UNUSABLE):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _incomplete_output(config)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
@@ -434,24 +469,37 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     records, errors = _session_records(config)
     if not records:
         return
+    from gradeff.safe_text import one_line
     from gradeff.summary import summary_lines
 
-    write = terminalreporter.write_line
-    terminalreporter.section(f"gradeff: {len(records)} cells, profile {settings.profile}, "
-                             f"results in {settings.results}")
+    def write(line: str) -> None:
+        # Cell ids, failure messages and paths come from records: one line each, control characters visible.
+        terminalreporter.write_line(one_line(line))
+
+    terminalreporter.section(one_line(f"gradeff: {len(records)} cells, profile {settings.profile}, "
+                                      f"results in {settings.results}"))
     for line in summary_lines(records):
         write(line)
     for message in errors:
         write(f"unreadable line skipped: {message}")
     if settings.report is not None:
+        from gradeff.outputs import OutputError
         from gradeff.report import write_report
 
-        path = write_report(records, settings.report, skipped_lines=errors, sources=[str(settings.results)])
-        write(f"report: {path.resolve()}")
+        try:
+            path = write_report(records, settings.report, skipped_lines=errors, sources=[str(settings.results)])
+            write(f"report: {path.resolve()}")
+        except OutputError as exc:
+            config.stash[_UNWRITTEN].append(str(exc))
+    for problem in config.stash.get(_UNWRITTEN, []):
+        write(f"gradeff: error: {problem}")
     gate = config.stash.get(_GATE, None)
     if gate is not None:
         code, text = gate
-        verdict = {0: "no regression", 1: "REGRESSION"}.get(code, "unusable input")
-        terminalreporter.section(f"gradeff compare with {settings.baseline}: {verdict}")
+        verdict = {0: "no regression", 1: "REGRESSION", 2: "unusable input"}.get(code, "no regression")
+        terminalreporter.section(one_line(f"gradeff compare with {settings.baseline}: {verdict}"))
         for line in text.rstrip().splitlines():
             write(line)
+    if config.stash.get(_UNWRITTEN, []):
+        write(f"gradeff: incomplete output: {len(config.stash[_UNWRITTEN])} file(s) not written (exit 74)")
+    _incomplete_output(config)

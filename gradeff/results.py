@@ -34,12 +34,15 @@ __all__ = [
     "Summary", "append_record", "latest_by_cell", "latest_by_run", "read_records",
 ]
 
+# 4: three splits — ``heldout_*`` figures are the test split's, ``validation_*`` the validation split's —, the
+#    test curve at optimizer-step resolution (``curve``, ``evaluation``) and whether the target was reached
+#    (``summary.target_reached``); versions 1–3 are read as they were (their held-out split was the only one).
 # 3: strict JSON; non-finite numbers are null and listed under ``nonfinite`` (versions 1 and 2 wrote
 #    NaN/Infinity tokens, which are still read).
 # 2: grid, method, dataset, parameters, weights and held-out evaluation; version 1 records are read
 #    as main-study cells (full training on the model's own task, no held-out split).
-SCHEMA_VERSION = 3
-_READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+_READABLE_VERSIONS = (1, 2, 3, 4)
 # The record-level object naming the values stored as null because they were NaN or infinite.
 NONFINITE_KEY = "nonfinite"
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -57,8 +60,10 @@ FAILED_STATUSES = ("diverged", "oom", "error")
 class EpochRecord:
     """One epoch: mean loss per target, wall seconds, the work done, and the meters' figures.
 
-    ``heldout_loss`` / ``heldout_accuracy`` are measured on the task's held-out split after the
-    epoch, outside its timing (``None`` without a held-out split; accuracy only for classification).
+    ``heldout_loss`` / ``heldout_accuracy`` are measured on the task's test split after the epoch, outside
+    its timing (``None`` without a test split; accuracy only for classification); ``validation_loss`` /
+    ``validation_accuracy`` on its validation split, the one tuning reads, after the last epoch only (``None``
+    for the other epochs and without a validation split).
     ``data_seconds`` is the part of ``seconds`` spent waiting for data, the rest being compute (``None`` in
     records written before it was measured). ``heldout_f1_micro`` / ``heldout_f1_macro`` score multi-label
     classification (MM-IMDb's genres), where top-1 accuracy means nothing.
@@ -78,6 +83,8 @@ class EpochRecord:
     data_seconds: float | None = None
     heldout_f1_micro: float | None = None
     heldout_f1_macro: float | None = None
+    validation_loss: float | None = None
+    validation_accuracy: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,7 +92,10 @@ class Summary:
     """Summary of the epochs that ran (``None`` where no epoch completed).
 
     ``data_fraction`` is the share of the epochs' seconds spent waiting for data (``None`` for records that did
-    not measure it).
+    not measure it). Every ``*heldout*`` figure is the test split's; ``final_validation_*`` the validation
+    split's. Time to target: ``target_reached`` is ``True`` (``*_to_target`` say what it cost), ``False`` (the
+    test split was evaluated and never reached it: *not reached*) or ``None`` (no test split or no untrained
+    evaluation: *n/a*).
     """
 
     first_loss: float | None
@@ -107,17 +117,22 @@ class Summary:
     seconds_to_target: float | None = None
     joules_to_target: float | None = None
     data_fraction: float | None = None
+    final_validation_loss: float | None = None
+    final_validation_accuracy: float | None = None
+    target_reached: bool | None = None
 
     @classmethod
-    def of(cls, epochs: list[EpochRecord], total_seconds: float, *, untrained=None, floor: float | None = None
-           ) -> Summary:
+    def of(cls, epochs: list[EpochRecord], total_seconds: float, *, untrained=None, floor: float | None = None,
+           curve: list | None = None) -> Summary:
         """Summarise ``epochs``; ``total_seconds`` includes building and warm-up.
 
         Args:
-            untrained: the held-out evaluation (``.loss``, ``.accuracy``) of the model before training: the
+            untrained: the test evaluation (``.loss``, ``.accuracy``) of the model before training: the
                 start of time to target, and the only result of a cell that trains nothing (a zero-shot baseline).
-            floor: the held-out split's loss floor, where the target lies halfway to (see
+            floor: the test split's loss floor, where the target lies halfway to (see
                 :func:`gradeff.analysis.stats.target_loss`).
+            curve: the test evaluations during training (:class:`gradeff.curve.CurvePoint`): time to target at
+                their resolution; ``None``: at the epochs' ends.
         """
         if not epochs:
             return cls(first_loss=None, final_loss=None, mean_loss=None, best_loss=None, mean_epoch_seconds=None,
@@ -133,9 +148,16 @@ class Summary:
         reached = target = None
         if untrained is not None and untrained.loss is not None:
             from gradeff.analysis.stats import target_loss, time_to_target
+            from gradeff.curve import first_at_target
 
             target = target_loss(untrained.loss, floor)
-            reached = time_to_target(epochs, target, joules=_epoch_joules)
+            if curve is not None:
+                point = first_at_target(curve, target)
+                reached = point and _Reached(point.step, point.seconds, point.joules)
+            else:
+                found = time_to_target(epochs, target, joules=_epoch_joules)
+                reached = found and _Reached(found.optimizer_steps, found.seconds, found.joules)
+        evaluated = target is not None and (curve is not None or any(e.heldout_loss is not None for e in epochs))
         return cls(
             first_loss=losses[0], final_loss=losses[-1], mean_loss=sum(losses) / len(losses), best_loss=min(losses),
             mean_epoch_seconds=seconds / len(epochs), total_seconds=total_seconds,
@@ -152,7 +174,16 @@ class Summary:
             joules_to_target=reached.joules if reached else None,
             data_fraction=(sum(e.data_seconds for e in epochs) / seconds
                            if seconds > 0 and all(e.data_seconds is not None for e in epochs) else None),
+            final_validation_loss=epochs[-1].validation_loss, final_validation_accuracy=epochs[-1].validation_accuracy,
+            target_reached=bool(reached) if evaluated else None,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Reached:
+    optimizer_steps: int
+    seconds: float
+    joules: float | None
 
 
 def _epoch_joules(epoch: EpochRecord) -> float | None:
@@ -181,8 +212,14 @@ class CellRecord:
         inference: what the trained classifier costs to use, on the held-out split: latency at batch 1,
             throughput, peak memory, energy per image, MACs, and the NetScore family at the final
             held-out accuracy (see :mod:`gradeff.inference`, :mod:`gradeff.netscore`).
-        tuning: with ``--gradeff-tune lr``: the rates tried, each trial's final held-out loss, the rate
-            chosen, the profile's shared rate and its result, and what the search cost (seconds, joules).
+        tuning: with ``--gradeff-tune lr``: the rates tried, each trial's final validation loss, the rate
+            chosen, whether it sits at the edge of the rates tried, the protocol's own rate, and what the search
+            cost (trials, epochs, seconds, joules); an optimizer that has nothing to tune says why.
+        curve: the test evaluations during training, as :class:`gradeff.curve.CurvePoint` dicts (step, epoch,
+            seconds, joules, loss, accuracy, eval_seconds): time to target at their resolution.
+        evaluation: how the test split was evaluated: ``every_steps`` (optimizer steps between evaluations inside
+            an epoch; 0: epoch ends only), ``points``, ``seconds`` (all evaluations, outside every clock) and
+            ``fraction`` (those seconds over the cell's wall time).
         plan: what the strategy decided: a budget strategy's budget, margin, checkpointed blocks and
             predicted peak (the measured one is ``meters.memory.peak_bytes``), a compiled model's
             activation budget and compile time, static checkpointing's block count.
@@ -217,6 +254,8 @@ class CellRecord:
     plan: dict = field(default_factory=dict)
     inference: dict = field(default_factory=dict)
     tuning: dict = field(default_factory=dict)
+    curve: tuple[dict, ...] = ()
+    evaluation: dict = field(default_factory=dict)
     hparams: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     meters: dict = field(default_factory=dict)
@@ -289,6 +328,7 @@ class CellRecord:
         # Version 1 had no grid, method or dataset fields: their defaults are what it meant.
         values = dict(data) | {"schema_version": SCHEMA_VERSION}
         values["epochs"] = tuple(EpochRecord(**e) for e in data.get("epochs", ()))
+        values["curve"] = tuple(data.get("curve", ()))
         values["summary"] = Summary(**data["summary"])
         return cls(**values)
 

@@ -13,22 +13,22 @@ import math
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
 import torch
 
-from gradeff.data import TASKS, Dataset, make_dataset
+from gradeff.data import TASKS, Dataset, data_sizes
 from gradeff.devices import resolve_device
 from gradeff.distributed import run_sharded, sharding_incompatibility
 from gradeff.environment import code_version, environment
-from gradeff.evaluation import Evaluation, evaluate
-from gradeff.inference import InferenceCost, measure_inference
+from gradeff.evaluation import CellEvaluation, Evaluation
+from gradeff.inference import InferenceCost, deployed_parameter_counts, measure_inference
 from gradeff.grid import Cell, incompatibility
 from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParams, hparams_for, method_hparams_for
 from gradeff.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
-from gradeff.meters import parameter_counts
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
 from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
@@ -36,6 +36,7 @@ from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.optim.cg import cg_stats
 from gradeff.precision import autocast, make_scaler, precision_incompatibility
 from gradeff.pretrain import StartingWeights, starting_weights
+from gradeff.protocols import RateChoice, choose_rate
 from gradeff.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.strategies.budget import profile_step
@@ -61,15 +62,23 @@ class RunConfig:
         memory_margin: the fraction of the budget the budget strategies keep free.
         weights: model key → a local ``save_pretrained`` folder to start from.
         cache_dir: where the suite's pretrained backbones are cached (``None``: the default cache).
-        tune: ``"lr"``: search each cell's learning rate (see :func:`run_cell`); ``None``: the profile's rate.
+        tune: ``"lr"``: search each cell's learning rate (see :func:`run_cell`); ``None``: the protocol's rate.
         tune_points: how many rates the search tries.
+        protocol: where a cell's rate comes from (:mod:`gradeff.protocols`): ``tuned`` (the committed table) or
+            ``shared`` (one rate per model, the papers' protocol).
         precision: ``fp32``, ``bf16`` or ``fp16`` (autocast mixed precision; see :mod:`gradeff.precision`).
-        lr: a learning rate that replaces the profile's (what a tuning trial sets).
+        lr: a learning rate that replaces the protocol's (what a tuning trial sets): the rate the optimizer gets.
+        lr_source: where ``lr`` came from, for the record.
+        trial: a tuning trial: the cell trains and evaluates its validation split only; the test split is never
+            read, and nothing else is measured (no memory step, no inference cost).
+        train_samples: at most this many training samples an epoch (whole steps under every strategy): a search
+            that bounds its budget (``scripts/tune_rates.py --train-samples``); ``None``: the profile's.
         isolate: train each cell in a fresh process of its own, so its RSS peak is its own.
         process: ``isolated`` in such a process, ``shared`` otherwise (recorded with the environment).
         data: local real datasets (``--gradeff-data KEY=PATH``) that replace or fill the tasks they name.
         world_size: how many processes a sharded strategy's cell trains across (``--gradeff-world-size``).
         rank: this process's rank inside a sharded cell (set by :mod:`gradeff.distributed`); ``None`` elsewhere.
+        threads: torch's intra-op threads while the cell is built and trained (``None``: the process's own).
     """
 
     profile: str = "tiny"
@@ -84,13 +93,18 @@ class RunConfig:
     cache_dir: str | None = None
     tune: str | None = None
     tune_points: int = 5
+    protocol: str = "tuned"
     precision: str = "fp32"
     lr: float | None = None
+    lr_source: str = ""
+    trial: bool = False
+    train_samples: int | None = None
     isolate: bool = False
     process: str = "shared"
     data: tuple = ()
     world_size: int = 2
     rank: int | None = None
+    threads: int | None = None
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -106,10 +120,15 @@ _OUT_OF_MEMORY = (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded, BudgetUnrea
 _EVAL_BATCHES = 4
 
 
-@lru_cache(maxsize=8)
 def _dataset(task: str, hp: HParams, seed: int) -> Dataset:
-    # Cells of one model share their data; building it once per session keeps it out of every cell.
-    return make_dataset(task, hp, seed)
+    """The task's data for these sizes: cells of one model share it, whatever their rate or epochs."""
+    return _sized_dataset(task, data_sizes(task, hp), seed)
+
+
+@lru_cache(maxsize=8)
+def _sized_dataset(task: str, sizes: tuple, seed: int) -> Dataset:
+    # Built once per session and process: a tuning search's trials at other rates reuse it too.
+    return TASKS[task].build(seed=seed, **dict(sizes))
 
 
 @lru_cache(maxsize=8)
@@ -146,7 +165,8 @@ def _cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HPa
     if usable < len(data):
         data = data.head(usable)
     # Markov states belong to the synthetic text; real text's vocabulary is the tokenizer's (in the task's info).
-    return data, replace(hp, train_samples=usable, heldout_samples=len(data.heldout), num_states=None,
+    return data, replace(hp, train_samples=usable, heldout_samples=len(data.heldout),
+                         validation_samples=len(data.validation) if data.validation is not None else 0, num_states=None,
                          num_classes=data.info.get("num_classes", hp.num_classes))
 
 
@@ -217,11 +237,25 @@ class Built:
     error: BaseException | None = None
 
 
-def _cell_hparams(cell: Cell, config: RunConfig) -> tuple[HParams, MethodHParams]:
+def _cell_hparams(cell: Cell, config: RunConfig) -> tuple[HParams, MethodHParams, RateChoice]:
+    """The cell's sizes and method settings, with its rate as the protocol (or a trial) sets it.
+
+    Where the rate is not the shared one it is the optimizer's whole rate: ``hp.lr`` holds it and the method's
+    scale is 1 (a tuned rate was tuned with the method in place).
+    """
     hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
+    if config.train_samples is not None:
+        step = hp.batch_size * hp.accum_steps
+        hp = replace(hp, train_samples=max(step, min(hp.train_samples, config.train_samples) // step * step))
+    method_hp = method_hparams_for(cell.method, cell.model, config.profile)
     if config.lr is not None:
-        hp = replace(hp, lr=config.lr)
-    return hp, method_hparams_for(cell.method, cell.model, config.profile)
+        rate = RateChoice(lr=config.lr, source=config.lr_source or "a tuning trial's rate", replaces=True)
+    else:
+        rate = choose_rate(config.protocol, profile=config.profile, model=cell.model, optimizer=cell.optimizer,
+                           method=cell.method, dataset=cell.dataset, shared_lr=hp.lr * method_hp.lr_scale)
+    if rate.replaces:
+        hp, method_hp = replace(hp, lr=rate.lr), replace(method_hp, lr_scale=1.0)
+    return hp, method_hp, rate
 
 
 def _use_device(device: torch.device) -> None:
@@ -260,16 +294,36 @@ def build_cell(cell: Cell, config: RunConfig) -> Built:
     built = Built(started=time.time())
     device = resolve_device(config.device)
     _use_device(device)
-    hp, method_hp = _cell_hparams(cell, config)
+    hp, method_hp, _ = _cell_hparams(cell, config)
     torch.set_flush_denormal(True)  # as while training: a pretraining run on the way sees the same arithmetic
     try:
-        hp = _cell_data(cell, config, hp)[1]
-        _build_into(built, cell, config, hp, method_hp, device)
+        with intra_op_threads(config.threads):
+            hp = _cell_data(cell, config, hp)[1]
+            _build_into(built, cell, config, hp, method_hp, device)
     except (Exception, KeyboardInterrupt) as exc:
         built.error = exc
     finally:
         torch.set_flush_denormal(False)
     return built
+
+
+@contextmanager
+def intra_op_threads(threads: int | None):
+    """torch's intra-op thread count set to ``threads`` inside the block (``None``: left alone), then restored.
+
+    The thread count decides how a kernel splits its float sums, hence the last bits of every loss: a cell that
+    took its count from the machine or from how pytest was started (serial, ``-n 2``) would not repeat its own
+    numbers. The record's environment says the count the cell ran with.
+    """
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def release(device: torch.device | str) -> None:
@@ -340,6 +394,12 @@ def _heldout_fields(evaluation: Evaluation | None) -> dict:
             "eval_seconds": evaluation.seconds} | f1
 
 
+def _validation_fields(evaluation: Evaluation | None) -> dict:
+    if evaluation is None:
+        return {}
+    return {"validation_loss": evaluation.loss, "validation_accuracy": evaluation.accuracy}
+
+
 def _inference_record(cost: InferenceCost | None, accuracy: float | None) -> dict:
     """The inference cost and the NetScore family at the final held-out accuracy (``{}`` if not measured)."""
     if cost is None:
@@ -355,8 +415,9 @@ def _task_record(cell: Cell, dataset: Dataset) -> dict:
         "loss_floor": dataset.loss_floor, "heldout_samples": len(heldout) if heldout is not None else 0,
         "heldout_loss_floor": heldout.loss_floor if heldout is not None else None,
         "bayes_accuracy": heldout.info.get("bayes_accuracy") if heldout is not None else None,
-        # The sanity baseline on the same split (gradeff.data.sanity): a 1-NN classifier on raw pixels.
-        "pixel_1nn_accuracy": heldout.info.get("pixel_1nn_accuracy") if heldout is not None else None,
+        # The sanity baseline on the same split (gradeff.data.sanity), a raw-pixel 1-NN classifier, read by the
+        # Answer and the claims (gradeff.analysis.answer.sanity_accuracy).
+        "sanity_accuracy": heldout.info.get("sanity_accuracy") if heldout is not None else None,
         "info": dataset.info,
     }
 
@@ -422,29 +483,62 @@ def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> s
 
 
 def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer, metering: EpochMetering | None) -> CellRecord:
-    from gradeff.hparams import lr_grid
+    """Search the cell's rate on its validation split, then train it once at the best rate and report that run.
 
-    shared = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset).lr
-    rates = sorted({*lr_grid(cell.optimizer, config.tune_points), shared})
+    The trials never read the test split (:attr:`RunConfig.trial`); the reported run is a fresh training at the
+    chosen rate. An optimizer with nothing to tune is trained once at the protocol's rate, and its record says why.
+    """
+    from gradeff.hparams import lr_grid
+    from gradeff.tuning import search
+
+    hp, method_hp, rate = _cell_hparams(cell, config)
+    reference = hp.lr * method_hp.lr_scale
+    free = OPTIMIZERS[cell.optimizer].tuning_free
+    if free:
+        record = _run_once(cell, config, timer=timer, metering=metering)
+        return replace(record, tuning={"param": None, "tuning_free": free, "trials": [], "seconds": 0.0,
+                                       "joules": 0.0})
+    # One untimed build and step first: the first trial of a session would otherwise carry the process's
+    # one-off costs (imports, lazy kernels, the dataset's build) into the search's seconds.
+    _warm_search(cell, replace(config, lr=reference, trial=True))
     started = time.perf_counter()
     trials = []
-    for lr in rates:
-        trial = _run_once(cell, replace(config, lr=lr))
+    interrupted: list[CellRecord] = []
+
+    def score(lr: float) -> float | None:
+        trial = _run_once(cell, replace(config, lr=lr, trial=True, lr_source="a tuning trial's rate"))
         if trial.status == "interrupted":
-            return trial
-        trials.append({"lr": lr, "status": trial.status, "heldout_loss": trial.summary.final_heldout_loss,
-                       "final_loss": trial.summary.final_loss, "seconds": trial.summary.total_seconds,
+            interrupted.append(trial)
+            raise KeyboardInterrupt
+        trials.append({"lr": lr, "status": trial.status, "validation_loss": trial.summary.final_validation_loss,
+                       "final_loss": trial.summary.final_loss, "seconds": trial.finished_at - trial.started_at,
                        "joules": (trial.meters.get("energy") or {}).get("joules")})
-    ranked = [t for t in trials if t["status"] == "ok" and t["heldout_loss"] is not None]
-    chosen = min(ranked, key=lambda t: t["heldout_loss"])["lr"] if ranked else shared
-    record = _run_once(cell, replace(config, lr=chosen), timer=timer, metering=metering)
+        return trial.summary.final_validation_loss if trial.status == "ok" else None
+
+    try:
+        found = search(score, {*lr_grid(cell.optimizer, config.tune_points), reference})
+    except KeyboardInterrupt:
+        return interrupted[0]  # Ctrl-C in a trial: recorded as the cell's, and the session stops
+    seconds = time.perf_counter() - started
+    chosen = found.chosen if found.chosen is not None else reference
+    record = _run_once(cell, replace(config, lr=chosen, lr_source=(
+        "live search (--gradeff-tune lr): best final validation loss" if found.chosen is not None
+        else f"no trial ended ok: the protocol's rate ({rate.source})")), timer=timer, metering=metering)
     joules = [t["joules"] for t in trials]
-    tuning = {"param": "lr", "chosen": chosen, "shared": shared, "trials": trials,
-              "shared_heldout_loss": next(t["heldout_loss"] for t in trials if t["lr"] == shared),
-              "seconds": time.perf_counter() - started - record.summary.total_seconds,
-              "joules": None if any(j is None for j in joules) else sum(joules),
-              "picked_on": "final held-out loss" if ranked else "nothing ended ok: the shared rate"}
+    tuning = {"param": "lr", "chosen": chosen, "reference": reference, "reference_source": rate.source,
+              "trials": sorted(trials, key=lambda t: t["lr"]), "at_edge": found.at_edge,
+              "picked_on": "final validation loss" if found.chosen is not None else "nothing ended ok",
+              "budget": {"trials": len(trials), "epochs": hp.epochs, "seeds": [config.seed]},
+              "seconds": seconds, "joules": None if any(j is None for j in joules) else sum(joules)}
     return replace(record, tuning=tuning)
+
+
+def _warm_search(cell: Cell, config: RunConfig) -> None:
+    built = build_cell(cell, config)
+    if built.state is not None:
+        warm_up(built.state)
+    built = None  # the model and optimizer go before the trials' builds
+    release(config.device)
 
 
 def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
@@ -452,7 +546,8 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
     """One training of a cell (the body of :func:`run_cell`)."""
     if STRATEGIES[cell.strategy].shards and config.rank is None and _cannot_run(cell, config) is None:
         # The cell's W processes each come back here with their rank set; this one gathers their records.
-        return run_sharded(cell, config)
+        with intra_op_threads(config.threads):
+            return run_sharded(cell, config)
     # Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token)
     # run 10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a
     # cell's time (a tiny DINOv2 step: 2.4 s with them, 0.1 s without). The flag is process-wide, so it is
@@ -460,7 +555,8 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
     # float laws) gets IEEE arithmetic.
     torch.set_flush_denormal(True)
     try:
-        return _train_once(cell, config, timer=timer, built=built, metering=metering)
+        with intra_op_threads(config.threads):
+            return _train_once(cell, config, timer=timer, built=built, metering=metering)
     finally:
         torch.set_flush_denormal(False)
 
@@ -474,7 +570,7 @@ def _cannot_run(cell: Cell, config: RunConfig) -> str | None:
 def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Built | None,
                 metering: EpochMetering | None) -> CellRecord:
     progress = _Progress(started=built.started if built is not None else time.time())
-    hp, method_hp = _cell_hparams(cell, config)
+    hp, method_hp, rate = _cell_hparams(cell, config)
     reason = _cannot_run(cell, config)
     device = resolve_device(config.device)
     _use_device(device)
@@ -499,7 +595,7 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
     except Exception as exc:  # any other failure is a finding about this cell, not the session's end
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         status, detail = "error", f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})"
-    record = _record(cell, config, hp, method_hp, device, metering, progress, status=status, detail=detail,
+    record = _record(cell, config, hp, method_hp, rate, device, metering, progress, status=status, detail=detail,
                      failed_step=failed_step)
     progress = None  # the cell's model and optimizer are released before the next cell
     if built is None:
@@ -517,8 +613,7 @@ class _Progress:
     weights: StartingWeights | None = None
     plan: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
-    evaluations: list[Evaluation] = field(default_factory=list)
-    initial: Evaluation | None = None
+    evaluation: CellEvaluation | None = None
     inference: InferenceCost | None = None
     # Conjugate gradient's counters over the timed epochs (restarts and why, closure calls, line-search
     # trials): whether CG ran as CG or as restarted steepest descent. None for other optimizers.
@@ -552,33 +647,28 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
             error, built.error = built.error, None  # raised once, as the cell's own build would have
             raise error
     state = progress.state
-    heldout = state.dataset.heldout
+    # A tuning trial is scored on the validation split: the test split is not handed to it at all.
+    test = None if config.trial else state.dataset.heldout
     classification = TASKS[cell.dataset].kind == "image_classification"
     # Real text is scored by next-token top-1 too; synthetic text by its loss against the floor alone.
     scored = "token" if TASKS[cell.dataset].kind == "causal_lm" and state.dataset.info.get("real") else classification
     if classification and state.dataset.info.get("multi_label"):
         scored = "multilabel"
-
-    def evaluate_heldout():
-        if heldout is not None:
-            progress.evaluations.append(evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size,
-                                                 device=device, accuracy=scored))
-
-    if heldout is not None:
-        # The model before any training: where time to target starts from (and a zero-shot cell's result).
-        progress.initial = evaluate(state.model, heldout, batch_size=_EVAL_BATCHES * hp.batch_size, device=device,
-                                    accuracy=scored)
+    progress.evaluation = CellEvaluation(state=state, test=test, validation=state.dataset.validation,
+                                         batch_size=_EVAL_BATCHES * hp.batch_size, accuracy=scored,
+                                         every=hp.eval_every, total_epochs=hp.epochs)
+    progress.evaluation.untrained()
     if METHODS[cell.method].trains:
         with autocast(device, config.precision):
-            _train_epochs(cell, config, hp, device, metering, timer, progress, evaluate_heldout)
-    if heldout is not None and classification:
-        # What the classifier costs to use, on the held-out split: outside the epochs, like the rest.
-        progress.inference = measure_inference(state.model, heldout, batch_size=hp.batch_size, device=device,
+            _train_epochs(cell, config, hp, device, metering, timer, progress)
+    if test is not None and classification:
+        # What the classifier costs to use, on the test split: outside the epochs, like the rest.
+        progress.inference = measure_inference(state.model, test, batch_size=hp.batch_size, device=device,
                                                meter_settings=config.meters)
 
 
 def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.device, metering: EpochMetering,
-                  timer: EpochTimer, progress: _Progress, evaluate_heldout: Callable[[], None]) -> None:
+                  timer: EpochTimer, progress: _Progress) -> None:
     state = progress.state
     # Model FLOPs, counted once on the model as the method left it: no strategy's recomputation in them.
     try:
@@ -594,9 +684,14 @@ def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     if budget is not None and STRATEGIES[cell.strategy].budget is None:
         progress.plan |= _refuse_over_budget(state, cell.optimizer, budget)
     warm_up(state)
+    evaluation = progress.evaluation
     with metering:
-        timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs, evaluate_heldout)
+        state.pause = evaluation.pause(metering)
+        timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs, lambda: evaluation.after_epoch(metering))
+    state.pause = None
     progress.cg = cg_stats(state.optimizer)  # before the breakdown's extra step below
+    if config.trial:
+        return  # a trial's one figure is its validation loss
     # One more step, after the timed epochs, under the memory meters: the breakdown and the live peak
     # cost the measured epochs nothing.
     progress.memory = memory_breakdown(state.model, state.optimizer,
@@ -606,13 +701,14 @@ def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
         progress.plan["offloaded_bytes_per_step"] = state.model.offloaded_bytes
 
 
-def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
-            metering: EpochMetering, progress: _Progress, **outcome) -> CellRecord:
+def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, rate: RateChoice,
+            device: torch.device, metering: EpochMetering, progress: _Progress, **outcome) -> CellRecord:
     state = progress.state
     history = state.history if state is not None else []
-    evaluations = [*progress.evaluations, *[None] * len(history)]
-    epochs = tuple(EpochRecord(**asdict(e), meters=m, **_heldout_fields(ev))
-                   for e, m, ev in zip(history, metering.epochs, evaluations))
+    evaluation = progress.evaluation
+    evaluations = [*(evaluation.epochs if evaluation is not None else []), *[(None, None)] * len(history)]
+    epochs = tuple(EpochRecord(**asdict(e), meters=m, **_heldout_fields(test), **_validation_fields(validation))
+                   for e, m, (test, validation) in zip(history, metering.epochs, evaluations))
     meters = aggregate(metering.epochs, config.meters.grid_gco2_per_kwh)
     if progress.memory:
         meters["memory"] = progress.memory
@@ -625,19 +721,24 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
             progress.flops, history, precision=config.precision, override_tflops=config.meters.peak_tflops,
             device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
     finished = time.time()
-    heldout = state.dataset.heldout if state is not None else None
-    summary = Summary.of(list(epochs), finished - progress.started, untrained=progress.initial,
-                         floor=heldout.loss_floor if heldout is not None else None)
+    test = evaluation.test if evaluation is not None else None
+    curve = evaluation.curve if evaluation is not None else []
+    summary = Summary.of(list(epochs), finished - progress.started,
+                         untrained=evaluation.initial if evaluation is not None else None,
+                         floor=test.loss_floor if test is not None else None, curve=curve if test is not None else None)
     return CellRecord(
         cell=cell.id, grid=cell.grid, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
         method=cell.method, dataset=cell.dataset, profile=config.profile, seed=config.seed, device=str(device),
         **outcome, epochs=epochs, summary=summary,
         loss_floor=state.dataset.loss_floor if state is not None else None,
         task=_task_record(cell, state.dataset) if state is not None else {},
-        parameters=parameter_counts(state.model) if state is not None else {},
+        parameters=deployed_parameter_counts(state.model) if state is not None else {},
         weights=progress.weights.to_record() if progress.weights is not None else {}, plan=progress.plan,
         inference=_inference_record(progress.inference, summary.final_heldout_accuracy),
-        hparams=asdict(hp) | {"method": asdict(method_hp), "precision": config.precision},
+        curve=tuple(point.as_dict() for point in curve),
+        evaluation=evaluation.record(finished - progress.started) if evaluation is not None else {},
+        hparams=asdict(hp) | {"method": asdict(method_hp), "precision": config.precision,
+                              "protocol": config.protocol, "lr_source": rate.source},
         environment=environment(str(device)) | {"process": config.process}, meters=meters,
         session=config.session, code_version=code_version(), started_at=progress.started, finished_at=finished,
     )

@@ -6,19 +6,24 @@ training step holds. Unmeasured figures print ``n/a``; a failed cell's reason fo
 
 Cells repeated over seeds (``--gradeff-seeds``) get one row per seed (``llm-adam-accum-seed1``), then a
 table of each cell's mean with the half-width of its 95 % Student-t interval over the seeds that ended
-``ok`` (``n``), and per model the winners of the grid's main figure by Welch's t-test at 5 % (the best
-cell and every cell not significantly worse, see :mod:`gradeff.analysis.stats`).
+``ok`` (``n``). The summary ends with the Answer (:func:`gradeff.analysis.answer.answer`): one verdict
+line per model, or backbone and dataset, on the study's quality metric, speed, memory and energy, the
+same lines the report opens with. Every figure is read through :mod:`gradeff.analysis.metrics`; ``f+b``
+counts forward+backward passes (a closure of an accumulation step runs one per micro-batch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gradeff.formatting import as_number
+from gradeff.analysis import metrics
+from gradeff.analysis.answer import answer, line_text
+from gradeff.analysis.runs import canonical
+from gradeff.formatting import as_number, format_value
 from gradeff.grid import GRIDS
 from gradeff.results import CellRecord
 
-__all__ = ["summary_lines"]
+__all__ = ["answer_lines", "summary_lines", "target_text"]
 
 _MIB = 2**20
 
@@ -45,39 +50,52 @@ def _section(record: CellRecord, meter: str) -> dict:
 
 def _train_memory(record: CellRecord):
     """The step's live peak where it was measured, else the breakdown's sum."""
-    memory = _section(record, "memory")
-    if memory.get("peak_bytes") is not None:
-        return memory["peak_bytes"]
-    parts = [memory.get(k) for k in ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "activation_bytes")]
-    return None if any(p is None for p in parts) else sum(parts)
+    peak = metrics.metric_value(record, "peak")
+    return peak if peak is not None else metrics.training_memory_bytes(record)
+
+
+def _quality_text(record: CellRecord) -> str:
+    """The cell's quality metric (test loss, test top-1, test F1) in its own unit."""
+    metric = metrics.quality_metric([record])
+    return format_value(metrics.metric_value(record, metric), metric.unit)
+
+
+def target_text(summary) -> str:
+    """Time to target as a cell reads: optimizer steps, ``not reached``, or ``n/a`` (no test split to reach it on)."""
+    if summary.steps_to_target is not None:
+        return f"{summary.steps_to_target} steps"
+    return "not reached" if summary.target_reached is False else "n/a"
 
 
 def _loss_row(r: CellRecord, name: str) -> str:
     s = r.summary
     memory, ram, energy = (_section(r, k) for k in ("memory", "ram", "energy"))
     loss = f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}"
-    return (f"{name:<30} {r.status:<9} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
-            f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} {s.closure_calls:>5} "
+    return (f"{name:<30} {r.status:<9} {_quality_text(r):>8} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
+            f"{target_text(s):>12} {_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} "
+            f"{_fmt(metrics.forward_backward_passes(r), 'd'):>5} "
             f"{_fmt(_mib(memory.get('activation_bytes')), '.2f'):>8} "
             f"{_fmt(_mib(memory.get('optimizer_state_bytes')), '.2f'):>9} "
             f"{_fmt(_mib(ram.get('peak_rss_bytes')), '.0f'):>8} {_fmt(energy.get('joules'), '.1f'):>7}")
 
 
-_LOSS_HEADER = (f"{'cell':<30} {'status':<9} {'loss first → last':>20} {'floor':>7} {'s/epoch':>8} {'steps':>6} "
-                f"{'f+b':>5} {'act MiB':>8} {'state MiB':>9} {'RSS MiB':>8} {'J':>7}")
+_LOSS_HEADER = (f"{'cell':<30} {'status':<9} {'test':>8} {'train loss first → last':>20} {'floor':>7} "
+                f"{'to target':>12} {'s/epoch':>8} {'steps':>6} {'f+b':>5} {'act MiB':>8} {'state MiB':>9} "
+                f"{'RSS MiB':>8} {'J':>7}")
 
 
 def _accuracy_row(r: CellRecord, name: str) -> str:
     s, parameters = r.summary, r.parameters if isinstance(r.parameters, dict) else {}
-    accuracy = None if s.final_heldout_accuracy is None else 100 * s.final_heldout_accuracy
+    accuracy = metrics.metric_value(r, "heldout_accuracy")
     bayes = r.task.get("bayes_accuracy") if isinstance(r.task, dict) else None
     trained = f"{_count(parameters.get('trainable'))}/{_count(parameters.get('total'))}"
     return (f"{name:<34} {r.status:<7} {_fmt(accuracy, '.1f'):>6} {_fmt(bayes and 100 * bayes, '.1f'):>6} "
-            f"{_fmt(s.final_heldout_loss, '.3f'):>7} {trained:>15} {_fmt(_mib(_train_memory(r)), '.2f'):>8} "
+            f"{_fmt(metrics.metric_value(r, 'test_loss'), '.3f'):>7} {trained:>15} "
+            f"{_fmt(_mib(_train_memory(r)), '.2f'):>8} "
             f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {_fmt(_section(r, 'energy').get('joules'), '.1f'):>7}")
 
 
-_ACCURACY_HEADER = (f"{'cell':<34} {'status':<7} {'acc %':>6} {'bayes':>6} {'ho loss':>7} {'trainable/total':>15} "
+_ACCURACY_HEADER = (f"{'cell':<34} {'status':<7} {'acc %':>6} {'bayes':>6} {'test loss':>7} {'trainable/total':>15} "
                     f"{'mem MiB':>8} {'s/epoch':>8} {'J':>7}")
 
 def _plan_text(plan: dict) -> str:
@@ -117,35 +135,30 @@ def _repeated_cells(records: Iterable[CellRecord]) -> set[str]:
     return {cell for cell, found in seeds.items() if len(found) > 1}
 
 
-def _accuracy_percent(r: CellRecord):
-    value = as_number(r.summary.final_heldout_accuracy)
-    return None if value is None else 100 * value
+def _quality_value(r: CellRecord) -> float | None:
+    return metrics.metric_value(r, metrics.quality_metric([r]))
 
 
-# Per focus: the columns of the over-seeds table (title, value, format) and the figure winners are named by
-# (title, value, goal); a main-study cell without a held-out split is judged by its final training loss.
+# Per focus: the columns of the over-seeds table (title, value, format). "test" is each cell's quality
+# metric (a loss for language tasks, top-1 % for classification).
 _OVER_SEEDS: dict[str, tuple[tuple[str, Callable[[CellRecord], float | None], str], ...]] = {
-    "loss": (("final loss", lambda r: as_number(r.summary.final_loss), ".4f"),
-             ("held-out loss", lambda r: as_number(r.summary.final_heldout_loss), ".4f"),
-             ("s/epoch", lambda r: as_number(r.summary.mean_epoch_seconds), ".3f"),
-             ("J", lambda r: as_number(_section(r, "energy").get("joules")), ".1f")),
-    "accuracy": (("acc %", _accuracy_percent, ".1f"),
-                 ("held-out loss", lambda r: as_number(r.summary.final_heldout_loss), ".4f"),
-                 ("s/epoch", lambda r: as_number(r.summary.mean_epoch_seconds), ".3f"),
-                 ("J", lambda r: as_number(_section(r, "energy").get("joules")), ".1f")),
-    "memory": (("peak MiB", lambda r: _mib(as_number(_section(r, "memory").get("peak_bytes"))), ".2f"),
-               ("s/epoch", lambda r: as_number(r.summary.mean_epoch_seconds), ".3f"),
-               ("J", lambda r: as_number(_section(r, "energy").get("joules")), ".1f")),
+    "loss": (("test", _quality_value, ".4f"),
+             ("train loss", lambda r: metrics.metric_value(r, "final_loss"), ".4f"),
+             ("s/epoch", lambda r: metrics.metric_value(r, "epoch_seconds"), ".3f"),
+             ("J", lambda r: metrics.metric_value(r, "energy"), ".1f")),
+    "accuracy": (("test", _quality_value, ".1f"),
+                 ("test loss", lambda r: metrics.metric_value(r, "test_loss"), ".4f"),
+                 ("s/epoch", lambda r: metrics.metric_value(r, "epoch_seconds"), ".3f"),
+                 ("J", lambda r: metrics.metric_value(r, "energy"), ".1f")),
+    "memory": (("peak MiB", lambda r: _mib(metrics.metric_value(r, "peak")), ".2f"),
+               ("s/epoch", lambda r: metrics.metric_value(r, "epoch_seconds"), ".3f"),
+               ("J", lambda r: metrics.metric_value(r, "energy"), ".1f")),
 }
-_WINNER_BY = {"loss": (("final held-out loss", lambda r: as_number(r.summary.final_heldout_loss), "min"),
-                       ("final loss", lambda r: as_number(r.summary.final_loss), "min")),
-              "accuracy": (("held-out accuracy", _accuracy_percent, "max"),),
-              "memory": (("peak memory", lambda r: as_number(_section(r, "memory").get("peak_bytes")), "min"),)}
 
 
 def _over_seeds_lines(records: list[CellRecord], focus: str) -> list[str]:
-    """Each cell's mean ± 95 % t-interval half-width over its ok seeds, then the winners per model."""
-    from gradeff.analysis.stats import interval, winners
+    """Each cell's mean ± 95 % t-interval half-width over its ok seeds."""
+    from gradeff.analysis.stats import interval
 
     columns = _OVER_SEEDS[focus]
     ok: dict[str, list[CellRecord]] = {}
@@ -165,25 +178,36 @@ def _over_seeds_lines(records: list[CellRecord], focus: str) -> list[str]:
             found = interval(values)
             texts.append(f"{format(found.mean, spec) + ' ± ' + format(found.half_width, spec):>19}")
         lines.append(f"{cell:<30} {len(runs):>2} " + " ".join(texts))
-    by_model: dict[str, list[CellRecord]] = {}
-    for runs in ok.values():
-        by_model.setdefault(runs[0].model, []).extend(runs)
-    for model, runs in by_model.items():
-        for title, value, goal in _WINNER_BY[focus]:
-            samples = {cell: [v for v in (value(r) for r in runs if r.cell == cell) if v is not None]
-                       for cell in dict.fromkeys(r.cell for r in runs)}
-            found = winners(samples, goal=goal)
-            if found is None:
-                continue
-            if not found.confirmed:
-                verdict = f"{found.best} (one seed each: unconfirmed)"
-            elif found.tie:
-                verdict = f"tie between {', '.join(found.ties)} (no significant difference from {found.best})"
-            else:
-                verdict = f"{found.best} (significantly better than every other cell)"
-            lines.append(f"{model}: {'highest' if goal == 'max' else 'lowest'} {title}: {verdict}")
-            break  # the first figure the model measured
-    lines.append("winners: Welch's t-test at 5 % against the best mean; cells it cannot tell apart tie")
+    return lines
+
+
+_ANSWER_FOOTER = ("answer: per model (backbone · dataset), the best cell on the study's quality metric (test loss, "
+                  "or test top-1 / F1 for classifiers), then time and energy to target and the live-tensor peak; "
+                  "over several seeds, cells are compared seed by seed (paired t-test, Holm, 5 %) and a tie names "
+                  "every cell it cannot separate; identical: the same numbers on every seed; single draw: one seed")
+
+
+def answer_lines(records: Iterable[CellRecord]) -> list[str]:
+    """The Answer's verdict lines (:func:`gradeff.analysis.answer.answer`), or none without a study that has one."""
+    lines = [line_text(line) for line in answer(records)]
+    return [_ANSWER_FOOTER, *lines] if lines else []
+
+
+def _protocol_lines(records: list[CellRecord]) -> list[str]:
+    """Which learning-rate protocol the trained cells ran under, and where their rates came from."""
+    trained = [r for r in records if r.status != "skipped" and isinstance(r.hparams, dict) and "protocol" in r.hparams]
+    lines = []
+    for protocol in dict.fromkeys(r.hparams["protocol"] for r in trained):
+        sources: dict[str, int] = {}
+        for r in trained:
+            if r.hparams["protocol"] == protocol:
+                source = str(r.hparams.get("lr_source", ""))
+                kind = source.split(":")[0] if ":" in source else source
+                sources[kind] = sources.get(kind, 0) + 1
+        lines.append(f"learning rates: protocol {protocol} — " + ", ".join(f"{kind} {count}" for kind, count in
+                                                                         sources.items()))
+    lines += [f"tuned with --gradeff-tune lr: {r.cell} chose {r.tuning['chosen']:.3g} at the {r.tuning['at_edge']} "
+              f"edge of the rates tried" for r in records if isinstance(r.tuning, dict) and r.tuning.get("at_edge")]
     return lines
 
 
@@ -194,7 +218,7 @@ def summary_lines(records: Iterable[CellRecord]) -> list[str]:
     split, final held-out loss, trainable/total parameters, training memory (the live peak of one
     step, else parameters + gradients + optimizer state + activations), seconds per epoch, joules.
     """
-    records = list(records)
+    records, _ = canonical(records)
     lines: list[str] = []
     grids = dict.fromkeys(r.grid for r in records)
     for grid in grids:
@@ -226,7 +250,8 @@ def summary_lines(records: Iterable[CellRecord]) -> list[str]:
         lines.append(f"pretrained {model} ({when}): {info.get('optimizer_steps')} steps in "
                      f"{_fmt(info.get('seconds'), '.1f')} s, not counted in any cell; source-task held-out accuracy "
                      f"{_fmt(info.get('heldout_accuracy') and 100 * info['heldout_accuracy'], '.1f')} %")
+    lines += _protocol_lines(records)
     sources = sorted({_section(r, "energy").get("source", "none") for r in records if r.meters})
     if sources:
         lines.append(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")
-    return lines
+    return lines + answer_lines(records)

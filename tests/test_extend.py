@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 
+from gradeff.hparams import hparams_for
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.registry import Registry, RegistryClosedError, open_for_registration
@@ -246,7 +247,9 @@ def test_custom_benchmark_from_public_fixtures_records_like_a_grid_cell(grid_pyt
     custom, grid = lines["llm-adam-my_step"], lines["llm-adam-standard"]
     assert set(custom) == set(grid) and set(custom["epochs"][0]) == set(grid["epochs"][0])
     assert set(custom["meters"]) == set(grid["meters"]) and set(custom["meters"]["ram"]) == set(grid["meters"]["ram"])
-    assert custom["grid"] == "custom" and custom["status"] == "ok" and custom["epochs"][0]["optimizer_steps"] == 8
+    hp = hparams_for("llm", "tiny")
+    steps = hp.train_samples // hp.batch_size
+    assert custom["grid"] == "custom" and custom["status"] == "ok" and custom["epochs"][0]["optimizer_steps"] == steps
     assert custom["parameters"] == grid["parameters"] and custom["session"] == grid["session"]
     outcome.stdout.fnmatch_lines(["*llm-adam-my_step*ok*"])
     assert "my_step" in (tmp_path / "report.html").read_text()

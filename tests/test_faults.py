@@ -59,9 +59,9 @@ def test_a_signal_records_the_running_cell_as_interrupted(grid_pytester, signum)
     """Ctrl-C or SIGTERM mid-cell: that cell is recorded as interrupted, the summary prints, the file stays valid."""
     results = grid_pytester.path / "r.jsonl"
     proc = _start_grid(grid_pytester.path, results, "-k", "vit and adam and not adamw and main",
-                       "--gradeff-epochs", "40")
+                       "--gradeff-epochs", "10")
     _wait_for_records(results, 1, proc)
-    time.sleep(1.0)  # well inside the second cell's 40 epochs
+    time.sleep(1.0)  # well inside the second cell's 10 epochs (24 steps of 32 each at tiny)
     os.killpg(proc.pid, signum)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
@@ -75,7 +75,7 @@ def test_a_second_signal_stops_at_once_without_a_traceback(grid_pytester):
     """Two signals in a row: the run exits with 128 + the signal's number, no traceback on the way out."""
     results = grid_pytester.path / "r.jsonl"
     proc = _start_grid(grid_pytester.path, results, "-k", "vit and adam and not adamw and main",
-                       "--gradeff-epochs", "40")
+                       "--gradeff-epochs", "10")
     _wait_for_records(results, 1, proc)
     os.killpg(proc.pid, signal.SIGTERM)
     os.killpg(proc.pid, signal.SIGTERM)

@@ -180,8 +180,14 @@ def test_estimated_energy_per_image_and_power():
     assert cost.energy_source == "estimate" and cost.energy_estimated
     assert cost.energy_joules is not None and cost.energy_joules >= 0
     assert cost.energy_per_image_j == pytest.approx(cost.energy_joules / cost.throughput_images)
-    # The power is the joules over the energy window, which spans the pass and two counter reads.
-    assert cost.mean_power_w == pytest.approx(cost.energy_joules / cost.throughput_seconds, rel=0.05)
+    # The power is the pass's joules over the pass's seconds, so NS-E's t·P is the measured energy itself.
+    assert cost.mean_power_w * cost.throughput_seconds == pytest.approx(cost.energy_joules, rel=1e-12)
+    import math
+
+    scores = cost.scores(0.5)
+    if cost.energy_joules:
+        expected = 20 * (2 * math.log10(50.0) - math.log10(cost.energy_joules) / 8)
+        assert scores["ns_e"].value == pytest.approx(expected)
 
 
 def test_no_energy_source_gives_none_not_zero():

@@ -1,17 +1,22 @@
 """The training loop: one step path, accumulation's bookkeeping, divergence, warm-up."""
 
+import dataclasses
+import types
+
 import pytest
 import torch
 
+import gradeff.loop as loop
 from gradeff.data import make_dataset
 from gradeff.hparams import hparams_for
-from gradeff.loop import GPU_CHECK_EVERY, Diverged, TrainState, train, train_epoch
+from gradeff.loop import GPU_CHECK_EVERY, Diverged, Pause, TrainState, train, train_epoch
 from gradeff.models import build_model
 from gradeff.optim import build_optimizer
 
 
 def _state(k: int, optimizer: str = "sgd", lr: float = 1e-3, model: str = "llm", **optimizer_overrides) -> TrainState:
-    hp = hparams_for(model, "tiny")
+    # The loop's laws on a small fixed epoch (8 steps of 8), whatever the profile's sizes are.
+    hp = dataclasses.replace(hparams_for(model, "tiny"), batch_size=8, train_samples=64)
     torch.manual_seed(0)
     net = build_model(model, "tiny", num_labels=hp.num_classes)
     return TrainState(model=net, optimizer=build_optimizer(optimizer, net.parameters(), lr, **optimizer_overrides),
@@ -120,3 +125,31 @@ def test_warmup_scheduler_ramps_the_learning_rate():
         optimizer.step()
         scheduler.step()
     assert rates == pytest.approx([hp.lr / 3, 2 * hp.lr / 3, hp.lr, hp.lr, hp.lr])
+
+
+def test_a_pause_runs_every_k_steps_outside_the_epochs_clock(monkeypatch):
+    """Pauses come after every 3rd optimizer step of the cell (not after an epoch's last step), are handed the
+    epoch's training seconds so far, and their own time is left out of the epoch's seconds (a fake clock: each
+    step takes 1 s, each pause 100 s)."""
+    state = _state(1)  # 8 steps an epoch
+    clock = types.SimpleNamespace(now=0.0)
+    step = loop.optimizer_step
+
+    def timed_step(state, group):
+        clock.now += 1.0
+        return step(state, group)
+
+    calls = []
+
+    def pause(elapsed):
+        calls.append((state.global_step, elapsed))
+        clock.now += 100.0
+
+    monkeypatch.setattr(loop, "optimizer_step", timed_step)
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    state.pause = Pause(every=3, run=pause)
+    epochs = [train_epoch(state), train_epoch(state)]
+    assert calls == [(3, 3.0), (6, 6.0), (9, 1.0), (12, 4.0), (15, 7.0)]
+    assert [e.seconds for e in epochs] == [8.0, 8.0]
+    with pytest.raises(ValueError, match=">= 1"):
+        Pause(every=0, run=pause)

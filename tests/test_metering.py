@@ -112,3 +112,36 @@ def test_run_needs_the_window_and_records_what_metering_cost():
         # About 20 background samples at 100 Hz, each costing the thread some CPU.
         assert 0 < cost["sampler_cpu_s"] < 0.1
         assert epoch["ram"]["samples"] >= 10
+
+
+def test_a_pause_is_left_out_of_the_epochs_figures(monkeypatch):
+    """Inside an epoch's segment, paused() closes the meters' piece and opens a new one after: the epoch is one
+    record in a single segment's layout, its seconds those of the pieces (a fake clock: 2 s + 3 s of work around
+    a 50 s pause), its energy the pieces' sum; the pause sees the figures so far."""
+    import types
+
+    import gradeff.metering as metering_module
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(metering_module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    metering = EpochMetering(device=torch.device("cpu"), settings=MeterSettings(hz=100))
+    with pytest.raises(RuntimeError, match="inside a segment"):
+        with metering.paused():
+            pass
+    seen = {}
+    with metering:
+        with metering.segment():
+            clock.now += 2.0
+            with metering.paused() as so_far:
+                seen = so_far
+                clock.now += 50.0
+            clock.now += 3.0
+        with metering.segment():
+            clock.now += 1.0
+    assert len(metering.epochs) == 2
+    paused, plain = metering.epochs
+    assert set(paused) == set(plain) and set(paused["energy"]) == set(plain["energy"])
+    assert paused["cost"]["epoch_s"] == 5.0 and set(paused["cost"]) == set(plain["cost"])
+    assert seen["cost"]["epoch_s"] == 2.0
+    joules = [paused["energy"]["joules"], seen["energy"]["joules"]]
+    assert None not in joules and joules[0] >= joules[1]

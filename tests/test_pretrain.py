@@ -1,7 +1,9 @@
 """Starting weights: random for the main study, a user's folder, or the suite's cached pretraining."""
 
+import hashlib
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ import torch
 from gradeff import hparams
 from gradeff.hparams import PretrainHParams
 from gradeff.models import build_model
-from gradeff.pretrain import pretrained_folder, starting_weights
+from gradeff.pretrain import MANIFEST, CacheRebuiltWarning, pretrained_folder, starting_weights, verify_folder
 
 # A few steps are enough to test the cache; the real recipe is measured by the grid.
 QUICK = PretrainHParams(num_classes=8, train_samples=64, heldout_samples=32, epochs=1, batch_size=32, lr=1e-3)
@@ -92,3 +94,56 @@ def test_concurrent_callers_pretrain_once(tmp_path, quick_recipe):
         thread.join()
     assert sorted(r.pretraining["reused"] for r in results) == [False, True]
     assert len(list((tmp_path / "pretrained").glob("vit_s-*seed0-*[!k]"))) == 1
+
+
+def test_a_truncated_cache_is_pretrained_again_with_a_warning(tmp_path, quick_recipe):
+    """Weights cut short (a full disk, an interrupted copy) fail their sha256: the folder is named in a warning and
+    pretrained again, instead of failing every cell that loads it."""
+    first = starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path)
+    weights = Path(first.path) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.warns(CacheRebuiltWarning) as caught:
+        again = starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path)
+    (warning,) = caught
+    assert str(warning.message) == (f"pretrained cache {first.path}: model.safetensors does not match its sha256 "
+                                    "(truncated or changed); pretraining it again")
+    assert again.path == first.path and again.pretraining["reused"] is False
+    assert verify_folder(Path(again.path)) is None
+    build_model("vit_s", "tiny", num_labels=47, weights_dir=again.path)  # loads: the header is whole again
+
+
+@pytest.mark.parametrize(("damage", "problem"), [
+    (lambda folder: (folder / MANIFEST).unlink(), "no readable checksums.sha256 (written last: the folder was never "
+                                                  "completed)"),
+    (lambda folder: (folder / "config.json").unlink(), "config.json is missing"),
+    (lambda folder: (folder / MANIFEST).write_text("garbage\n"), "checksums.sha256 is malformed"),
+    (lambda folder: (folder / MANIFEST).write_text(""), "checksums.sha256 is malformed"),
+])
+def test_a_damaged_folder_says_what_is_wrong(tmp_path, quick_recipe, damage, problem):
+    folder = Path(starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path).path)
+    damage(folder)
+    assert verify_folder(folder) == problem
+
+
+def test_the_manifest_is_written_last_and_vouches_for_every_file(tmp_path, quick_recipe):
+    """sha256sum's format, one line per other file of the folder (the pretraining record included)."""
+    folder = Path(starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path).path)
+    lines = (folder / MANIFEST).read_text().splitlines()
+    names = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
+    assert [line.split("  ")[1] for line in lines] == names and "pretraining.json" in names
+    assert all(line.split("  ")[0] == hashlib.sha256((folder / line.split("  ")[1]).read_bytes()).hexdigest()
+               for line in lines)
+    assert max(p.stat().st_mtime_ns for p in folder.iterdir() if p.name != MANIFEST) \
+        <= (folder / MANIFEST).stat().st_mtime_ns
+
+
+def test_the_cache_is_keyed_by_the_thread_count(tmp_path):
+    """Pretraining with two threads sums in another order than with one: another folder."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = pretrained_folder("vit_s", "tiny", 0, tmp_path)
+        torch.set_num_threads(2)
+        assert pretrained_folder("vit_s", "tiny", 0, tmp_path) != one
+    finally:
+        torch.set_num_threads(threads)

@@ -252,7 +252,7 @@ def test_non_finite_tokens_are_read_only_from_old_versions():
 
 @pytest.mark.parametrize(("mangle", "message"), [
     (lambda d: [d], "^a record is a JSON object, got list$"),
-    (lambda d: d | {"schema_version": 4}, "^record schema version 4; this gradeff reads versions 1, 2, 3$"),
+    (lambda d: d | {"schema_version": 5}, "^record schema version 5; this gradeff reads versions 1, 2, 3, 4$"),
     (lambda d: d | {"schema_version": "3"}, "^record schema version '3'"),
     (lambda d: d | {"speed": 1, "colour": 2}, r"^unknown record fields: \['colour', 'speed'\]$"),
     (lambda d: d | {"schema_version": 2, "nonfinite": {}}, r"^unknown record fields: \['nonfinite'\]$"),

@@ -222,18 +222,61 @@ def test_a_method_that_trains_nothing_is_evaluated_once():
     assert record.inference["scores"]["netscore"]["value"] is not None or record.summary.final_heldout_accuracy == 0
 
 
-def test_tuning_keeps_the_rate_with_the_best_heldout_loss():
-    """--gradeff-tune lr: every rate of the grid and the shared one is tried; the record trains at the best."""
-    config = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="t", tune="lr", tune_points=3)
+def test_tuning_keeps_the_rate_with_the_best_validation_loss():
+    """--gradeff-tune lr: every rate of the grid and the protocol's own is tried on the validation split; the
+    record is a fresh run at the best, whose test figures no trial saw."""
+    config = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="t", tune="lr", tune_points=3,
+                       protocol="shared")
     record = run_cell(Cell("llm", "sgd", "standard"), config)
     tuning = record.tuning
     rates = [trial["lr"] for trial in tuning["trials"]]
-    assert rates == pytest.approx([1e-3, 0.01, 0.1, 1.0]) and tuning["shared"] == 1e-3
-    best = min(tuning["trials"], key=lambda t: t["heldout_loss"])
+    assert rates == pytest.approx([1e-3, 0.01, 0.1, 1.0]) and tuning["reference"] == 1e-3
+    best = min(tuning["trials"], key=lambda t: t["validation_loss"])
     assert tuning["chosen"] == best["lr"] == record.hparams["lr"]
-    # The record is a full run at the chosen rate: deterministic on CPU, so it repeats the trial's result.
-    assert record.summary.final_heldout_loss == pytest.approx(best["heldout_loss"], rel=1e-6)
-    assert tuning["seconds"] > 0 and tuning["shared_heldout_loss"] == tuning["trials"][0]["heldout_loss"]
+    assert tuning["at_edge"] == ("low" if best["lr"] == rates[0] else "high" if best["lr"] == rates[-1] else None)
+    # The record is a full run at the chosen rate: deterministic on CPU, so it repeats the trial's validation loss.
+    assert record.summary.final_validation_loss == pytest.approx(best["validation_loss"], rel=1e-6)
+    assert "heldout_loss" not in best and record.summary.final_heldout_loss is not None
+    assert tuning["seconds"] > 0 and tuning["budget"] == {"trials": 4, "epochs": 1, "seeds": [0]}
+    assert record.hparams["lr_source"].startswith("live search")
+
+
+def test_a_search_never_reads_the_test_split(monkeypatch):
+    """While the trials run, not one sample of the test split is read (only the validation split's); the run
+    reported after the search reads it. Fails if any trial evaluates, measures or otherwise batches the test set."""
+    import gradeff.runner as runner
+    from gradeff.data.dataset import Dataset
+
+    phase = {"trial": False}
+    reads = []
+    run_once, batch = runner._run_once, Dataset.batch
+
+    def tracked_run_once(cell, config, **kwargs):
+        phase["trial"] = config.trial
+        return run_once(cell, config, **kwargs)
+
+    def tracked_batch(self, indices):
+        reads.append((phase["trial"], id(self)))
+        return batch(self, indices)
+
+    monkeypatch.setattr(runner, "_run_once", tracked_run_once)
+    monkeypatch.setattr(Dataset, "batch", tracked_batch)
+    config = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="t", tune="lr", tune_points=2)
+    record = run_cell(Cell("vit", "adam", "standard"), config)  # classification: the inference cost reads splits too
+    assert record.status == "ok" and len(record.tuning["trials"]) >= 2
+    data = runner._dataset("image_classification", runner.hparams_for("vit", "tiny", epochs=1), 0)
+    test, validation = id(data.heldout), id(data.validation)
+    assert not any(trial and split == test for trial, split in reads), "a trial read the test split"
+    assert any(trial and split == validation for trial, split in reads)
+    assert any(not trial and split == test for trial, split in reads)
+
+
+def test_a_tuning_free_optimizer_is_not_searched():
+    """CG's line search sizes its steps: --gradeff-tune records why there is nothing to tune and runs it once."""
+    config = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="t", tune="lr", tune_points=3)
+    record = run_cell(Cell("llm", "cgd", "standard"), config)
+    assert record.status == "ok" and record.tuning["trials"] == [] and record.tuning["param"] is None
+    assert "line search" in record.tuning["tuning_free"]
 
 
 def test_an_isolated_cell_runs_in_a_process_of_its_own():

@@ -75,30 +75,26 @@ def test_two_seeds_write_two_records_and_resume_skips_both(grid_pytester):
     third.assert_outcomes(passed=1, skipped=2)
 
 
-def _runs(make_record, cell, finals, **overrides):
-    return [make_record(cell, losses=(2.0, final), seed=seed, **overrides) for seed, final in enumerate(finals)]
-
-
-def test_summary_gives_rows_per_seed_then_intervals_and_welch_winners(make_record):
+def test_summary_gives_rows_per_seed_then_intervals_and_ends_with_the_answer():
     from gradeff.summary import summary_lines
+    from tests.analysis.factories import runs
 
-    records = [*_runs(make_record, "llm-adam-standard", (1.50, 1.52)),
-               *_runs(make_record, "llm-sgd-standard", (1.90, 1.92)),
-               *_runs(make_record, "llm-adamw-standard", (1.4, 1.7))]
+    records = [*runs("llm-adam-standard", (1.50, 1.52)), *runs("llm-sgd-standard", (1.90, 1.92)),
+               *runs("llm-adamw-standard", (1.4, 1.7))]
     lines = summary_lines(records)
     assert [line.split()[0] for line in lines[1:7]] == [
         "llm-adam-standard-seed0", "llm-adam-standard-seed1", "llm-adamw-standard-seed0",
         "llm-adamw-standard-seed1", "llm-sgd-standard-seed0", "llm-sgd-standard-seed1"]
     start = lines.index("over seeds: mean ± half-width of the 95 % Student-t interval, n = seeds that ended ok")
     adam = lines[start + 2].split()
-    # mean 1.51, s = 0.01414, t(0.975, 1) = 12.706: half-width 0.1271
+    # The test loss first: mean 1.51, s = 0.01414, t(0.975, 1) = 12.706: half-width 0.1271
     assert adam[:5] == ["llm-adam-standard", "2", "1.5100", "±", "0.1271"]
-    assert "n/a" in lines[start + 2]  # no held-out split in these records
-    assert any(line == "llm: lowest final loss: tie between llm-adam-standard, llm-adamw-standard "
-                       "(no significant difference from llm-adam-standard)" for line in lines)
+    # The summary ends with the Answer: adam and adamw tie on the test loss over their paired seeds.
+    assert lines[-1].startswith("llm: test loss: tie between adam 1.51 ± 0.1271 (n=2); adamw")
+    assert lines[-2].startswith("answer: per model")
     # Without adamw's spread, adam is clearly best.
     lines = summary_lines(records[:4])
-    assert "llm: lowest final loss: llm-adam-standard (significantly better than every other cell)" in lines
+    assert lines[-1].startswith("llm: test loss: adam 1.51 ± 0.1271 (n=2), every other cell worse")
 
 
 def test_summary_of_one_seed_is_unchanged(make_record):

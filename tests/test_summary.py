@@ -65,3 +65,52 @@ def test_memory_rows_read_malformed_plans_as_na():
                                             "checkpointed_layers": None}})
     row = summary_lines([broken])[1].split()
     assert row[:3] == ["llm-standard", "ok", "-"] and row[3:5] == ["n/a", "n/a"]
+
+
+def test_forward_backward_passes_count_every_micro_batch():
+    """f+b: an accumulation step's closure runs one forward and backward per micro-batch (4 here), not one."""
+    from tests.analysis.factories import run
+
+    lines = summary_lines([run("llm-sgd-accum"), run("llm-sgd-standard")])
+    header = lines[0].split()
+    assert "f+b" in header and "test" in header
+    accum = next(line for line in lines if line.startswith("llm-sgd-accum"))
+    standard = next(line for line in lines if line.startswith("llm-sgd-standard"))
+    # Steps and f+b: 2 epochs × 8 closure calls; × 4 micro-batches under accumulation.
+    # The last six columns: steps, f+b, activation and state MiB, RSS MiB, joules.
+    assert accum.split()[2] == "2" and accum.split()[-6:-4] == ["16", "64"]
+    assert standard.split()[-6:-4] == ["16", "16"]
+
+
+def test_the_summary_ends_with_one_verdict_line_per_model():
+    """The Answer's lines close the summary: quality first, then speed, memory, energy; one seed is a single draw."""
+    from tests.analysis.factories import run
+
+    lines = summary_lines([run("llm-adam-standard", test=1.0), run("llm-sgd-standard", test=2.0),
+                           run("vit-adam-standard", accuracy=0.5), run("vit-sgd-standard", accuracy=0.25)])
+    assert lines[-3].startswith("answer: per model")
+    assert lines[-2].startswith("vit: test top-1 accuracy: adam 50.0 % (single draw) | fastest to target: n/a")
+    assert lines[-1].startswith("llm: test loss: adam 1 (single draw) | fastest to target: n/a")
+    assert " | least memory: " in lines[-1] and " | least energy to target: " in lines[-1]
+    assert summary_lines([run(grid="memory", cell="llm-standard")])[-1].startswith("energy source")
+
+
+def test_time_to_target_reads_steps_not_reached_or_na_and_protocols_are_named():
+    """The main table's `to target` column: steps where reached, `not reached` where the test loss never got
+    there, `n/a` without a test split; one line per protocol says where the cells' rates came from."""
+    import dataclasses
+
+    from gradeff.summary import target_text
+
+    base = _record("llm-adam-standard").summary
+    assert target_text(dataclasses.replace(base, steps_to_target=36, target_reached=True)) == "36 steps"
+    assert target_text(dataclasses.replace(base, target_reached=False)) == "not reached"
+    assert target_text(base) == "n/a"
+    tuned = dataclasses.replace(_record("llm-adam-standard"), hparams={"protocol": "tuned",
+                                                                        "lr_source": "tuned table: search s1"},
+                                summary=dataclasses.replace(base, target_reached=False))
+    shared = dataclasses.replace(_record("llm-sgd-standard", optimizer="sgd"),
+                                 hparams={"protocol": "tuned", "lr_source": "shared: no rate"})
+    lines = summary_lines([tuned, shared])
+    assert "not reached" in lines[1]
+    assert "learning rates: protocol tuned — shared 1, tuned table 1" in lines  # cells in the registry order

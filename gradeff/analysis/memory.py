@@ -3,9 +3,12 @@ every cell against ``standard``, the adaptive budget against the compiler's at t
 PEFT paper's claim ("adaptive: peak -x % for +y % time and +z % energy") as measured.
 
 Pure functions over :class:`~gradeff.results.CellRecord` values in raw units, under
-:mod:`gradeff.analysis`'s rules: only cells that ended ``ok`` enter a ratio, a missing measurement is
-``None`` (never 0), and a plan is read defensively: older records have none, hand-edited ones may
-hold anything, and a key that is absent or not a number reads as unknown.
+:mod:`gradeff.analysis`'s rules: only seeds that ended ``ok`` enter a ratio, ratios are taken seed by seed
+(:func:`gradeff.analysis.pairing.paired_ratio`), a missing measurement is ``None`` (never 0), and a plan
+is read defensively: older records have none, hand-edited ones may hold anything, and a key that is
+absent or not a number reads as unknown. Budget levels whose adaptive plans checkpoint the same blocks
+train the same model the same way: :func:`merge_levels` makes them one entry rather than several
+"levels" that differ by noise.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import NamedTuple
 
 from gradeff import analysis
 from gradeff.analysis import Metric
-from gradeff.analysis import peft as peft_analysis
+from gradeff.analysis import scope
+from gradeff.analysis.pairing import PairedRatio, paired_ratio
+from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.formatting import as_number
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
@@ -27,7 +32,8 @@ __all__ = [
     "ADAPTIVE", "COMPILER", "DEVICE_MEMORY", "MEMORY_FOCUS", "PEAK", "STANDARD", "Change", "GroupKey",
     "LevelClaim", "Studies", "Verdict", "budget_kind", "budget_level", "checkpointed_blocks", "compared",
     "device_memory_bytes", "epoch_range", "group_cells", "host_copies_bytes", "is_compiled", "is_offload",
-    "level_claims", "peft_budget_changes", "plan_number", "plan_of", "sort_memory", "split_studies", "verdict",
+    "level_claims", "merge_levels", "peft_budget_changes", "plan_key", "plan_number", "plan_of", "ratio_of",
+    "sort_memory", "split_studies", "verdict",
 ]
 
 MEMORY_FOCUS = "memory"
@@ -39,26 +45,18 @@ PEAK = "peak"
 
 
 class Studies(NamedTuple):
-    """The records of each study, each in the order given."""
+    """The records of each study, each in the order given (the PEFT study with its baselines)."""
 
     main: list[CellRecord]
     peft: list[CellRecord]
     memory: list[CellRecord]
+    real: list[CellRecord]
 
 
 def split_studies(records: Iterable[CellRecord]) -> Studies:
-    """``(main-study, PEFT-study, memory-study)`` records, by what their grid is read by.
-
-    A grid this gradeff does not know reads as the main study, as the records of older versions did
-    (see :func:`gradeff.analysis.peft.focus_of`).
-    """
-    studies = Studies([], [], [])
-    for record in records:
-        focus = peft_analysis.focus_of(record)
-        target = studies.peft if focus == peft_analysis.ACCURACY_FOCUS else \
-            studies.memory if focus == MEMORY_FOCUS else studies.main
-        target.append(record)
-    return studies
+    """Every study's records, by the grid each study reads (:mod:`gradeff.analysis.scope`)."""
+    found = scope.split(records)
+    return Studies(found["main"], found["peft"] + found["baselines"], found["memory"], found["real"])
 
 
 def plan_of(record: CellRecord) -> Mapping:
@@ -175,54 +173,72 @@ def sort_memory(records: Iterable[CellRecord]) -> list[CellRecord]:
     return sorted(records, key=lambda r: (models[r.model], r.optimizer, r.method, r.dataset, strategies[r.strategy]))
 
 
-def group_cells(records: Iterable[CellRecord]) -> dict[GroupKey, list[CellRecord]]:
-    """Records by :class:`GroupKey`, groups and members in the order given."""
+def group_cells(records: Iterable[CellRecord]) -> dict[GroupKey, dict[str, CellRuns]]:
+    """Cells over their seeds by :class:`GroupKey` (strategy → its cell), groups and members in the order given."""
     groups: dict[GroupKey, list[CellRecord]] = {}
     for record in records:
         groups.setdefault(GroupKey(record.model, record.optimizer, record.method, record.dataset), []).append(record)
-    return groups
+    return {key: {r.first.strategy: r for r in _ordered(by_cell(group).values())} for key, group in groups.items()}
+
+
+def _ordered(runs: Iterable[CellRuns]) -> list[CellRuns]:
+    runs = list(runs)
+    order = _strategy_order(r.first for r in runs)
+    return sorted(runs, key=lambda r: order[r.first.strategy])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Change:
-    """One cell against a reference cell: ratios (``None`` where a side is missing, failed or unmeasured).
+    """One cell against a reference cell, seed by seed (``None`` where no seed has both sides ok and measured).
 
     Attributes:
-        record: the cell.
+        runs: the cell over its seeds.
         reference: the cell it is divided by, or ``None`` if there is none.
         memory_metric: the memory metric compared (the same on both sides), ``None`` if none.
-        memory / time / energy: ``cell / reference``.
-        reason: why the whole comparison is n/a (``""`` when both sides ended ok).
+        memory / time / energy: ``cell / reference`` over the common seeds.
+        reason: why the whole comparison is n/a (``""`` when some seed of each side ended ok).
     """
 
-    record: CellRecord
-    reference: CellRecord | None
+    runs: CellRuns
+    reference: CellRuns | None
     memory_metric: str | Metric | None
-    memory: float | None
-    time: float | None
-    energy: float | None
+    memory: PairedRatio | None
+    time: PairedRatio | None
+    energy: PairedRatio | None
     reason: str
 
+    @property
+    def record(self) -> CellRecord:
+        return self.runs.first
 
-def _why_not(record: CellRecord | None, reference: CellRecord | None, reference_name: str) -> str:
-    if record is None:
+
+def _why_not(runs: CellRuns | None, reference: CellRuns | None, reference_name: str) -> str:
+    if runs is None:
         return "not in the results"
-    if record.status != "ok":
+    if not runs.ok:
+        record = runs.runs[-1]
         detail = f" ({record.detail})" if record.detail else ""
-        return f"{record.strategy} ended {record.status}{detail}"
+        return f"{record.strategy} ended {runs.status}{detail}"
     if reference is None:
         return f"no {reference_name} cell to compare with"
-    if reference.status != "ok":
-        return f"{reference.strategy} ended {reference.status}"
+    if not reference.ok:
+        return f"{reference.first.strategy} ended {reference.status}"
     return ""
 
 
-def compared(record: CellRecord, reference: CellRecord | None, memory_metric: str | Metric | None,
+def ratio_of(runs: CellRuns | None, reference: CellRuns | None, metric: str | Metric | None) -> PairedRatio | None:
+    """``runs / reference`` of ``metric`` seed by seed, or ``None`` where a side or the metric is missing."""
+    if runs is None or reference is None or metric is None:
+        return None
+    return paired_ratio(runs.values(metric), reference.values(metric))
+
+
+def compared(runs: CellRuns, reference: CellRuns | None, memory_metric: str | Metric | None,
              reference_name: str = STANDARD) -> Change:
-    """``record`` against ``reference`` on memory, time per epoch and energy.
+    """``runs`` against ``reference`` on memory, time per epoch and energy, seed by seed.
 
     Args:
-        record: the cell.
+        runs: the cell over its seeds.
         reference: the cell to divide by (``None``: every ratio is ``None``, and the reason says so).
         memory_metric: the memory metric of both sides (``None``: no memory ratio).
         reference_name: how the reason names a missing reference.
@@ -230,11 +246,9 @@ def compared(record: CellRecord, reference: CellRecord | None, memory_metric: st
     Returns:
         The :class:`Change`.
     """
-    ratio = peft_analysis.ratio
-    return Change(record=record, reference=reference, memory_metric=memory_metric,
-                  memory=ratio(record, reference, memory_metric) if memory_metric is not None else None,
-                  time=ratio(record, reference, "epoch_seconds"), energy=ratio(record, reference, "energy"),
-                  reason=_why_not(record, reference, reference_name))
+    return Change(runs=runs, reference=reference, memory_metric=memory_metric,
+                  memory=ratio_of(runs, reference, memory_metric), time=ratio_of(runs, reference, "epoch_seconds"),
+                  energy=ratio_of(runs, reference, "energy"), reason=_why_not(runs, reference, reference_name))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -242,8 +256,8 @@ class Verdict:
     """The adaptive budget against the compiler's knapsack at the same level.
 
     Attributes:
-        memory: adaptive / compiler on :data:`DEVICE_MEMORY` (``None`` where a side is missing).
-        time: adaptive / compiler time per epoch.
+        memory: adaptive / compiler on :data:`DEVICE_MEMORY` over seeds (``None`` where a side is missing).
+        time: adaptive / compiler time per epoch over seeds.
         outcome: ``beats`` (lower memory at equal or less time, or equal memory in less time), ``loses``
             (the reverse), ``ties``, ``less memory, more time``, ``more memory, less time``, or ``n/a``.
         reason: why the outcome is ``n/a`` (``""`` otherwise).
@@ -255,12 +269,16 @@ class Verdict:
     reason: str
 
 
-def _side(value: float) -> int:
-    shown = round(value, 2)  # judged as printed: 0.999 reads "1.00×" and is a tie, not a win
+def _side(ratio: PairedRatio) -> int:
+    # Judged as printed (0.999 reads "1.00×" and is a tie, not a win), and, over several seeds, only where
+    # the interval excludes 1: a difference within the seed spread is no difference.
+    shown = round(ratio.interval.mean, 2)
+    if ratio.interval.n > 1 and not ratio.significant:
+        return 0
     return (shown > 1) - (shown < 1)
 
 
-def verdict(adaptive: CellRecord | None, compiler: CellRecord | None) -> Verdict:
+def verdict(adaptive: CellRuns | None, compiler: CellRuns | None) -> Verdict:
     """Whether the adaptive budget beats the compiler's knapsack at the same target.
 
     Both sides are read on :data:`DEVICE_MEMORY` (the compiled cell has no live peak) and time per epoch
@@ -272,8 +290,9 @@ def verdict(adaptive: CellRecord | None, compiler: CellRecord | None) -> Verdict
     change = compared(adaptive, compiler, DEVICE_MEMORY, reference_name="compiler")
     reason = change.reason or ("" if change.memory is not None and change.time is not None else
                                "memory or time not measured on one side")
+    means = [None if r is None else r.interval.mean for r in (change.memory, change.time)]
     if reason:
-        return Verdict(memory=change.memory, time=change.time, outcome="n/a", reason=reason)
+        return Verdict(memory=means[0], time=means[1], outcome="n/a", reason=reason)
     memory, time = _side(change.memory), _side(change.time)
     if memory == time == 0:
         outcome = "ties"
@@ -283,7 +302,7 @@ def verdict(adaptive: CellRecord | None, compiler: CellRecord | None) -> Verdict
         outcome = "loses"
     else:
         outcome = "less memory, more time" if memory < 0 else "more memory, less time"
-    return Verdict(memory=change.memory, time=change.time, outcome=outcome, reason="")
+    return Verdict(memory=means[0], time=means[1], outcome=outcome, reason="")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,27 +317,27 @@ class LevelClaim:
     """
 
     level: float
-    adaptive: CellRecord | None
-    compiler: CellRecord | None
+    adaptive: CellRuns | None
+    compiler: CellRuns | None
     change: Change | None
     verdict: Verdict
 
 
-def level_claims(records: Sequence[CellRecord]) -> list[LevelClaim]:
+def level_claims(runs: Mapping[str, CellRuns]) -> list[LevelClaim]:
     """The paper's claim per budget level for one group's cells, levels from the most memory to the least.
 
     Args:
-        records: one group's cells (see :func:`group_cells`), one per strategy.
+        runs: one group's cells over their seeds (see :func:`group_cells`), strategy → cell.
 
     Returns:
         One :class:`LevelClaim` per level some budget cell has.
     """
-    reference = next((r for r in records if r.strategy == STANDARD), None)
-    cells: dict[float, dict[str, CellRecord]] = {}
-    for record in records:
-        kind, level = budget_kind(record), budget_level(record)
+    reference = runs.get(STANDARD)
+    cells: dict[float, dict[str, CellRuns]] = {}
+    for cell_runs in runs.values():
+        kind, level = budget_kind(cell_runs.first), budget_level(cell_runs.first)
         if kind is not None and level is not None:
-            cells.setdefault(level, {}).setdefault(kind, record)
+            cells.setdefault(level, {}).setdefault(kind, cell_runs)
     claims = []
     for level in sorted(cells, reverse=True):
         adaptive, compiler = cells[level].get(ADAPTIVE), cells[level].get(COMPILER)
@@ -329,29 +348,48 @@ def level_claims(records: Sequence[CellRecord]) -> list[LevelClaim]:
     return claims
 
 
-def peft_budget_changes(records: Iterable[CellRecord]) -> dict[str, list[Change]]:
-    """The PEFT study's adaptive budget cells against ``standard``, per backbone.
+def plan_key(runs: CellRuns) -> tuple | None:
+    """What an adaptive plan decided, the same on every seed: the blocks it checkpointed and whether it fit
+    (``None`` for a cell without a plan, or seeds whose plans differ)."""
+    plans = {(checkpointed_blocks(r), plan_of(r).get("fits")) for r in runs.runs if plan_of(r)}
+    return plans.pop() if len(plans) == 1 else None
 
-    Each budget cell is divided by the standard cell of the same backbone, dataset and method; a
-    backbone's cells are read on one memory metric (:func:`gradeff.analysis.peft.memory_metric_for`:
-    the GPU allocator peak, else the live peak, else the breakdown sum).
+
+def merge_levels(claims: Sequence[LevelClaim]) -> list[tuple[tuple[float, ...], LevelClaim]]:
+    """Level claims whose adaptive cells made the same plan, merged: ``(levels, the highest level's claim)``.
+
+    Levels whose adaptive plans checkpoint the same blocks train the same model the same way; their
+    differences are noise, so they are one entry. Levels without an adaptive cell or plan stay alone.
+    """
+    merged: list[tuple[list[float], LevelClaim, tuple | None]] = []
+    for claim in claims:
+        key = plan_key(claim.adaptive) if claim.adaptive is not None else None
+        if key is not None and merged and merged[-1][2] == key:
+            merged[-1][0].append(claim.level)
+            continue
+        merged.append(([claim.level], claim, key))
+    return [(tuple(levels), claim) for levels, claim, _ in merged]
+
+
+def peft_budget_changes(records: Iterable[CellRecord]) -> dict[str, list[Change]]:
+    """The PEFT study's adaptive budget cells against ``standard``, per backbone, on the live-tensor peak.
+
+    Each budget cell is divided, seed by seed, by the standard cell of the same backbone, dataset and method.
 
     Args:
-        records: the PEFT study's records, in study order.
+        records: the PEFT study's records (no other study's), any number of seeds.
 
     Returns:
-        backbone → one :class:`Change` per adaptive budget cell, in the order given; backbones without
+        backbone → one :class:`Change` per adaptive budget cell, in canonical order; backbones without
         a budget cell are left out.
     """
-    by_backbone: dict[str, list[CellRecord]] = {}
-    for record in records:
-        by_backbone.setdefault(record.model, []).append(record)
+    runs = by_cell(records)
+    standard = {(r.first.model, r.first.dataset, r.first.method): r for r in runs.values()
+                if r.first.strategy == STANDARD}
     result: dict[str, list[Change]] = {}
-    for backbone, group in by_backbone.items():
-        budgets = [r for r in group if budget_kind(r) == ADAPTIVE]
-        if not budgets:
-            continue
-        metric = peft_analysis.memory_metric_for(group)
-        standard = {(r.dataset, r.method): r for r in group if r.strategy == STANDARD}
-        result[backbone] = [compared(r, standard.get((r.dataset, r.method)), metric) for r in budgets]
+    for cell_runs in runs.values():
+        record = cell_runs.first
+        if budget_kind(record) == ADAPTIVE:
+            reference = standard.get((record.model, record.dataset, record.method))
+            result.setdefault(record.model, []).append(compared(cell_runs, reference, PEAK))
     return result

@@ -3,21 +3,24 @@ each method against full fine-tuning, checkpoint / standard ratios, the backbone
 foundation-model baselines, inference cost and NetScore family that every classification record carries.
 
 Pure functions over :class:`~gradeff.results.CellRecord` values in raw units, under
-:mod:`gradeff.analysis`'s rules: only cells that ended ``ok`` compete or enter a ratio, a missing
-measurement is ``None`` (never 0), and a tie keeps the first cell in grid order (backbone, dataset,
-method, strategy).
+:mod:`gradeff.analysis`'s rules: only cells that ended ``ok`` compete or enter a ratio, every seed is
+read and comparisons pair seeds, and a missing measurement is ``None`` (never 0). Which method wins is
+:mod:`gradeff.analysis.verdicts`' job, as for every study.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gradeff import analysis
 from gradeff.analysis import Metric
+from gradeff.analysis.pairing import PairedRatio
+from gradeff.analysis.runs import CellRuns
+from gradeff.analysis.naming import weights_source
+from gradeff.analysis.stats import Interval, interval
 from gradeff.data import TASKS
 from gradeff.formatting import as_number
-from gradeff.grid import GRIDS
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.netscore import Score
@@ -25,40 +28,13 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "ACCURACY_FOCUS", "BASELINE_GRIDS", "MEMORY_METRICS", "OBJECTIVES", "TRAINABLE", "Versus", "Winner",
-    "bayes_accuracy", "beats_pixel_baseline", "checkpoint_ratios", "focus_of", "group_by_backbone", "inference_number", "inference_of",
-    "is_baseline", "memory_metric_for", "netscore_ranking", "pixel_baseline_accuracy", "pretraining_by_backbone",
-    "ratio", "score_of",
-    "sort_peft", "split_baselines", "split_studies", "total_parameters", "trainable_parameters",
-    "trainable_percent", "training_seconds", "versus_full", "weights_source", "winners",
+    "BASELINE_GRIDS", "TRAINABLE", "Versus", "bayes_accuracy", "checkpoint_ratios", "group_by_backbone",
+    "inference_number", "inference_of", "is_baseline", "netscore_ranking", "pretraining_by_backbone", "ratio",
+    "score_of", "sort_peft", "split_baselines", "total_parameters", "trainable_parameters", "trainable_percent",
+    "training_seconds", "versus_full", "weights_source",
 ]
 
-ACCURACY_FOCUS = "accuracy"
-# Training memory, best source first: what the GPU allocator held, else the live-tensor peak of a step
-# (exact on any device, transients included), else the device-independent breakdown (parameters with
-# 4-bit weights packed, gradients, optimizer state, activations). The process RSS is not a fallback
-# here: on CPU it is mostly the interpreter and libraries, not the method.
-MEMORY_METRICS = ("gpu_alloc", "peak", "train_memory")
-# objective → metric key; "memory" is resolved per backbone and dataset by ``memory_metric_for``.
-OBJECTIVES: dict[str, str] = {"accuracy": "heldout_accuracy", "memory": "", "time": "epoch_seconds",
-                              "energy": "energy"}
 FULL = "full"
-
-
-def focus_of(record: CellRecord) -> str:
-    """What the record's grid is read by: ``loss`` (main study) or ``accuracy`` (PEFT study).
-
-    A grid this gradeff does not know reads as the main study, as the records of older versions did.
-    """
-    return GRIDS[record.grid].focus if record.grid in GRIDS else "loss"
-
-
-def split_studies(records: Iterable[CellRecord]) -> tuple[list[CellRecord], list[CellRecord]]:
-    """``(main-study records, PEFT-study records)``, each in the order given."""
-    main, peft = [], []
-    for record in records:
-        (peft if focus_of(record) == ACCURACY_FOCUS else main).append(record)
-    return main, peft
 
 
 def _count(record: CellRecord, name: str) -> float | None:
@@ -93,25 +69,6 @@ def bayes_accuracy(record: CellRecord) -> float | None:
     return None if value is None else 100 * value
 
 
-def pixel_baseline_accuracy(record: CellRecord) -> float | None:
-    """The sanity baseline's accuracy on the cell's test split, in percent: a 1-nearest-neighbour classifier on
-    raw pixels (:mod:`gradeff.data.sanity`), recorded as ``task.pixel_1nn_accuracy`` (``None`` if unknown)."""
-    task = record.task if isinstance(record.task, Mapping) else {}
-    value = as_number(task.get("pixel_1nn_accuracy"))
-    return None if value is None else 100 * value
-
-
-def beats_pixel_baseline(record: CellRecord) -> bool | None:
-    """Whether an ``ok`` cell's test accuracy is above the raw-pixel 1-NN's on the same split.
-
-    ``None`` where either is unknown or the cell did not end ok; ``False`` flags a cell whose accuracy
-    says nothing about its fine-tuning: matching pixels against the training set did as well.
-    """
-    baseline = pixel_baseline_accuracy(record)
-    accuracy = analysis.metric_value(record, "heldout_accuracy") if analysis.comparable(record) else None
-    return None if baseline is None or accuracy is None else accuracy > baseline
-
-
 def _order(keys: Iterable[str], registry: Iterable[str]) -> dict[str, int]:
     return {key: rank for rank, key in enumerate(analysis.order_keys(keys, registry))}
 
@@ -133,53 +90,6 @@ def group_by_backbone(records: Iterable[CellRecord]) -> dict[tuple[str, str], li
     return groups
 
 
-def memory_metric_for(records: Iterable[CellRecord]) -> str | None:
-    """The first of :data:`MEMORY_METRICS` that some ``ok`` record measured, else ``None``.
-
-    The cells compared in one table or ratio are all read on the same memory metric, never a mix.
-    """
-    records = [r for r in records if analysis.comparable(r)]
-    for key in MEMORY_METRICS:
-        if any(analysis.metric_value(r, key) is not None for r in records):
-            return key
-    return None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Winner:
-    """The best cell of one backbone and dataset for one objective.
-
-    Attributes:
-        objective: a key of :data:`OBJECTIVES`.
-        metric: the metric key compared (``None`` if no ok cell measured memory).
-        record: the winner, or ``None``.
-        value: the winner's raw value.
-    """
-
-    objective: str
-    metric: str | None
-    record: CellRecord | None
-    value: float | None
-
-
-def winners(records: Sequence[CellRecord]) -> dict[str, Winner]:
-    """Which method + strategy wins accuracy, memory, time and energy among one backbone and dataset's cells.
-
-    Args:
-        records: the cells of one backbone and dataset, in study order (a tie keeps the first).
-
-    Returns:
-        objective → :class:`Winner`.
-    """
-    result = {}
-    for objective, key in OBJECTIVES.items():
-        key = key or memory_metric_for(records)
-        best = analysis.best_cell(records, key) if key else None
-        result[objective] = Winner(objective=objective, metric=key, record=best,
-                                   value=analysis.metric_value(best, key) if best is not None else None)
-    return result
-
-
 def ratio(top: CellRecord | None, bottom: CellRecord | None, metric: str | Metric) -> float | None:
     """``metric(top) / metric(bottom)``; ``None`` if a side is missing, not ``ok``, unmeasured, or the bottom is 0."""
     values = [analysis.metric_value(r, metric) if r is not None and analysis.comparable(r) else None
@@ -189,68 +99,70 @@ def ratio(top: CellRecord | None, bottom: CellRecord | None, metric: str | Metri
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Versus:
-    """One cell against full fine-tuning with the same backbone, dataset and strategy.
+    """One cell against full fine-tuning with the same backbone, dataset and strategy, seed by seed.
 
     Attributes:
-        record: the cell.
+        runs: the cell over its seeds.
         reference: the full fine-tuning cell, or ``None`` if there is none.
-        accuracy_points: held-out accuracy minus the reference's, in percentage points (> 0: better).
-        memory / time / energy: ratios to the reference (< 1: cheaper); ``None`` where a side is missing.
+        accuracy_points: the mean over common seeds of test accuracy minus the reference's, in percentage points
+            (> 0: better), with its interval; ``None`` where no seed has both.
+        memory / time / energy: ratios to the reference over common seeds (< 1: cheaper); ``None`` where no seed
+            has both sides.
     """
 
-    record: CellRecord
-    reference: CellRecord | None
-    accuracy_points: float | None
-    memory: float | None
-    time: float | None
-    energy: float | None
+    runs: CellRuns
+    reference: CellRuns | None
+    accuracy_points: Interval | None
+    memory: PairedRatio | None
+    time: PairedRatio | None
+    energy: PairedRatio | None
+
+    @property
+    def record(self) -> CellRecord:
+        return self.runs.first
 
 
-def versus_full(records: Sequence[CellRecord], memory_metric: str | None) -> list[Versus]:
+def versus_full(runs: Mapping[str, CellRuns]) -> list[Versus]:
     """Every non-full cell of one backbone and dataset against full fine-tuning under the same strategy.
 
     Args:
-        records: the cells of one backbone and dataset.
-        memory_metric: the memory metric the group is read on (``None``: memory ratios are ``None``).
+        runs: the cells of one backbone and dataset over their seeds.
 
     Returns:
         One :class:`Versus` per cell whose method is not ``full``, in the order given.
     """
-    full = {r.strategy: r for r in records if r.method == FULL}
+    from gradeff.analysis.pairing import paired_ratio
+
+    full = {r.first.strategy: r for r in runs.values() if r.first.method == FULL}
     result = []
-    for record in records:
-        if record.method == FULL:
+    for cell_runs in runs.values():
+        if cell_runs.first.method == FULL:
             continue
-        reference = full.get(record.strategy)
-        accuracy = [analysis.metric_value(r, "heldout_accuracy") if r is not None and analysis.comparable(r)
-                    else None for r in (record, reference)]
-        result.append(Versus(
-            record=record, reference=reference,
-            accuracy_points=None if None in accuracy else accuracy[0] - accuracy[1],
-            memory=ratio(record, reference, memory_metric) if memory_metric else None,
-            time=ratio(record, reference, "epoch_seconds"), energy=ratio(record, reference, "energy")))
+        reference = full.get(cell_runs.first.strategy)
+        points = None
+        if reference is not None:
+            mine, theirs = cell_runs.values("heldout_accuracy"), reference.values("heldout_accuracy")
+            common = sorted(set(mine) & set(theirs))
+            points = interval([mine[s] - theirs[s] for s in common]) if common else None
+
+        def against(metric: str) -> PairedRatio | None:
+            return None if reference is None else paired_ratio(cell_runs.values(metric), reference.values(metric))
+
+        result.append(Versus(runs=cell_runs, reference=reference, accuracy_points=points, memory=against("peak"),
+                             time=against("epoch_seconds"), energy=against("energy")))
     return result
 
 
 def checkpoint_ratios(records: Iterable[CellRecord], metric: str | Metric, *, numerator: str = "checkpoint",
-                      denominator: str = "standard") -> dict[tuple[str, str, str], float | None]:
-    """Ratio of a metric between two strategies per backbone, dataset and method (static checkpointing's effect).
-
-    Args:
-        records: one record per cell.
-        metric: a key of :data:`~gradeff.analysis.METRICS` or a :class:`~gradeff.analysis.Metric`.
-        numerator: strategy on top (``checkpoint``: < 1 means checkpointing lowered the metric).
-        denominator: the reference strategy.
+                      denominator: str = "standard") -> dict[tuple[str, str, str], PairedRatio | None]:
+    """Ratio of a metric between two strategies per backbone, dataset and method, seed by seed.
 
     Returns:
-        ``(backbone, dataset, method)`` → ratio, for every triple that has either strategy; ``None``
-        where a side is missing, not ``ok``, unmeasured, or the denominator is zero.
+        ``(backbone, dataset, method)`` → :class:`~gradeff.analysis.pairing.PairedRatio` for every triple that has
+        either strategy; ``None`` where no seed has both sides ok and measured (or the denominator is zero).
     """
-    cells: dict[tuple[str, str, str], dict[str, CellRecord]] = {}
-    for record in records:
-        if record.strategy in (numerator, denominator):
-            cells.setdefault((record.model, record.dataset, record.method), {})[record.strategy] = record
-    return {key: ratio(sides.get(numerator), sides.get(denominator), metric) for key, sides in cells.items()}
+    return analysis.strategy_ratios(records, metric, numerator=numerator, denominator=denominator,
+                                    key=lambda r: (r.model, r.dataset, r.method))
 
 
 def pretraining_by_backbone(records: Iterable[CellRecord]) -> dict[str, list[tuple[CellRecord, Mapping]]]:
@@ -286,13 +198,6 @@ def split_baselines(records: Iterable[CellRecord]) -> tuple[list[CellRecord], li
     for record in records:
         (baselines if is_baseline(record) else tuned).append(record)
     return tuned, baselines
-
-
-def weights_source(record: CellRecord) -> str | None:
-    """Where the record's starting weights came from (``random``, ``pretrained``, ``local``), or ``None``."""
-    weights = record.weights if isinstance(record.weights, Mapping) else {}
-    source = weights.get("source")
-    return source if isinstance(source, str) and source else None
 
 
 def training_seconds(record: CellRecord) -> float | None:
@@ -332,11 +237,18 @@ def score_of(record: CellRecord, key: str) -> Score | None:
     return Score(value, entry.get("estimated") is True, ())
 
 
-def netscore_ranking(records: Iterable[CellRecord], key: str) -> list[tuple[CellRecord, Score]]:
-    """The ``ok`` records that have a value of score ``key``, highest first (a tie keeps the order given).
+def netscore_ranking(records: Iterable[CellRecord], key: str) -> list[tuple[CellRuns, Score]]:
+    """The cells (over their ok seeds) that have a value of score ``key``, highest mean first.
 
-    Scores compare only between passes over the same images: rank one dataset's cells at a time.
+    A cell's score is the mean of its seeds' values, estimated where any seed's is; a tie keeps the
+    canonical order. Scores compare only between passes over the same images: rank one dataset's cells at a time.
     """
-    scored = [(record, score_of(record, key)) for record in records if analysis.comparable(record)]
-    kept = [(record, score) for record, score in scored if score is not None and score.value is not None]
-    return sorted(kept, key=lambda pair: -pair[1].value)
+    from gradeff.analysis.runs import by_cell
+
+    ranked = []
+    for cell_runs in by_cell(records).values():
+        scores = [score for r in cell_runs.ok if (score := score_of(r, key)) is not None and score.value is not None]
+        if scores:
+            ranked.append((cell_runs, Score(sum(s.value for s in scores) / len(scores),
+                                            any(s.estimated for s in scores), ())))
+    return sorted(ranked, key=lambda pair: -pair[1].value)

@@ -27,10 +27,12 @@ class Dataset:
             (nats per target), or ``None`` when unknown. A model can only go below it by memorising.
         floor_note: how the floor was computed.
         info: task parameters worth recording (vocabulary, classes, lengths).
-        heldout: the test split: of the same task, never trained on, the split every reported held-out
-            figure is read on, with its own exact floor; ``None`` when the task has none.
-        validation: a split of the same task for tuning and early decisions, never trained on and never
-            reported; ``None`` when the task has none.
+        heldout: the **test** split: samples of the same task that are never trained on and never tuned on,
+            the split every reported held-out figure comes from, with its own exact floor; ``None`` when the
+            task has none.
+        validation: the **validation** split: samples of the same task, never trained on, that tuning and early
+            decisions read (the learning-rate search, the tuned-rate table), so the test split stays unseen
+            until it is reported; ``None`` when the task has none.
         decode: tensor name → ``(scale, offset)`` applied to a batch of it as ``x.float() * scale + offset``:
             real images are kept as ``uint8`` (a quarter of the memory and of the cache file) and
             normalised only for the batch a step reads.
@@ -56,17 +58,17 @@ class Dataset:
 
     def with_heldout(self, heldout: Dataset) -> Dataset:
         """This split with ``heldout`` attached as its held-out (test) split."""
-        self._check_split(heldout, "held-out")
+        self._check_split(heldout, "a held-out split")
         return replace(self, heldout=heldout)
 
     def with_validation(self, validation: Dataset) -> Dataset:
         """This split with ``validation`` attached as its validation split."""
-        self._check_split(validation, "validation")
+        self._check_split(validation, "a validation split")
         return replace(self, validation=validation)
 
-    def _check_split(self, split: Dataset, name: str) -> None:
+    def _check_split(self, split: Dataset, what: str) -> None:
         if split.task != self.task or set(split.tensors) != set(self.tensors):
-            raise ValueError(f"a {name} split must be of the same task, with the same tensors")
+            raise ValueError(f"{what} must be of the same task, with the same tensors")
 
     def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         """The model inputs of the samples at ``indices``."""
@@ -76,7 +78,7 @@ class Dataset:
         return batch
 
     def head(self, count: int) -> Dataset:
-        """The first ``count`` samples (the held-out split stays whole)."""
+        """The first ``count`` samples (the held-out and validation splits stay whole)."""
         return replace(self, tensors={name: t[:count] for name, t in self.tensors.items()},
                        targets=self.targets[:count])
 

@@ -10,8 +10,11 @@ or, without one, a byte-level BPE trained on the training split. The prepared te
 disk under a key of the source's files and every setting, and memory-mapped when read back, so
 cells after the first (in this process or any other) do not prepare them again.
 
-The held-out split is the dataset's own ``test`` (or ``validation``) split when it has one, else a
-fixed seeded share of the training rows (the same for every cell and every ``--gradeff-seed``). A
+Three splits. The **test** split (every reported held-out figure) is the dataset's own ``test`` split, else its
+own ``validation`` split (what datasets without public test labels publish for evaluation), else a fixed seeded
+share of the training rows. The **validation** split (what tuning reads) is the dataset's own ``validation`` split
+when it was not taken as the test split, else a fixed seeded share of what is left of the training rows. Both
+carve-outs are the same for every cell and every ``--gradeff-seed``, and disjoint from the rows trained on. A
 real task has no known loss floor: ``None``.
 
 Nothing here reaches a hub unless the source allows it (``--gradeff-allow-hub``).
@@ -28,20 +31,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from gradeff.data.image_rows import decode_images, undecoded_column
+
 __all__ = [
-    "BPE_VOCAB", "BUILTIN", "HELDOUT_FRACTION", "KNOWN", "ROLES", "SUPPORTED_FORMATS", "SYNTHETIC_TOO", "DataSource",
-    "KnownData", "build_task", "builtin_path", "load_real", "open_splits", "parse_columns", "parse_sources",
+    "BPE_VOCAB", "BUILTIN", "HELDOUT_FRACTION", "KNOWN", "ROLES", "SUPPORTED_FORMATS", "SYNTHETIC_TOO",
+    "VALIDATION_FRACTION", "DataSource", "KnownData", "build_task", "builtin_path", "load_real", "open_splits", "parse_columns", "parse_sources",
     "source_for", "validate_source",
 ]
 
 # Bump when the prepared tensors change meaning: old cache entries are then never read.
-_PREP_VERSION = 2
-# The share of the training rows held out when a dataset has no test split of its own, and the seed that
-# draws it: fixed, so every cell and every --gradeff-seed is scored on the same rows.
+# 3: a validation split beside the training and test splits.
+_PREP_VERSION = 3
+# The share of the training rows held out as the test split when a dataset has no test split of its own, and the
+# share of the rest held out as the validation split when it has no validation split either; the seeds that draw
+# them: fixed, so every cell and every --gradeff-seed is scored (and tuned) on the same rows.
 HELDOUT_FRACTION = 0.2
+VALIDATION_FRACTION = 0.1
 _SPLIT_SEED = 1234
-# Split names read as the held-out split, in order of preference.
+_VALIDATION_SEED = 1235
+# Split names read as the test split, in order of preference, and as the validation split.
 _HELDOUT_SPLITS = ("test", "validation", "valid", "val")
+_VALIDATION_SPLITS = ("validation", "valid", "val")
 # Byte-level BPE vocabulary trained when no tokenizer folder is given, per profile: big enough to hold
 # the 256 bytes and common words, small enough for the profile's embedding.
 BPE_VOCAB = MappingProxyType({"tiny": 512, "small": 4096, "paper": 32000})
@@ -293,7 +303,11 @@ def _open(path: Path, key: str):
 
 
 def open_splits(source: DataSource, cache_root: Path):
-    """The training and held-out splits of a source, the format, and how the held-out split was chosen.
+    """The training, test and validation splits of a source, the format, and how the test and validation splits
+    were chosen.
+
+    Returns:
+        ``(train, test, validation, format, notes)``, notes holding ``heldout_split`` and ``validation_split``.
 
     Raises:
         ValueError: no such path, an unsupported format, no training split, or an empty split.
@@ -307,18 +321,34 @@ def open_splits(source: DataSource, cache_root: Path):
     train = loaded["train"]
     if len(train) == 0:
         raise ValueError(f"{label}: the 'train' split is empty")
+    notes = {}
     own = next((name for name in _HELDOUT_SPLITS if name in loaded), None)
     if own is not None:
-        heldout, note = loaded[own], f"the dataset's own {own!r} split"
-        if len(heldout) == 0:
-            raise ValueError(f"{label}: the {own!r} split is empty")
+        heldout, notes["heldout_split"] = loaded[own], f"the dataset's own {own!r} split"
     else:
-        if len(train) < 2:
-            raise ValueError(f"{label}: the 'train' split has {len(train)} row; a held-out split needs at least 2")
-        parts = train.train_test_split(test_size=HELDOUT_FRACTION, seed=_SPLIT_SEED)
-        train, heldout = parts["train"], parts["test"]
-        note = f"{HELDOUT_FRACTION:.0%} of 'train' held out (seed {_SPLIT_SEED}): the dataset has no test split"
-    return train, heldout, fmt, note
+        train, heldout = _carve(train, HELDOUT_FRACTION, _SPLIT_SEED, label, "a test split")
+        notes["heldout_split"] = f"{HELDOUT_FRACTION:.0%} of 'train' held out (seed {_SPLIT_SEED}): the dataset has no " \
+                                 f"test split"
+    own_validation = next((name for name in _VALIDATION_SPLITS if name in loaded and name != own), None)
+    if own_validation is not None:
+        validation = loaded[own_validation]
+        notes["validation_split"] = f"the dataset's own {own_validation!r} split"
+    else:
+        train, validation = _carve(train, VALIDATION_FRACTION, _VALIDATION_SEED, label, "a validation split")
+        notes["validation_split"] = (f"{VALIDATION_FRACTION:.0%} of the training rows held out (seed "
+                                     f"{_VALIDATION_SEED}): the dataset has no validation split of its own")
+    for name, split in (("test", heldout), ("validation", validation)):
+        if len(split) == 0:
+            raise ValueError(f"{label}: the {name} split is empty")
+    return train, heldout, validation, fmt, notes
+
+
+def _carve(train, fraction: float, seed: int, label: str, what: str):
+    """``(rest, carved)``: a fixed seeded share of the training rows, the rest left to train on."""
+    if len(train) < 3:
+        raise ValueError(f"{label}: the 'train' split has {len(train)} rows; carving out {what} needs at least 3")
+    parts = train.train_test_split(test_size=fraction, seed=seed)
+    return parts["train"], parts["test"]
 
 
 def _columns(source: DataSource, column_names: list[str]) -> dict[str, str]:
@@ -342,14 +372,49 @@ def _columns(source: DataSource, column_names: list[str]) -> dict[str, str]:
     return chosen
 
 
-def validate_source(source: DataSource, cache_root: Path) -> dict:
-    """Open a source and check its splits and columns, as a cell would; returns what was found."""
-    train, heldout, fmt, note = open_splits(source, cache_root)
+def validate_source(source: DataSource, cache_root: Path, profile: str | None = None) -> dict:
+    """Open a source and check its splits and columns, as a cell would; returns what was found.
+
+    With a ``profile``, every image a cell of that profile can read (the first rows of each split, up to the
+    largest training and held-out sizes of any model: what :func:`_prepare` selects) is decoded too, so a
+    corrupt one is named, by file and row, before the first cell.
+    """
+    train, heldout, validation, fmt, notes = open_splits(source, cache_root)
     columns = _columns(source, list(train.column_names))
-    missing = [c for c in columns.values() if c not in heldout.column_names]
-    if missing:
-        raise ValueError(f"{source.key}: the held-out split lacks column(s) {', '.join(missing)}")
-    return {"format": fmt, "columns": columns, "train_rows": len(train), "heldout_rows": len(heldout), "heldout": note}
+    for name, split in (("test", heldout), ("validation", validation)):
+        missing = [c for c in columns.values() if c not in split.column_names]
+        if missing:
+            raise ValueError(f"{source.key}: the {name} split lacks column(s) {', '.join(missing)}")
+    decoded = 0
+    if profile is not None and "image" in columns:
+        train_cap, heldout_cap = _largest_caps(source.key, profile)
+        for name, split, cap in (("train", train, train_cap), ("held-out", heldout, heldout_cap),
+                                 ("validation", validation, heldout_cap)):
+            cells = undecoded_column(split.select(range(min(len(split), cap))), columns["image"])
+            decoded += len(decode_images(cells, where=_where(source, cache_root, name),
+                                         folder=_folder(source, cache_root)))
+    return {"format": fmt, "columns": columns, "train_rows": len(train), "heldout_rows": len(heldout),
+            "validation_rows": len(validation), "heldout": notes["heldout_split"],
+            "validation": notes["validation_split"], "images_decoded": decoded}
+
+
+def _largest_caps(key: str, profile: str) -> tuple[int, int]:
+    """The most training and held-out rows any model's cell of ``profile`` reads from task ``key``."""
+    from gradeff.hparams import hparams_for
+    from gradeff.models import MODELS
+
+    sizes = [hparams_for(model, profile, dataset=key) for model in MODELS]
+    return max(hp.train_samples for hp in sizes), max(hp.heldout_samples for hp in sizes)
+
+
+def _where(source: DataSource, cache_root: Path, split: str) -> str:
+    return f"{source.key}={_resolve_path(source, cache_root)}, the {split!r} split"
+
+
+def _folder(source: DataSource, cache_root: Path) -> Path:
+    """Where relative image paths of a source are looked for: its folder, or the folder of its one file."""
+    path = _resolve_path(source, cache_root)
+    return path if path.is_dir() else path.parent
 
 
 # ---------------------------------------------------------------------------------------------- preparation
@@ -372,37 +437,44 @@ def _cache_key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def _to_uint8_images(images, size: int):
-    """Images (PIL, arrays) → ``(N, 3, size, size)`` uint8, resized with antialiased bilinear interpolation."""
+def _to_uint8(image, size: int):
+    """An image (PIL, array) → ``(3, size, size)`` uint8, resized with antialiased bilinear interpolation."""
     import numpy as np
     import torch
     import torch.nn.functional as F
 
-    out = torch.empty((len(images), 3, size, size), dtype=torch.uint8)
-    for i, image in enumerate(images):
-        if hasattr(image, "convert"):
-            array = np.asarray(image.convert("RGB"))
-        else:
-            array = np.asarray(image)
-            if array.ndim == 2:
-                array = np.repeat(array[..., None], 3, axis=2)
-            elif array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3):
-                array = array.transpose(1, 2, 0)
-            if array.shape[2] == 1:
-                array = np.repeat(array, 3, axis=2)
-        pixels = torch.tensor(array).permute(2, 0, 1).float()[None]
-        if pixels.shape[-2:] != (size, size):
-            pixels = F.interpolate(pixels, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-        out[i] = pixels[0].round().clamp(0, 255).to(torch.uint8)
-    return out
+    if hasattr(image, "convert"):
+        array = np.asarray(image.convert("RGB"))
+    else:
+        array = np.asarray(image)
+        if array.ndim == 2:
+            array = np.repeat(array[..., None], 3, axis=2)
+        elif array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3):
+            array = array.transpose(1, 2, 0)
+        if array.shape[2] == 1:
+            array = np.repeat(array, 3, axis=2)
+    pixels = torch.tensor(array).permute(2, 0, 1).float()[None]
+    if pixels.shape[-2:] != (size, size):
+        pixels = F.interpolate(pixels, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return pixels[0].round().clamp(0, 255).to(torch.uint8)
 
 
-def _multi_hot(train, heldout, column: str):
-    """Several labels per row (MM-IMDb's genres): ``(N, K)`` uint8 indicators of the sorted distinct labels."""
+def _to_uint8_images(cells: list, size: int, *, where: str, folder: Path | None = None):
+    """An image column's cells (see :func:`undecoded_column`) → ``(N, 3, size, size)`` uint8; a cell that does
+    not decode raises :class:`BadImage` naming its row and file."""
     import torch
 
-    rows = {name: [list(v or ()) for v in split[column]] for name, split in (("train", train), ("heldout", heldout))}
-    names = sorted({label for split in rows.values() for row in split for label in row}, key=str)
+    images = decode_images(cells, where=where, folder=folder, convert=lambda image: _to_uint8(image, size))
+    return torch.stack(images) if images else torch.empty((0, 3, size, size), dtype=torch.uint8)
+
+
+def _multi_hot(splits, column: str):
+    """Several labels per row (MM-IMDb's genres): ``(N, K)`` uint8 indicators of the sorted distinct labels, per
+    split, and the label names."""
+    import torch
+
+    rows = [[list(v or ()) for v in split[column]] for split in splits]
+    names = sorted({label for split in rows for row in split for label in row}, key=str)
     index = {name: i for i, name in enumerate(names)}
 
     def encode(split):
@@ -411,22 +483,21 @@ def _multi_hot(train, heldout, column: str):
             out[i, [index[label] for label in row]] = 1
         return out
 
-    return encode(rows["train"]), encode(rows["heldout"]), [str(n) for n in names]
+    return (*(encode(split) for split in rows), [str(n) for n in names])
 
 
-def _label_ids(train, heldout, column: str):
-    """Labels of both splits and the class names: integer ids (a ClassLabel's, else the sorted distinct values),
-    or multi-hot indicators when a row holds a list of labels."""
+def _label_ids(splits, column: str):
+    """Labels of every split and the class names: integer ids (a ClassLabel's, else the sorted distinct values),
+    or multi-hot indicators when a row holds a list of labels. Returns one tensor per split, then the names."""
     import datasets
     import torch
 
-    feature = train.features[column]
+    feature = splits[0].features[column]
     if isinstance(feature, datasets.ClassLabel):
-        names = list(feature.names)
-        return torch.tensor(train[column]), torch.tensor(heldout[column]), names
-    values = list(train[column]) + list(heldout[column])
+        return (*(torch.tensor(split[column]) for split in splits), list(feature.names))
+    values = [v for split in splits for v in split[column]]
     if any(isinstance(v, (list, tuple)) for v in values):
-        return _multi_hot(train, heldout, column)
+        return _multi_hot(splits, column)
     if any(isinstance(v, dict) or v is None for v in values):
         raise ValueError(f"label column {column!r} holds empty or dict values; classification needs an int, a string "
                          f"or a list of them per row")
@@ -434,8 +505,7 @@ def _label_ids(train, heldout, column: str):
     if all(isinstance(v, int) for v in names) and names[0] >= 0:
         names = list(range(max(names) + 1))
     index = {name: i for i, name in enumerate(names)}
-    return (torch.tensor([index[v] for v in train[column]]), torch.tensor([index[v] for v in heldout[column]]),
-            [str(n) for n in names])
+    return (*(torch.tensor([index[v] for v in split[column]]) for split in splits), [str(n) for n in names])
 
 
 def _texts(split, column: str) -> list[str]:
@@ -521,41 +591,47 @@ def _prepare(source: DataSource, *, image_size, seq_len, caption_len, vocab_size
     """Read, preprocess and tensorise a source's splits (see :func:`load_real`): a dict of tensors + info."""
     import torch
 
-    train, heldout, fmt, note = open_splits(source, cache_root)
+    train, heldout, validation, fmt, notes = open_splits(source, cache_root)
     columns = _columns(source, list(train.column_names))
     kind = source.spec.kind
     # Rows beyond what a cell can use are never decoded (CIFAR-100 at the tiny profile reads 256 of 50,000). A text
     # sample is a window of seq_len tokens and a row holds at least one token: cap × seq_len rows always suffice.
     per_sample = seq_len if kind == "causal_lm" else 1
-    train = train.select(range(min(len(train), train_cap * per_sample)))
-    heldout = heldout.select(range(min(len(heldout), heldout_cap * per_sample)))
-    info = {"source": str(_resolve_path(source, cache_root)), "format": fmt, "columns": columns, "heldout_split": note,
+    rows = {"train": train.select(range(min(len(train), train_cap * per_sample))),
+            "heldout": heldout.select(range(min(len(heldout), heldout_cap * per_sample))),
+            "validation": validation.select(range(min(len(validation), heldout_cap * per_sample)))}
+    info = {"source": str(_resolve_path(source, cache_root)), "format": fmt, "columns": columns, **notes,
             "real": True}
-    splits: dict[str, dict] = {"train": {}, "heldout": {}}
+    splits: dict[str, dict] = {name: {} for name in rows}
     if "image" in columns:
-        for name, split in (("train", train), ("heldout", heldout)):
-            splits[name]["pixel_values"] = _to_uint8_images(split[columns["image"]], image_size)
+        for name, split in rows.items():
+            splits[name]["pixel_values"] = _to_uint8_images(
+                undecoded_column(split, columns["image"]), image_size,
+                where=_where(source, cache_root, "held-out" if name == "heldout" else name),
+                folder=_folder(source, cache_root))
         info["image_size"] = image_size
     if kind == "image_classification":
-        train_labels, heldout_labels, names = _label_ids(train, heldout, columns["label"])
-        splits["train"]["labels"], splits["heldout"]["labels"] = train_labels, heldout_labels
-        info |= {"num_classes": len(names), "class_names": names[:200], "multi_label": train_labels.dim() == 2}
+        *labels, names = _label_ids(list(rows.values()), columns["label"])
+        for name, split_labels in zip(rows, labels):
+            splits[name]["labels"] = split_labels
+        info |= {"num_classes": len(names), "class_names": names[:200], "multi_label": labels[0].dim() == 2}
     else:
-        train_texts = _texts(train, columns["text"])
+        train_texts = _texts(rows["train"], columns["text"])
         if not train_texts:
             raise ValueError(f"{source.key}: the training split has no text in column {columns['text']!r}")
         fingerprint = [_fingerprint(_resolve_path(source, cache_root)), columns, train_cap, heldout_cap]
         tok = _Tokenizer(source, train_texts, vocab_size, cache_root, fingerprint)
         info |= {"tokenizer": tok.name, "vocab_size": tok.vocab_size}
         if kind == "causal_lm":
-            for name, split, cap in (("train", train, train_cap), ("heldout", heldout, heldout_cap)):
+            for name, split in rows.items():
+                cap = train_cap if name == "train" else heldout_cap
                 texts = train_texts if name == "train" else _texts(split, columns["text"])
                 windows = _lm_chunks(tok.encode(texts), tok.eos, seq_len, cap)
                 splits[name] |= {"input_ids": windows, "labels": windows.clone(),
                                  "targets": torch.full((len(windows),), seq_len - 1)}
             info["seq_len"] = seq_len
         else:
-            for name, split in (("train", train), ("heldout", heldout)):
+            for name, split in rows.items():
                 texts = [t if isinstance(t, str) else "" for t in split[columns["text"]]]
                 input_ids, labels = _captions(tok.encode(texts), tok, caption_len)
                 splits[name] |= {"input_ids": input_ids, "labels": labels,
@@ -570,13 +646,14 @@ def _prepare(source: DataSource, *, image_size, seq_len, caption_len, vocab_size
 def load_real(source: DataSource, *, kind: str, image_size: int | None = None, seq_len: int | None = None,
               caption_len: int | None = None, vocab_size: int = 512, train_cap: int, heldout_cap: int,
               cache_root: Path, task: str | None = None):
-    """A source's training split (with its held-out split attached) as the suite's :class:`Dataset`.
+    """A source's training split (with its test and validation splits attached) as the suite's :class:`Dataset`.
 
     Args:
         kind: the task kind the model expects; a source of another kind is refused.
         image_size / seq_len / caption_len: the model's sizes (from the profile).
         vocab_size: the BPE's vocabulary when no tokenizer folder is given.
-        train_cap / heldout_cap: at most this many samples per split (rows; text windows for a language model).
+        train_cap / heldout_cap: at most this many samples in the training split and in each of the test and
+            validation splits (rows; text windows for a language model).
         cache_root: where prepared tensors and trained tokenizers are kept.
 
     The tensors are prepared once per (files, settings) and cached as a torch file read back memory-mapped.
@@ -608,12 +685,12 @@ def load_real(source: DataSource, *, kind: str, image_size: int | None = None, s
         # Float indicators: transformers' classifiers then take the multi-label (binary cross-entropy) loss.
         decode["labels"] = (1.0, 0.0)
     built = {}
-    for name in ("train", "heldout"):
+    for name in ("train", "heldout", "validation"):
         split = dict(prepared["splits"][name])
         targets = split.pop("targets")
         built[name] = Dataset(task=task or source.key, tensors=split, targets=targets, loss_floor=None,
                               floor_note="unknown: real data", info=info, decode=decode)
-    return built["train"].with_heldout(built["heldout"])
+    return built["train"].with_heldout(built["heldout"]).with_validation(built["validation"])
 
 
 def build_task(*, key: str, **_) -> None:

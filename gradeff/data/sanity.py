@@ -15,7 +15,7 @@ from gradeff.data.dataset import Dataset
 __all__ = ["PIXEL_BASELINE", "pixel_nearest_neighbour_accuracy"]
 
 # The key of the test split's info (and of a cell's task record) that holds the baseline's accuracy.
-PIXEL_BASELINE = "pixel_1nn_accuracy"
+PIXEL_BASELINE = "sanity_accuracy"
 
 
 def _pixels(data: Dataset, indices: torch.Tensor) -> torch.Tensor:

@@ -13,17 +13,26 @@ CPU flash kernel that ``scaled_dot_product_attention`` dispatches to on CPU, and
 grouped-query attention; the formulas mapped here count both, so attention's own FLOPs are counted on
 CPU and GPU alike. Only matrix products, convolutions and attention are counted (torch's table): element-wise
 work (norms, activations, a Mamba block's selective scan) is not, as in the usual MFU convention.
+
+4-bit weights: a QLoRA layer multiplies by its NF4 weight through bitsandbytes' own kernels
+(``bitsandbytes::gemm_4bit``, ``gemv_4bit``), which torch's table does not know; they count as the dense
+product they compute, 2·M·N·K (:func:`formulas` adds them once bitsandbytes is loaded), so a QLoRA model
+counts the FLOPs of the LoRA model it quantises. The dequantised weight's backward matmul is a plain
+``aten.mm`` and is counted already.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 from torch.utils import flop_counter
 
-__all__ = ["PEAK_TFLOPS", "StepFlops", "compute_record", "count_step_flops", "counted", "peak_flops_per_s"]
+__all__ = ["PEAK_TFLOPS", "StepFlops", "compute_record", "count_step_flops", "counted", "formulas",
+           "peak_flops_per_s"]
 
 _aten = torch.ops.aten
 
@@ -55,6 +64,31 @@ _ATTENTION = {
                      _aten._scaled_dot_product_cudnn_attention_backward,
                      _aten._scaled_dot_product_flash_attention_for_cpu_backward), _sdpa_backward),
 }
+
+
+
+def _gemm_4bit(a_shape, b_shape, shape_b, *args, out_shape=None, **kwargs) -> int:
+    """A 4-bit matmul ``A @ W.T`` with ``W`` of ``shape_b`` = (N, K): 2·M·N·K, as the dense product it computes."""
+    rows = math.prod(a_shape[:-1])
+    n, k = shape_b
+    return 2 * rows * n * k
+
+
+_QUANTIZED_KERNELS = ("gemm_4bit", "gemv_4bit")
+
+
+def formulas() -> dict:
+    """The formulas this module adds to torch's table: attention (CPU kernel, grouped-query), and bitsandbytes'
+    4-bit matmuls where bitsandbytes is loaded (its ops exist only once it is imported; importing it here would
+    cost every cell without a 4-bit weight its import time)."""
+    found = dict(_ATTENTION)
+    if "bitsandbytes" in sys.modules:
+        for name in _QUANTIZED_KERNELS:
+            packet = getattr(torch.ops.bitsandbytes, name, None)
+            if packet is not None:
+                found[packet] = _gemm_4bit
+    return found
+
 
 # Dense peak TFLOP/s by device-name fragment (first match wins, so the more specific names come first) and
 # precision: bf16/fp16 tensor cores; tf32 when float32 matrix products may use TF32; fp32 otherwise.
@@ -107,20 +141,10 @@ def count_step_flops(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> 
     The pass must not change what the cell then trains: the random-number generators (dropout) and the
     model's buffers (batch-norm running statistics) are put back, and the gradients dropped.
     """
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    try:
+    from gradeff.untouched import untouched
+
+    with untouched(model):
         flops = counted(lambda: model(**batch).loss.backward())
-    finally:
-        for param in model.parameters():
-            param.grad = None
-        with torch.no_grad():
-            for buffer, saved in buffers:
-                buffer.copy_(saved)
-        torch.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
     samples = len(next(iter(batch.values())))
     return StepFlops(flops=flops, samples=samples)
 
@@ -157,7 +181,7 @@ def compute_record(step: StepFlops, epochs: list, *, device_name: str | None, pr
 
 
 def counted(fn: Callable[[], object]) -> int:
-    """FLOPs of running ``fn`` (with the CPU attention kernel counted too)."""
-    with flop_counter.FlopCounterMode(display=False, custom_mapping=_ATTENTION) as counter:
+    """FLOPs of running ``fn`` (with the CPU attention kernel and 4-bit matmuls counted too)."""
+    with flop_counter.FlopCounterMode(display=False, custom_mapping=formulas()) as counter:
         fn()
     return counter.get_total_flops()

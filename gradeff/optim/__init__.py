@@ -43,6 +43,9 @@ class OptimizerSpec:
             is not a whole number of parameter-sized tensors.
         step_counter: for the ``"dense"`` law, whether it also keeps a scalar ``step`` tensor per
             parameter (torch's Adam, AdamW, Adagrad and Adadelta do; SGD and CG do not).
+        tuning_free: why the learning rate is no knob of this optimizer (``""``: it is one). A rate search
+            skips such an optimizer and its records say why, instead of reporting trials that differ only by
+            noise as a search.
     """
 
     key: str
@@ -52,6 +55,7 @@ class OptimizerSpec:
     state_law: str = "dense"
     state_per_param: int | None = 0
     step_counter: bool = False
+    tuning_free: str = ""
 
     def __post_init__(self) -> None:
         if self.state_law not in STATE_LAWS:
@@ -174,10 +178,14 @@ OPTIMIZERS: Registry[OptimizerSpec] = Registry(
         # step); the curvature pair y from that mini-batch's two gradients. The cell's lr only
         # scales the first trial step. A fixed step instead (line_search="fixed") makes CG
         # steepest descent on mini-batches: see gradeff.optim.cg. It keeps the previous
-        # direction and y: 2 × parameter bytes.
+        # direction and y: 2 × parameter bytes. The search brackets away whatever first step lr
+        # gives (tiny llm, 3 epochs: final losses within 0.1 % from lr 1e-3 to 10), so it has no
+        # rate to tune.
         OptimizerSpec(key="cgd", name="Conjugate Gradient", target="gradeff.optim.cg:ConjugateGradient",
                       kwargs={"beta": "hz", "line_search": "strong_wolfe", "c2": 0.9, "powell_restart": False},
-                      state_per_param=2),
+                      state_per_param=2,
+                      tuning_free="its strong-Wolfe line search sizes every step; lr only scales the first "
+                                  "trial step, which the search's bracketing corrects"),
         # The memory-saving optimizers practitioners reach for.
         # Adafactor: the second moment of a matrix factored into a row and a column vector,
         # no first moment: (m + n) values for an m × n weight instead of Adam's 2mn.

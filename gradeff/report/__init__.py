@@ -1,7 +1,10 @@
 """Records → view model → HTML: the self-contained gradeff report.
 
 Everything the page shows is decided in Python: which cells, in which order, which one is best,
-how each number reads (units, ``n/a``, "diverged at step 37"). This module assembles the view
+how each number reads (units, ``n/a``, "diverged at step 37"). The page is a function of the set of
+records (their order does not matter), opens with the Answer (:mod:`gradeff.report.answer`, the same
+verdict lines as the terminal summary), and each section reads its own study's records only. This module assembles
+the view
 (:mod:`gradeff.report.view`) from the tables (:mod:`gradeff.report.tables`), figures
 (:mod:`gradeff.report.figures`), context (:mod:`gradeff.report.context`) and the sections of the
 PEFT study (:mod:`gradeff.report.peft`, :mod:`gradeff.report.inference`), the memory study
@@ -22,14 +25,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from gradeff import analysis
-from gradeff.analysis import METRICS, group_by_model
-from gradeff.analysis import memory as memory_analysis
+from gradeff.analysis import group_by_model
+from gradeff.analysis import naming, scope
 from gradeff.formatting import NA
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.analysis import peft as peft_analysis
 from gradeff.report import context, figures, tables
+from gradeff.report.answer import build_answer_view, build_real_view
 from gradeff.report.claims import build_claims_view
 from gradeff.report.memory import build_memory_view
 from gradeff.report.peft import build_peft_view
@@ -57,13 +61,15 @@ def build_view(
     title: str = "gradeff report",
     generated_at: str | None = None,
 ) -> ReportView:
-    """Turn records into the report's view model.
+    """Turn records into the report's view model: a function of the *set* of records.
+
+    The records are made canonical first (:func:`gradeff.analysis.runs.canonical`: one record per cell and
+    seed, the newest, in the registries' order), so the same records in any order give the same view. Each
+    section reads its own studies' records only (:attr:`gradeff.report.view.Section.studies`), every cell
+    over all its seeds.
 
     Args:
-        records: records in reading order; a cell read twice with the same seed keeps its last record. A cell
-            with records of several seeds shows its mean over seeds with a 95 % t-interval in the
-            optimizer × strategy tables, competes with its seeds in the recommendations and the claims, and
-            shows its last seed's record elsewhere.
+        records: records in any order; a cell read twice with the same seed keeps its newest record.
         skipped_lines: ``path:line: reason`` of unreadable lines, listed in the report.
         sources: the results files read (for the overview).
         title: page title.
@@ -72,69 +78,75 @@ def build_view(
     Returns:
         The view model, ready for :func:`render_html`.
     """
-    runs_kept, superseded = analysis.latest_records(records)
-    runs_kept = analysis.sort_records(runs_kept)
-    runs = analysis.runs_by_cell(runs_kept)
-    # One record per cell (its last seed's) for the sections that show a single run.
-    kept = [cell_runs[-1] for cell_runs in runs.values()]
-    main_runs = memory_analysis.split_studies(runs_kept)[0]
-    # The main study's sections read its grids only; the PEFT and memory studies have sections of their own.
-    main, peft_records, memory_records = memory_analysis.split_studies(kept)
+    records = list(records)
+    kept, superseded = analysis.canonical(records)
+    studies = scope.split(kept)
+    main = studies["main"]
     groups = group_by_model(main)
+    runs_by_model = {model: analysis.by_cell(group) for model, group in groups.items()}
     models = list(groups)
     optimizers = analysis.order_keys((r.optimizer for r in main), OPTIMIZERS)
     strategies = analysis.order_keys((r.strategy for r in main), STRATEGIES)
     optimizers_of = {m: analysis.order_keys((r.optimizer for r in groups[m]), OPTIMIZERS) for m in models}
     model_views = []
     for index, model in enumerate(models):
-        slug, name, group = html_id(model, index), display_name(MODELS, model), groups[model]
-        pareto, front = figures.pareto_figure(slug, name, group, optimizers, strategies)
-        counts = Counter(r.status for r in group)
+        slug, name, runs = html_id(model, index), display_name(MODELS, model), runs_by_model[model]
+        pareto, front = figures.pareto_figure(slug, name, runs, optimizers, strategies)
+        counts = Counter(r.status for r in groups[model])
+        seeds = f", {len(groups[model])} runs over seeds" if len(groups[model]) > len(runs) else ""
         model_views.append(ModelView(
             key=model, name=name, slug=slug,
-            summary=f"{len(group)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
-            tables=tuple(tables.grid_table(slug, name, METRICS[k], group, optimizers_of[model], strategies, runs)
-                         for k in tables.grid_metrics_for(group)),
-            curves=figures.loss_curves_figure(slug, name, group, optimizers, strategies),
-            pareto=pareto, pareto_cells=front, memory=figures.memory_figure(slug, name, group)))
-    recommended, wins = tables.recommendation_table(models, main_runs)
-    claims = build_claims_view(runs_kept)
+            summary=f"{len(runs)} cells{seeds}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+                    + f"; {naming.what_ran(groups[model][0])}",
+            tables=(*(tables.grid_table(slug, name, tables.resolve(k, groups[model]), runs, optimizers_of[model],
+                                        strategies) for k in tables.grid_metrics_for(groups[model])),
+                    tables.target_table(slug, runs, optimizers_of[model], strategies)),
+            curves=figures.loss_curves_figure(slug, name, runs, optimizers, strategies),
+            pareto=pareto, pareto_cells=front, memory=figures.memory_figure(slug, name, runs)))
+    recommended, wins = tables.recommendation_table(models, runs_by_model)
+    claims = build_claims_view(kept)
+    cells = analysis.by_cell(kept)
     return ReportView(
         title=title,
         generated_at=generated_at or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         sections=SECTIONS, section_by_id={section.id: section for section in SECTIONS},
-        overview=_overview(kept, sources, superseded, skipped_lines, claims, runs_kept),
-        notices=_notices(kept, superseded, skipped_lines, runs_kept),
+        section_cells={section.id: tuple(r.cell for r in cells.values() if not section.studies
+                                         or scope.study_of(r.first) in section.studies) for section in SECTIONS},
+        answer=build_answer_view(kept),
+        real=build_real_view(studies["real"]),
+        overview=_overview(kept, sources, superseded, skipped_lines, claims),
+        notices=_notices(kept, superseded, skipped_lines),
         recommendations=recommended, wins=wins,
-        best_loss=tables.best_loss_table(models, groups), best=tables.best_table(models, groups),
+        best_loss=tables.best_loss_table(models, runs_by_model), best=tables.best_table(models, runs_by_model),
+        protocols=tables.protocol_tables(records),
         ratios=tables.ratio_tables(models, optimizers, main),
         models=tuple(model_views),
-        heatmap=figures.heatmap_figure(models, groups, optimizers_of, strategies),
+        heatmap=figures.heatmap_figure(models, runs_by_model, optimizers_of, strategies),
         main_note="" if main else MAIN_MISSING_NOTE,
-        peft=build_peft_view(peft_records),
-        memory_strategies=build_memory_view(memory_records, peft_records),
+        peft=build_peft_view(studies["peft"] + studies["baselines"]),
+        memory_strategies=build_memory_view(studies["memory"], studies["peft"]),
         claims=claims,
-        failures=context.failures_table(runs_kept),
+        failures=context.failures_table(kept),
         skipped_lines=tuple(skipped_lines), superseded=superseded,
-        runs=context.runs_table(runs_kept), environments=context.environment_tables(kept),
+        runs=context.runs_table(kept), environments=context.environment_tables(kept),
         hparams=_hparams_tables(kept),
         methods=context.methods(kept),
     )
 
 
 def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded: int,
-              skipped_lines: Sequence[str], claims: ClaimsView,
-              runs: Sequence[CellRecord] = ()) -> tuple[tuple[str, str], ...]:
+              skipped_lines: Sequence[str], claims: ClaimsView) -> tuple[tuple[str, str], ...]:
     counts = Counter(r.status for r in records)
-    repeats = f" ({len(runs)} runs over seeds)" if len(runs) > len(records) else ""
+    cells = len({r.cell for r in records})
+    repeats = f" ({len(records)} runs over seeds)" if len(records) > cells else ""
     return (
         ("results files", ", ".join(sources) or NA),
-        ("cells", f"{len(records)}{repeats}"),
+        ("cells", f"{cells}{repeats}"),
         ("statuses", ", ".join(f"{n} {s}" for s, n in counts.items()) or NA),
         ("grids", _grids_text(records)),
         ("models", ", ".join(dict.fromkeys(display_name(MODELS, r.model) for r in records)) or NA),
         ("profile", distinct_text(r.profile for r in records) if records else NA),
-        ("seed", distinct_text(r.seed for r in (runs or records)) if records else NA),
+        ("seed", distinct_text(r.seed for r in sorted(records, key=lambda r: r.seed)) if records else NA),
         ("device", distinct_text(r.device for r in records) if records else NA),
         ("inference cost", _inference_text(records)),
         ("claims", _claims_text(claims)),
@@ -158,8 +170,8 @@ def _inference_text(records: Sequence[CellRecord]) -> str:
 def _claims_text(claims: ClaimsView) -> str:
     if not claims.summary:
         return NA
-    return (f"{claims.summary}: each claim's measured median held against the paper's range widened by a "
-            "tolerance, on ok cells only (see 'Claims')")
+    return (f"{claims.summary}: each claim read on its own study's cells, over every seed, its effect held against "
+            "the paper's range widened by a tolerance and against the seed spread (see 'Claims')")
 
 
 def _hparams_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
@@ -183,26 +195,23 @@ def _grids_text(records: Sequence[CellRecord]) -> str:
                      for grid, n in counts.items()) or NA
 
 
-def _notices(records: Sequence[CellRecord], superseded: int, skipped_lines: Sequence[str],
-             runs: Sequence[CellRecord] = ()) -> tuple[str, ...]:
+def _notices(records: Sequence[CellRecord], superseded: int, skipped_lines: Sequence[str]) -> tuple[str, ...]:
     notices = []
     if not records:
         notices.append("No records: nothing to report.")
     if len({r.profile for r in records}) > 1:
         notices.append("Records from several profiles are mixed: cells of different sizes are compared.")
-    if len(runs) > len(records):
-        notices.append("Cells were run with several seeds: the optimizer × strategy tables show each cell's mean ± "
-                       "95 % t-interval over its seeds, the recommendations and claims test differences with "
-                       "Welch's t-test; the other tables and figures show each cell's last seed.")
-    elif len({r.seed for r in records}) > 1:
-        notices.append("Records from several seeds are mixed; each cell shows its latest record.")
+    if len(records) > len({r.cell for r in records}):
+        notices.append("Cells were run with several seeds: every table shows each cell's mean ± 95 % t-interval over "
+                       "its seeds that ended ok, and every comparison (winners, ratios, claims) pairs cells seed by "
+                       "seed.")
     if superseded:
         notices.append(f"{superseded} earlier record(s) of re-run cells were replaced by the later ones.")
     if skipped_lines:
         notices.append(f"{len(skipped_lines)} unreadable line(s) were skipped: see 'Unreadable lines'.")
     failed = sum(r.status != "ok" for r in records)
     if failed:
-        notices.append(f"{failed} cell(s) did not end ok: their numbers are replaced by their status.")
+        notices.append(f"{failed} run(s) did not end ok: their numbers are replaced by their status.")
     return tuple(notices)
 
 
@@ -233,22 +242,14 @@ def write_report(
 
     Raises:
         NotADirectoryError: the template folder named does not exist.
+        gradeff.outputs.OutputError: the file could not be written (disk full, I/O error); it is left as it was.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".csv":
+    from gradeff.outputs import write_text, write_with
+
+    # Written whole, then renamed over the target: never seen half-written by a browser or a CI upload.
+    if Path(path).suffix.lower() == ".csv":
         from gradeff.report.csv_export import write_csv
 
-        with open(path, "w", encoding="utf-8", newline="") as handle:
-            write_csv(records, handle)
-        return path
+        return write_with(path, lambda handle: write_csv(records, handle))
     view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title)
-    html = render_html(view, templates=templates)
-    # Write then rename: a report being rewritten is never seen half-written by a browser or CI upload.
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(html, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_text(path, render_html(view, templates=templates))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gradeff.analysis import memory as memory_analysis
+from gradeff.analysis import scope
 from gradeff.analysis.claims import VERDICTS, ClaimResult, evaluate_claims
 from gradeff.formatting import NA
 from gradeff.report.view import Cell, ClaimGroupView, ClaimsView, Row, Table
@@ -29,14 +29,22 @@ VERDICT_MEANINGS = {
     "reproduced": "the measured figures fall in the paper's range, widened by the claim's tolerance",
     "not reproduced": "the effect goes the paper's way but falls outside its range",
     "contradicted": "the measured effect goes against the claim",
-    "not measurable here": "these records lack the cells or measurements the claim needs (the reason is given)",
+    "not measurable here": "these records lack the cells or measurements the claim needs, or what they measure is "
+                           "not the paper's quantity (the reason is given)",
 }
 CLAIM_RULES = (
-    "A claim is checked on cells that ended ok. Where the paper gives a range, the median of the measured "
-    "cases is held against that range widened by a tolerance (a claim about '20–30 %' is about a typical "
-    "case, not every one); each rule is stated in its row's 'why'. A verdict reached on a CPU profile says so: "
-    "tiny models on synthetic data can disagree with a GPU study for reasons of scale alone. Energy figures "
-    "carry their source; an 'estimate' source is a model of CPU time, not a meter reading.")
+    "A claim reads the cells of its own study's grids only (named in each table's caption), on seeds that ended "
+    "ok. Its effect is computed seed by seed from cells that shared their start and data, then summarised over "
+    "seeds (mean and 95 % interval); where the paper gives a range, that mean is held against the range widened "
+    "by a tolerance (a claim about '20–30 %' is about a typical case). An effect must exceed the seed spread: "
+    "with several seeds an interval that holds 0 is no effect, so a claimed change is not reproduced and nothing "
+    "is contradicted by noise; with one seed the verdict is a single draw. 'X is best' holds only where X wins "
+    "outright: a tie is never a win, and identical cells (the same numbers on every seed) are one entry. Quality "
+    "claims read the study's quality metric (the test loss, or test top-1 for classifiers); time claims the "
+    "paper's own quantity, time per epoch. Not measurable here: the measured quantity is not the paper's (a "
+    "stand-in for a named foundation model, an energy estimate against a measured energy, a loss whose scale "
+    "depends on the vocabulary). A verdict reached on a CPU profile says so: tiny models on synthetic data can "
+    "disagree with a GPU study for reasons of scale alone.")
 
 
 def verdict_css(verdict: str) -> str:
@@ -71,9 +79,10 @@ def claims_table(study: str, results: Sequence[ClaimResult], *, present: bool = 
                           f"{'' if len(results) == 1 else 's'} cannot be measured.")
     rows = tuple(Row(label=r.claim, cells=(
         _text(r.measured),
-        Cell(text=r.verdict, css=verdict_css(r.verdict), title=VERDICT_MEANINGS.get(r.verdict, "")),
+        Cell(text=r.verdict, sub=r.seeds, css=verdict_css(r.verdict), title=VERDICT_MEANINGS.get(r.verdict, "")),
         _text(r.why), _scale(r))) for r in results)
-    return Table(id=f"claims-{study}", caption=caption,
+    grids = ", ".join(dict.fromkeys(grid for r in results for grid in r.grids))
+    return Table(id=f"claims-{study}", caption=f"{caption} (grids read: {grids})" if grids else caption,
                  header=("claim", "measured here", "verdict", "why", "scale"), rows=rows,
                  note=f"{_counts(results)}." if results else "")
 
@@ -92,8 +101,8 @@ def build_claims_view(records: Sequence[CellRecord]) -> ClaimsView:
         :data:`gradeff.analysis.claims.CLAIMS` lists them. The summary counts the claims of studies with records.
     """
     results = evaluate_claims(records)
-    studies = memory_analysis.split_studies(records)
-    present = {"main": bool(studies.main), "peft": bool(studies.peft)}
+    studies = scope.split(records)
+    present = {"main": bool(studies["main"]), "peft": bool(studies["peft"] or studies["baselines"])}
     by_study: dict[str, list[ClaimResult]] = {study: [] for study in STUDY_TITLES}
     for result in results:
         by_study.setdefault(result.study, []).append(result)

@@ -101,7 +101,8 @@ def _flat(prefix: str, value: object, out: dict[str, object]) -> None:
 def _hparams(record: CellRecord) -> dict[str, object]:
     out: dict[str, object] = {}
     if isinstance(record.hparams, Mapping):
-        _flat("", record.hparams, out)
+        # Where each rate came from is a sentence per cell (the summary tallies it), not a setting to tabulate.
+        _flat("", {k: v for k, v in record.hparams.items() if k != "lr_source"}, out)
     return out
 
 
@@ -176,7 +177,12 @@ def hparams_table(models: Sequence[str], groups: Mapping[str, Sequence[CellRecor
 def _hparams_note(keys: Sequence[str]) -> str:
     notes = []
     if "heldout_samples" in keys:
-        notes.append("heldout_samples: the held-out split evaluated after every epoch, outside its timing (0: none)")
+        notes.append("heldout_samples: the test split, evaluated before training, every eval_every optimizer steps "
+                     "and after every epoch, outside the timing (0: none)")
+    if "validation_samples" in keys:
+        notes.append("validation_samples: the validation split tuning reads, evaluated after the last epoch")
+    if "protocol" in keys:
+        notes.append("protocol: where lr came from (tuned: the committed table; shared: one rate per model)")
     if any(key.startswith("method.") for key in keys):
         notes.append("method.*: the fine-tuning method's settings (lr_scale multiplies lr)")
     notes.append("starting weights: random initialisation, the suite's cached pretraining, or a local folder "
@@ -213,6 +219,16 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
     cost = (f"In these records it is {fractions[len(fractions) // 2]:.2%} of epoch time at the median cell and "
             f"{fractions[-1]:.2%} at most." if fractions else "These records do not carry it.")
     return (
+        ("Quality, speed, memory", "One answer metric per question, the same in every table, verdict and claim: "
+                                   "quality is the test split's loss (its top-1 accuracy for a classifier, "
+                                   "micro-F1 for multi-label); speed is the time to target, the seconds until the "
+                                   "test loss first reached halfway from the untrained model's to the task's floor "
+                                   "('not reached' where it never did); memory is the live-tensor peak of a training "
+                                   "step (the process RSS only where every cell ran isolated, and then a gap under "
+                                   "4 MiB is no difference). The training loss, time per epoch and the other "
+                                   "figures are diagnostics. Over several seeds every comparison is paired by seed "
+                                   "(paired t-test, Holm-adjusted within a table or ranking); cells with the same "
+                                   "numbers on every seed are one entry, 'identical'."),
         ("Loss", "Mean cross-entropy per target token (or image) over each epoch, weighted by targets; final "
                  "loss is the last epoch's, mean loss the average over epochs (the paper's tables average over "
                  "the run). The loss floor is the Bayes-optimal predictor's loss on the same samples."),
@@ -238,14 +254,19 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
                              "the GPU allocator peak where measured, else the live-tensor peak of a step, else the "
                              "sum of these four parts (the live peak and the memory study's plans: see 'Memory "
                              "strategies')."),
-        ("Held-out evaluation", "After each epoch, outside the epoch's timing and meters, the model is evaluated on "
-                                "the task's held-out split (never trained on) in eval mode (dropout off) without "
-                                "autograd: mean cross-entropy per target and top-1 accuracy. Final held-out "
-                                "accuracy is the last epoch's. The ceiling is the Bayes classifier's accuracy on "
-                                f"the same split. {heldout} of the {len(records)} cells here carry it."),
-        ("Parameters", "Total and trainable parameter counts are the values the model's parameters hold, tied ones "
-                       "once and adapters included; a 4-bit (QLoRA NF4) weight counts the values it stands for, "
-                       "unpacked, not its packed bytes. The share trained is trainable / total."),
+        ("Test evaluation", "Every held-out figure is the task's test split's (never trained or tuned on), "
+                            "evaluated before training, every eval_every optimizer steps and after each epoch, "
+                            "outside the epochs' timing and meters, in eval mode (dropout off) without autograd: "
+                            "mean cross-entropy per target and top-1 accuracy. Final held-out accuracy is the "
+                            "last epoch's. The ceiling is the Bayes classifier's accuracy on the same split. "
+                            "Tuning reads the validation split, evaluated after the last epoch. Time to target: "
+                            "optimizer steps, training seconds and joules until the test loss first reached "
+                            "halfway from the untrained model's to the floor, at eval_every-step resolution. "
+                            f"{heldout} of the {len(records)} runs here carry it."),
+        ("Parameters", "Total and trainable parameter counts are the values the deployed model's parameters hold, "
+                       "tied ones once and adapters included, peft's frozen copy of a retrained head left out; a "
+                       "4-bit (QLoRA NF4) weight counts the values it stands for, unpacked, not its packed bytes. The "
+                       "share trained is trainable / total."),
         ("Starting weights", "random: the model's seeded initialisation; pretrained: the suite pretrains each "
                              "backbone once on a related synthetic source task and caches it, and every cell "
                              "starts from that copy with a fresh head (the one-off cost is listed in the PEFT "
@@ -258,12 +279,14 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
                            "an 'estimate' marked (est.)); peak inference memory is the live-tensor peak of one "
                            "forward at the batch size, parameters and inputs included (with the GPU allocator's "
                            "peak where on CUDA); MACs per image are counted by PyTorch's FLOP counter (matrix "
-                           "products, convolutions, attention kernels; element-wise ops and normalisations are not "
-                           f"counted). {_carried(records)}"),
+                           "products, convolutions, attention kernels, and bitsandbytes' 4-bit matmuls as the dense "
+                           "products they compute, so QLoRA counts what LoRA counts; element-wise ops and "
+                           f"normalisations are not counted). {_carried(records)}"),
         ("NetScore family", "NetScore = 20·log10(a² / (p^0.5 · m^0.5)) with accuracy a in %, parameters p "
                             "and MACs per image m in millions (Wong 2018); NS-E = 20·log10(A² / (t·P)^(1/8)), "
                             "NS-M = 20·log10(A² / r^(1/8)), NS# = 20·log10(A² / (r·t·P)^(1/8)) with A in %, the "
-                            "inference pass's time t in s and mean power P in W, peak inference memory r in MiB. "
+                            "inference pass's time t in s and mean power P in W (its measured energy over t, so t·P "
+                            "is the pass's energy), peak inference memory r in MiB. "
                             "Units: the papers', kept so figures compare with published ones; they make the "
                             "absolute value (even its sign: under 1 million parameters or MACs, 1 s, 1 W or 1 MiB "
                             "a cost term raises the score) depend on the units, while differences and rankings do "
@@ -277,11 +300,16 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
                       "classify. A zero-shot cell has no epochs: its accuracy is one evaluation of the held-out "
                       "split. A baseline from random weights scores at chance by construction: give real weights "
                       "with --gradeff-weights MODEL=PATH."),
-        ("Claims", "Each claim of the papers is checked on cells that ended ok; where the paper gives a range, the "
-                   "median of the measured cases is held against it, widened by a tolerance: reproduced (inside), "
-                   "not reproduced (outside, the right way), contradicted (the effect goes against the claim), not "
-                   "measurable here (the cells or measurements it needs are missing). Each row states its rule; a "
-                   "verdict on a CPU profile carries a scale caveat."),
+        ("Claims", "Each claim of the papers is checked on its own study's cells that ended ok, seed by seed; where "
+                   "the paper gives a range, the effect's mean over seeds is held against it, widened by a "
+                   "tolerance: reproduced (inside), not reproduced (outside, or no effect beyond the seed spread), "
+                   "contradicted (the effect goes against the claim beyond the spread), not measurable here (the "
+                   "cells or measurements it needs are missing, or the measured quantity is not the paper's: a "
+                   "stand-in model, an estimated energy, a vocabulary-dependent loss). A tie is never a win. Each "
+                   "row states its rule; a verdict on a CPU profile carries a scale caveat."),
+        ("Names", "A model's name is what ran: a tiny model from random weights, or pretrained here on a synthetic "
+                  "task, is '<family>-shaped' with its size ('CLIP-shaped, random init, 0.26 M'); the named model's "
+                  "own name only where its real weights were loaded."),
         ("Status", "ok: trained every epoch; diverged: NaN/Inf loss (with the optimizer step); oom: out of "
                    "memory; error: another exception; skipped: the cell is incompatible. Only ok cells compete."),
     )

@@ -1,7 +1,8 @@
 """Records as a flat CSV table: one row per cell, summary and meters flattened into columns.
 
 Numbers stay in raw units (bytes, seconds, joules) at full precision, for spreadsheets and
-pandas; missing values are ``n/a`` (pandas reads it as NaN by default); accuracies are fractions.
+pandas; missing values are ``n/a`` (pandas reads it as NaN by default); accuracies are fractions. A text value
+that begins like a spreadsheet formula (``= + - @``, tab, carriage return) gets a leading ``'``.
 Column names are dotted paths (``summary.final_loss``, ``meters.gpu.util_mean_percent``) so newer
 meters add columns instead of breaking older readers.
 """
@@ -20,6 +21,7 @@ from gradeff.analysis.memory import sort_memory, split_studies
 from gradeff.analysis.peft import sort_peft
 from gradeff.formatting import NA
 from gradeff.results import CellRecord, Summary
+from gradeff.safe_text import csv_safe
 
 __all__ = ["csv_table", "write_csv"]
 
@@ -75,13 +77,17 @@ def _cell_text(value: object) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return NA
     if isinstance(value, (list, tuple)):
-        return json.dumps(value)
-    return repr(value) if isinstance(value, float) else str(value)  # repr: every digit survives
+        return csv_safe(json.dumps(value))
+    if isinstance(value, (bool, int, float)):
+        return repr(value) if isinstance(value, float) else str(value)  # repr: every digit survives
+    # Text from a record (a cell id, a failure's message): a spreadsheet must not run "=..." as a formula.
+    # Numbers stay numbers (a negative one keeps its sign), so only text is guarded.
+    return csv_safe(str(value))
 
 
 def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of the CSV: one row per cell (a cell's last record wins), main study, PEFT study, then
-    memory study, each in its grid order.
+    """The header and rows of the CSV: one row per cell and seed (a rerun's newest record wins), main study, PEFT
+    study, memory study, then real data, each in its grid order.
 
     Args:
         records: records in reading order.
@@ -90,8 +96,9 @@ def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]
         ``(header, rows)``, every value already text.
     """
     kept, _ = analysis.latest_records(records)
-    main, peft, memory = split_studies(kept)
-    rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft), *sort_memory(memory))]
+    main, peft, memory, real = split_studies(kept)
+    rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft), *sort_memory(memory),
+                              *analysis.sort_records(real))]
     known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS, *_STUDY_COLUMNS)
     extra = sorted({key for row in rows for key in row} - set(known))
     header = [*known, *extra]

@@ -15,13 +15,15 @@ from gradeff import analysis
 from gradeff.analysis import METRICS, Metric
 from gradeff.analysis import memory as ma
 from gradeff.analysis import peft as peft_analysis
+from gradeff.analysis.metrics import quality_metric
+from gradeff.analysis.runs import CellRuns
 from gradeff.data import TASKS
 from gradeff.formatting import as_number, format_loss, format_percent, format_value
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.report import plots
-from gradeff.report.view import FigureView, config_label, display_name, first_word, short_label, status_text
-from gradeff.results import FAILED_STATUSES, CellRecord
+from gradeff.report.view import FigureView, config_label, display_name, first_word, short_label
+from gradeff.results import FAILED_STATUSES
 
 __all__ = ["accuracy_curves_figure", "heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure",
            "tradeoff_figure"]
@@ -34,14 +36,14 @@ _HEAT_METRICS = {"gpu_util": "GPU util.", "gpu_mem": "GPU memory", "ram_peak": "
                  "activation": "activations"}  # metric → short panel title (panels are 2.7 in wide)
 
 
-def loss_curves_figure(slug: str, name: str, records: Sequence[CellRecord], optimizers: Sequence[str],
+def loss_curves_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optimizers: Sequence[str],
                        strategies: Sequence[str]) -> FigureView:
-    """Per-epoch loss of every cell of a model, the loss floor dashed (paper Figure 2).
+    """Per-epoch training loss of every cell of a model, mean over its ok seeds, the loss floor dashed (paper Figure 2).
 
     Args:
         slug: the model's HTML id prefix.
         name: the model's display name.
-        records: the model's records.
+        runs: the model's cells over their seeds.
         optimizers: every optimizer key of the report, in order (fixes each one's colour).
         strategies: every strategy key of the report, in order (fixes each one's line style).
 
@@ -49,114 +51,123 @@ def loss_curves_figure(slug: str, name: str, records: Sequence[CellRecord], opti
         The figure; its note names cells without a completed epoch.
     """
     series, empty = [], []
-    for record in records:
-        points = [(e.epoch + 1, e.loss) for e in record.epochs
-                  if as_number(e.loss) is not None and as_number(e.epoch) is not None]
+    for cell_runs in runs.values():
+        record = cell_runs.first
+        points = cell_runs.mean_series(lambda e: e.loss)
         if not points:
-            empty.append(f"{short_label(record)} ({status_text(record)})")
+            empty.append(f"{short_label(record)} ({cell_runs.status})")
             continue
-        suffix = "" if record.status == "ok" else f" ({record.status})"  # the step is in the tables
+        failed = not cell_runs.ok
+        suffix = "" if not failed else f" ({cell_runs.status})"  # the step is in the tables
         series.append(plots.Series(
             label=short_label(record) + suffix, color_index=optimizers.index(record.optimizer),
-            style_index=strategies.index(record.strategy), epochs=tuple(float(p[0]) for p in points),
-            losses=tuple(float(p[1]) for p in points), failed=record.status in FAILED_STATUSES))
+            style_index=strategies.index(record.strategy), epochs=tuple(float(e + 1) for e, _ in points),
+            losses=tuple(float(v) for _, v in points), failed=failed and record.status in FAILED_STATUSES))
+    records = [r for cell_runs in runs.values() for r in cell_runs.runs]
     floors = sorted({f for f in (as_number(r.loss_floor) for r in records) if f is not None})
     floor = floors[0] if len(floors) == 1 else None
-    notes = []
+    notes = ["Training loss, a diagnostic (the answer reads the test split); mean over the seeds that ended ok."]
     if floor is not None:
         notes.append(f"Dashed line: the task's loss floor, {format_loss(floor)}.")
     elif floors:
-        notes.append("The cells disagree on the loss floor (different data?): no floor drawn.")
+        notes.append("The seeds disagree on the loss floor (each draws its own data): no floor drawn.")
     else:
         notes.append("Loss floor unknown for this task: no floor drawn.")
     if empty:
         notes.append("No completed epoch: " + ", ".join(empty) + ".")
-    caption = f"{name}: loss per epoch, every cell"
+    caption = f"{name}: training loss per epoch, every cell"
     svg = plots.loss_curves_svg(series, loss_floor=floor, title=caption, uid=f"{slug}-curves") \
         if series else None
     return FigureView(id=f"{slug}-curves", caption=caption, svg=Markup(svg) if svg else None, note=" ".join(notes))
 
 
-def pareto_figure(slug: str, name: str, records: Sequence[CellRecord], optimizers: Sequence[str],
+def pareto_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optimizers: Sequence[str],
                   strategies: Sequence[str]) -> tuple[FigureView, tuple[str, ...]]:
-    """Final loss vs time per epoch, Pareto frontier highlighted (paper Figure 4).
+    """Test quality vs time per epoch, means over seeds, Pareto frontier highlighted (paper Figure 4).
 
     Args:
         slug: the model's HTML id prefix.
         name: the model's display name.
-        records: the model's records.
+        runs: the model's cells over their seeds.
         optimizers: every optimizer key of the report, in order.
         strategies: every strategy key of the report, in order.
 
     Returns:
         The figure, and one line per Pareto-optimal cell.
     """
-    front_cells = analysis.pareto_cells(records)
+    records = [r for cell_runs in runs.values() for r in cell_runs.runs]
+    quality, seconds = quality_metric(records), METRICS["epoch_seconds"]
+    front_cells = analysis.pareto_cells(runs, seconds, quality)
     front = {r.cell for r in front_cells}
     points, left_out = [], []
-    for record in records:
-        x = analysis.metric_value(record, "epoch_seconds")
-        y = analysis.metric_value(record, "final_loss")
-        if not analysis.comparable(record) or x is None or y is None:
-            left_out.append(f"{short_label(record)} ({status_text(record)})")
+    for cell_runs in runs.values():
+        record = cell_runs.first
+        x, y = cell_runs.mean(seconds), cell_runs.mean(quality)
+        if x is None or y is None:
+            left_out.append(f"{short_label(record)} ({cell_runs.status})")
             continue
+        # The front minimises both axes: an accuracy (to maximise) is drawn negated.
         points.append(plots.Point(label=short_label(record), color_index=optimizers.index(record.optimizer),
-                                  style_index=strategies.index(record.strategy), x=x, y=y,
-                                  on_front=record.cell in front))
-    caption = f"{name}: final loss vs time per epoch"
-    svg = plots.pareto_svg(points, title=caption, uid=f"{slug}-pareto") if points else None
-    note = "Ringed points joined by the staircase are Pareto-optimal: no other cell is both faster and lower."
+                                  style_index=strategies.index(record.strategy), x=x,
+                                  y=y if quality.goal == "min" else -y, on_front=record.cell in front))
+    axis = quality.label.lower() if quality.goal == "min" else f"minus {quality.label.lower()}"
+    caption = f"{name}: {axis} vs time per epoch (means over seeds)"
+    svg = plots.pareto_svg(points, title=caption, uid=f"{slug}-pareto", ylabel=axis) if points else None
+    note = ("Ringed points joined by the staircase are Pareto-optimal: no other cell is both faster per epoch and "
+            "better on the test split." + (" Accuracy is drawn negated, so lower is better on both axes."
+                                           if quality.goal == "max" else ""))
     if left_out:
         note += " Not plotted (failed or unmeasured): " + ", ".join(left_out) + "."
     front_text = tuple(
-        f"{config_label(r)}: final loss {format_loss(analysis.metric_value(r, 'final_loss'))}, "
-        f"{format_value(analysis.metric_value(r, 'epoch_seconds'), 'seconds')} per epoch"
-        for r in front_cells)
+        f"{config_label(r.first)}: {quality.label.lower()} {format_value(r.mean(quality), quality.unit)}, "
+        f"{format_value(r.mean(seconds), 'seconds')} per epoch" for r in front_cells)
     return FigureView(id=f"{slug}-pareto", caption=caption, svg=Markup(svg) if svg else None, note=note), front_text
 
 
-def memory_figure(slug: str, name: str, records: Sequence[CellRecord]) -> FigureView:
-    """Stacked bars of parameters, gradients, optimizer state and activations per cell.
+def memory_figure(slug: str, name: str, runs: Mapping[str, CellRuns]) -> FigureView:
+    """Stacked bars of parameters, gradients, optimizer state and activations per cell (mean over its ok seeds).
 
     Args:
         slug: the model's HTML id prefix.
         name: the model's display name.
-        records: the model's records.
+        runs: the model's cells over their seeds.
 
     Returns:
         The figure; its note names cells without a memory breakdown.
     """
     bars, missing = [], []
-    for record in records:
-        parts = analysis.memory_parts(record)
-        if parts is None:
-            missing.append(short_label(record))
+    for cell_runs in runs.values():
+        parts = [analysis.memory_parts(r) for r in cell_runs.ok]
+        parts = [p for p in parts if p is not None]
+        if not parts:
+            missing.append(short_label(cell_runs.first))
             continue
-        bars.append(plots.Bar(label=short_label(record), parts=tuple(parts)))
+        bars.append(plots.Bar(label=short_label(cell_runs.first),
+                              parts=tuple(sum(p[i] for p in parts) / len(parts) for i in range(len(parts[0])))))
     caption = f"{name}: memory per cell (parameters, gradients, optimizer state, activations)"
     svg = plots.memory_bars_svg(bars, title=caption, uid=f"{slug}-memory") if bars else None
     note = "" if not missing else "n/a (no memory breakdown recorded): " + ", ".join(missing) + "."
     return FigureView(id=f"{slug}-memory", caption=caption, svg=Markup(svg) if svg else None, note=note)
 
 
-def heatmap_figure(models: Sequence[str], groups: Mapping[str, Sequence[CellRecord]],
+def heatmap_figure(models: Sequence[str], runs_by_model: Mapping[str, Mapping[str, CellRuns]],
                    optimizers_of: Mapping[str, list[str]], strategies: Sequence[str]) -> FigureView:
-    """Optimizer × strategy heat maps of utilization and memory, a row per model (paper Figure 3).
+    """Optimizer × strategy heat maps of utilization and memory, a row per model (paper Figure 3), means over seeds.
 
     Args:
         models: model keys, in order.
-        groups: model key → its records.
+        runs_by_model: model key → its cells over seeds.
         optimizers_of: model key → its optimizer keys, in order.
         strategies: every strategy key of the report, in order.
 
     Returns:
         The figure (without SVG when no cell measured any of the metrics); its note names what is missing.
     """
-    records = [r for group in groups.values() for r in group]
+    records = [r for runs in runs_by_model.values() for cell_runs in runs.values() for r in cell_runs.runs]
     measured = [k for k in _HEAT_METRICS if any(analysis.metric_value(r, k) is not None for r in records)]
     unmeasured = [METRICS[k].label for k in _HEAT_METRICS if k not in measured]
     note = ("Colour scaled per panel; darker is better (more utilization, less memory). Grey: n/a "
-            "(not run, not measured, or the cell failed).")
+            "(not run, not measured, or the cell failed). Means over seeds.")
     if unmeasured:
         note += " Not measured in any cell, so not drawn: " + ", ".join(unmeasured) + "."
     caption = "Optimizer × strategy grid per model"
@@ -164,15 +175,14 @@ def heatmap_figure(models: Sequence[str], groups: Mapping[str, Sequence[CellReco
         return FigureView(id="heatmap-grid", caption=caption, svg=None, note=note)
     panels = []
     for model in models:
-        by_cell = {(r.optimizer, r.strategy): r for r in groups[model]}
+        by_cell = {(r.first.optimizer, r.first.strategy): r for r in runs_by_model[model].values()}
         row = []
         for key in measured:
             metric = METRICS[key]
             values, texts = [], []
             for opt in optimizers_of[model]:
                 cells = [by_cell.get((opt, st)) for st in strategies]
-                vals = [analysis.metric_value(c, metric) if c is not None and c.status == "ok" else None
-                        for c in cells]
+                vals = [c.mean(metric) if c is not None and c.ok else None for c in cells]
                 values.append(tuple(vals))
                 texts.append(tuple(_heat_text(c, v, metric) for c, v in zip(cells, vals, strict=True)))
             row.append(plots.HeatPanel(
@@ -184,12 +194,12 @@ def heatmap_figure(models: Sequence[str], groups: Mapping[str, Sequence[CellReco
     return FigureView(id="heatmap-grid", caption=caption, svg=Markup(svg), note=note)
 
 
-def accuracy_curves_figure(groups: Mapping[tuple[str, str], Sequence[CellRecord]],
+def accuracy_curves_figure(groups: Mapping[tuple[str, str], Mapping[str, CellRuns]],
                            strategy: str = "standard") -> FigureView:
-    """Held-out accuracy per epoch: a panel per backbone (rows) and dataset (columns), a line per method.
+    """Test accuracy per epoch (mean over seeds): a panel per backbone (rows) and dataset (columns), a line per method.
 
     Args:
-        groups: ``(backbone, dataset)`` → its records, in the study's order.
+        groups: ``(backbone, dataset)`` → its cells over their seeds.
         strategy: the strategy whose cells are drawn (one line per method stays readable).
 
     Returns:
@@ -198,61 +208,63 @@ def accuracy_curves_figure(groups: Mapping[tuple[str, str], Sequence[CellRecord]
     """
     models = analysis.order_keys((m for m, _ in groups), MODELS)
     datasets = analysis.order_keys((d for _, d in groups), TASKS)
-    methods = analysis.order_keys((r.method for group in groups.values() for r in group), METHODS)
+    methods = analysis.order_keys((r.first.method for runs in groups.values() for r in runs.values()), METHODS)
     panels, undrawn, ceilings = [], [], {}
     for model in models:
         row = []
         for dataset in datasets:
-            group = groups.get((model, dataset), ())
+            runs = groups.get((model, dataset), {})
             curves = []
-            for record in group:
+            for cell_runs in runs.values():
+                record = cell_runs.first
                 if record.strategy != strategy:
                     continue
-                points = [(e.epoch + 1, 100 * e.heldout_accuracy) for e in record.epochs
-                          if as_number(e.heldout_accuracy) is not None and as_number(e.epoch) is not None]
+                points = cell_runs.mean_series(
+                    lambda e: None if e.heldout_accuracy is None else 100 * e.heldout_accuracy)
                 if not points:
-                    undrawn.append(f"{record.cell} ({status_text(record)})")
+                    undrawn.append(f"{record.cell} ({cell_runs.status})")
                     continue
                 curves.append(plots.Curve(
                     label=display_name(METHODS, record.method), color_index=methods.index(record.method),
-                    epochs=tuple(float(x) for x, _ in points), values=tuple(float(y) for _, y in points),
-                    failed=record.status in FAILED_STATUSES))
-            bayes = sorted({b for b in (peft_analysis.bayes_accuracy(r) for r in group) if b is not None})
+                    epochs=tuple(float(x + 1) for x, _ in points), values=tuple(float(y) for _, y in points),
+                    failed=not cell_runs.ok and record.status in FAILED_STATUSES))
+            records = [r for cell_runs in runs.values() for r in cell_runs.runs]
+            bayes = sorted({b for b in (peft_analysis.bayes_accuracy(r) for r in records) if b is not None})
             ceiling = bayes[0] if len(bayes) == 1 else None
             ceilings[(model, dataset)] = ceiling
             title = f"{_shorten(display_name(MODELS, model), 26)} · {first_word(display_name(TASKS, dataset))}"
-            row.append(plots.CurvePanel(title=title if group else f"{title} (not run)", curves=tuple(curves),
+            row.append(plots.CurvePanel(title=title if runs else f"{title} (not run)", curves=tuple(curves),
                                         ceiling=ceiling))
         panels.append(row)
-    caption = f"Held-out top-1 accuracy per epoch, strategy {strategy}, one line per method"
+    caption = f"Test top-1 accuracy per epoch, strategy {strategy}, one line per method (mean over seeds)"
     drawn = any(panel.curves for row in panels for panel in row)
-    notes = ["Dashed: the Bayes classifier's accuracy on the same held-out split, the ceiling"
+    notes = ["Dashed: the Bayes classifier's accuracy on the same test split, the ceiling"
              + (": " + ", ".join(f"{model} / {dataset} {format_percent(c)}" for (model, dataset), c in
                                  ceilings.items() if c is not None) if any(ceilings.values()) else " (unknown here)")
              + ". A cross marks a cell that stopped early."]
     if undrawn:
-        notes.append("No held-out accuracy: " + ", ".join(undrawn) + ".")
+        notes.append("No test accuracy: " + ", ".join(undrawn) + ".")
     svg = plots.accuracy_panels_svg(panels, title=caption, uid="peft-curves") if drawn else None
     return FigureView(id="peft-curves", caption=caption, svg=Markup(svg) if svg else None, note=" ".join(notes))
 
 
-def _tradeoff_point(record: CellRecord, reference: CellRecord) -> tuple[float, float] | None:
-    x = peft_analysis.ratio(record, reference, "epoch_seconds")
-    y = peft_analysis.ratio(record, reference, ma.DEVICE_MEMORY)
-    return None if x is None or y is None else (x, y)
+def _tradeoff_point(runs: CellRuns, reference: CellRuns) -> tuple[float, float] | None:
+    x, y = ma.ratio_of(runs, reference, "epoch_seconds"), ma.ratio_of(runs, reference, ma.DEVICE_MEMORY)
+    return None if x is None or y is None else (x.interval.mean, y.interval.mean)
 
 
-def tradeoff_figure(slug: str, title: str, records: Sequence[CellRecord], reference: CellRecord | None) -> FigureView:
-    """Memory against time per epoch, both over the standard cell's: one marker per strategy (memory study).
+def tradeoff_figure(slug: str, title: str, runs: Mapping[str, CellRuns], reference: CellRuns | None) -> FigureView:
+    """Memory against time per epoch, both over the standard cell's (seed by seed, mean over seeds): one marker per
+    strategy (memory study).
 
     Every point is read on one quantity, the breakdown sum (:data:`gradeff.analysis.memory.DEVICE_MEMORY`),
-    which compiled cells have too; the budget levels of each kind are joined by a line, standard sits
-    at (1, 1), checkpoint and offload are labelled.
+    which compiled cells have too; the budget levels of each kind are joined by a line (adaptive levels that
+    made the same plan are one point), standard sits at (1, 1), checkpoint and offload are labelled.
 
     Args:
         slug: the group's HTML id prefix.
         title: the group's heading (the model's name).
-        records: the group's cells, in study order.
+        runs: the group's cells over their seeds, strategy → cell, in study order.
         reference: its standard cell, or ``None``.
 
     Returns:
@@ -264,22 +276,33 @@ def tradeoff_figure(slug: str, title: str, records: Sequence[CellRecord], refere
     figure_id = f"{slug}-tradeoff"
     if reference is None or _tradeoff_point(reference, reference) is None:
         why = ("no standard cell" if reference is None else f"standard ended {reference.status}"
-               if reference.status != "ok" else "standard's time or memory was not measured")
+               if not reference.ok else "standard's time or memory was not measured")
         return FigureView(id=figure_id, caption=caption, svg=None,
                           note=f"n/a: {why}, so there is nothing to divide by.")
     singles: list[plots.TradeoffSeries] = []
-    levels: dict[str, list[tuple[float, tuple[float, float]]]] = {}
+    levels: dict[str, list[tuple[float, tuple[float, float], str]]] = {}
+    seen_plans: dict[tuple, int] = {}
     left_out, others = [], 0
-    for record in records:
-        point = _tradeoff_point(record, reference)
+    for cell_runs in runs.values():
+        record = cell_runs.first
+        point = _tradeoff_point(cell_runs, reference)
         if point is None:
-            left_out.append(f"{record.strategy} ({status_text(record) if record.status != 'ok' else 'not measured'})")
+            left_out.append(f"{record.strategy} ({cell_runs.status if not cell_runs.ok else 'not measured'})")
             continue
         kind, level = ma.budget_kind(record), ma.budget_level(record)
         if kind in _KIND_STYLES and level is not None:
-            levels.setdefault(kind, []).append((level, point))
+            plan = ma.plan_key(cell_runs) if kind == ma.ADAPTIVE else None
+            if plan is not None and (kind, plan) in seen_plans:
+                # The same plan as a milder level: the same training, one point labelled with both levels.
+                index = seen_plans[(kind, plan)]
+                first, where, text = levels[kind][index]
+                levels[kind][index] = (first, where, f"{text}/{level * 100:.0f}")
+                continue
+            if plan is not None:
+                seen_plans[(kind, plan)] = len(levels.get(kind, []))
+            levels.setdefault(kind, []).append((level, point, f"{level * 100:.0f}"))
             continue
-        if record is reference:
+        if cell_runs is reference:
             style = _STANDARD_STYLE
         elif record.strategy in _SINGLE_STYLES:
             style = _SINGLE_STYLES[record.strategy]
@@ -292,23 +315,23 @@ def tradeoff_figure(slug: str, title: str, records: Sequence[CellRecord], refere
             # Most memory first: the line runs from the mildest budget to the tightest.
             ordered = sorted(levels[kind], key=lambda item: -item[0])
             singles.append(plots.TradeoffSeries(
-                label=f"{_KIND_LABELS[kind]} (level %)", points=tuple(p for _, p in ordered),
-                texts=tuple(f"{level * 100:.0f}" for level, _ in ordered), joined=True,
-                style_index=_KIND_STYLES[kind]))
+                label=f"{_KIND_LABELS[kind]} (level %)", points=tuple(p for _, p, _ in ordered),
+                texts=tuple(text for _, _, text in ordered), joined=True, style_index=_KIND_STYLES[kind]))
     svg = plots.tradeoff_svg(singles, title=caption, uid=figure_id, xlabel="time per epoch / standard's",
                              ylabel="training memory (breakdown sum) / standard's")
     notes = ["Dashed: standard's time and memory. Numbers by the lines: the budget level, from every block "
-             "checkpointed (0) to none (100). Compile time is not part of the time per epoch."]
-    if any(ma.host_copies_bytes(r) for r in records):
+             "checkpointed (0) to none (100); adaptive levels joined by '/' made the same plan. Ratios are taken seed "
+             "by seed and averaged. Compile time is not part of the time per epoch."]
+    if any(ma.host_copies_bytes(r.first) for r in runs.values()):
         notes.append("Offload's host copies are counted: on this device the host memory is the device memory.")
     if left_out:
         notes.append("Not drawn: " + ", ".join(left_out) + ".")
     return FigureView(id=figure_id, caption=caption, svg=Markup(svg), note=" ".join(notes))
 
 
-def _heat_text(record: CellRecord | None, value: float | None, metric: Metric) -> str:
-    if record is not None and record.status != "ok":
-        return record.status  # the panel is small: "diverged", the step is in the tables
+def _heat_text(cell_runs: CellRuns | None, value: float | None, metric: Metric) -> str:
+    if cell_runs is not None and not cell_runs.ok:
+        return cell_runs.runs[-1].status  # the panel is small: "diverged", the step is in the tables
     return format_value(value, metric.unit)
 
 

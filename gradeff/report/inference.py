@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gradeff import analysis
-from gradeff.analysis import peft
+from gradeff.analysis import naming, peft
+from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.data import TASKS
 from gradeff.formatting import (
     NA,
@@ -90,12 +91,11 @@ def format_score(score: Score | None) -> Cell:
 
 
 def cell_label(record: CellRecord) -> str:
-    """``ViT-S/16 · QLoRA + standard`` for a fine-tuning cell, ``CLIP ViT-B/16 (zero-shot) · baseline`` for a
-    baseline: one line, for rankings."""
-    model = display_name(MODELS, record.model)
+    """``ViT-S/16 · QLoRA + standard`` for a fine-tuning cell, ``CLIP-shaped, random init, 0.26 M · baseline`` for
+    a baseline (what ran: see :func:`gradeff.analysis.naming.what_ran`): one line, for rankings."""
     if peft.is_baseline(record):
-        return f"{model} · baseline"
-    return f"{model} · {_short_method(record)} + {record.strategy}"
+        return f"{naming.what_ran(record)} · baseline"
+    return f"{display_name(MODELS, record.model)} · {_short_method(record)} + {record.strategy}"
 
 
 def _short_method(record: CellRecord) -> str:
@@ -103,10 +103,12 @@ def _short_method(record: CellRecord) -> str:
     return display_name(METHODS, record.method).split(" (", 1)[0]
 
 
-def _row_label(record: CellRecord) -> str:
-    # Within one backbone's table: the method (and strategy, which a baseline does not vary).
+def _row_label(record: CellRecord, seeds: bool = False) -> str:
+    # Within one backbone's table: the method (and strategy, which a baseline does not vary), and the seed where
+    # a cell ran several (each seed's deployment cost is its own measurement).
     method = display_name(METHODS, record.method)
-    return method if peft.is_baseline(record) else f"{method} + {record.strategy}"
+    label = method if peft.is_baseline(record) else f"{method} + {record.strategy}"
+    return f"{label} · seed {record.seed}" if seeds else label
 
 
 def _is_estimated(record: CellRecord) -> bool:
@@ -195,7 +197,8 @@ def inference_table(slug: str, title: str, records: Sequence[CellRecord]) -> Tab
     estimated = any(_is_estimated(r) for r in records)
     return Table(
         id=f"{slug}-inference", caption=caption, header=("cell", *_INFERENCE_HEADER),
-        rows=tuple(Row(label=_row_label(r), cells=_cost_cells(r)) for r in records),
+        rows=tuple(Row(label=_row_label(r, len({x.seed for x in records}) > 1), cells=_cost_cells(r))
+                   for r in records),
         note="Measured on the held-out split once the cell is trained (a zero-shot cell as it is): latency is "
              "the median of single-image forwards (90th percentile below); throughput and energy over one pass in "
              "batches; peak memory is the live-tensor peak of one forward. Energy source: " + ", ".join(sources) + "."
@@ -209,29 +212,32 @@ def _random(record: CellRecord) -> bool:
     return peft.is_baseline(record) and peft.weights_source(record) == "random"
 
 
-def _ranked_cell(record: CellRecord, score: Score) -> Cell:
+def _ranked_cell(runs: CellRuns, score: Score) -> Cell:
     value = f"{score.value:.1f} dB" + (f" {ESTIMATED}" if score.estimated else "")
-    return Cell(text=cell_label(record), sub=value, css="text estimated" if score.estimated else "text",
+    seeds = len(runs.ok)
+    return Cell(text=cell_label(runs.first), sub=value + (f" (mean of {seeds} seeds)" if seeds > 1 else ""),
+                css="text estimated" if score.estimated else "text",
                 title=_ESTIMATE_TITLE if score.estimated else "")
 
 
 def _ranking_table(index: int, dataset: str, records: Sequence[CellRecord]) -> Table:
     name = display_name(TASKS, dataset)
     table_id = html_id(dataset, index, prefix="peft-ranking-")
-    caption = f"{name}: cells ranked by each NetScore-family score, top first"
+    caption = f"{name}: cells ranked by each NetScore-family score (mean over seeds), top first"
     candidates = [r for r in records if not _random(r)]
     rankings = {key: peft.netscore_ranking(candidates, key) for key in LABELS}
     depth = max(len(ranked) for ranked in rankings.values())
     notes = []
-    left_out = [cell_label(r) for r in records if _random(r)]
+    left_out = list(dict.fromkeys(cell_label(r) for r in records if _random(r)))
     if left_out:
         notes.append("Left out, random weights (at chance by construction): " + "; ".join(left_out) + ".")
-    failed = [r.cell for r in candidates if not analysis.comparable(r)]
+    ok_cells = {r.cell for r in candidates if analysis.comparable(r)}
+    failed = list(dict.fromkeys(r.cell for r in candidates if r.cell not in ok_cells))
     if failed:
-        notes.append("Left out, did not end ok: " + ", ".join(failed) + ".")
+        notes.append("Left out, no seed ended ok: " + ", ".join(failed) + ".")
     for key, label in LABELS.items():
-        ranked = {id(r) for r, _ in rankings[key]}
-        unscored = [cell_label(r) for r in candidates if analysis.comparable(r) and id(r) not in ranked]
+        ranked = {runs.cell for runs, _ in rankings[key]}
+        unscored = list(dict.fromkeys(cell_label(r) for r in candidates if r.cell in ok_cells and r.cell not in ranked))
         if unscored:
             notes.append(f"No {label} (an input not measured): " + "; ".join(unscored) + ".")
     devices = sorted({r.device for r in candidates})
@@ -268,7 +274,7 @@ def ranking_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
 
 def weights_line(record: CellRecord) -> str:
     """How a baseline's starting weights were obtained, and what that makes of its accuracy, in one line."""
-    name = display_name(MODELS, record.model)
+    name = naming.what_ran(record)
     source = peft.weights_source(record)
     weights = record.weights if isinstance(record.weights, Mapping) else {}
     give = f"give real weights with --gradeff-weights {record.model}=PATH"
@@ -330,8 +336,9 @@ def _training_cells(record: CellRecord) -> tuple[Cell, Cell]:
     return time, energy
 
 
-def _baseline_row(record: CellRecord, kind: str) -> Row:
-    label = display_name(MODELS, record.model)
+def _baseline_row(record: CellRecord, kind: str, seeds: bool = False) -> Row:
+    label = (naming.what_ran(record) if peft.is_baseline(record) else display_name(MODELS, record.model)) \
+        + (f" · seed {record.seed}" if seeds else "")
     weights = Cell(text=peft.weights_source(record) or NA, css="text" if peft.weights_source(record) else "na")
     if record.status != "ok":
         return Row(label=label, cells=(Cell(text=kind, css="text"), weights,
@@ -358,19 +365,23 @@ def _baselines_view(index: int, dataset: str, baselines: Sequence[CellRecord],
                     tuned: Sequence[CellRecord]) -> BaselinesView:
     slug = html_id(dataset, index, prefix="peft-baselines-")
     name = display_name(TASKS, dataset)
-    rows = [_baseline_row(r, f"baseline: {_method_word(r)}") for r in baselines]
+    repeated = len({r.seed for r in [*baselines, *tuned]}) > 1
+    rows = [_baseline_row(r, f"baseline: {_method_word(r)}", repeated) for r in baselines]
     backbones = peft.group_by_backbone(r for r in tuned if r.dataset == dataset)
     for model in analysis.order_keys((m for m, _ in backbones), MODELS):
-        group = backbones[(model, dataset)]
-        best = analysis.best_cell(group, "heldout_accuracy")
-        if best is None:
+        runs = by_cell(backbones[(model, dataset)])
+        means = {cell: m for cell, r in runs.items() if (m := r.mean("heldout_accuracy")) is not None}
+        if not means:
             rows.append(Row(label=display_name(MODELS, model), cells=(
                 Cell(text="fine-tuned", css="text"),
                 *(Cell(text=NA, css="na", title="no fine-tuning cell of this backbone ended ok with an accuracy"),)
                 * (len(_BASELINE_HEADER) - 1))))
             continue
-        rows.append(_baseline_row(best, f"best fine-tuned: {display_name(METHODS, best.method)} + {best.strategy}"))
-    note = ("Each baseline, then the most accurate fine-tuning cell (status ok) of each backbone on this dataset. "
+        best = runs[max(means, key=lambda cell: means[cell])]
+        kind = f"best fine-tuned: {display_name(METHODS, best.first.method)} + {best.first.strategy}"
+        rows.extend(_baseline_row(r, kind, repeated) for r in best.runs)
+    note = ("Each baseline, then the fine-tuning cell of each backbone with the best mean test accuracy over its ok "
+            "seeds on this dataset (every seed a row). "
             "Training time and energy: the epochs that trained (a linear probe trains its head only; zero-shot "
             "trains nothing); inference figures as in the inference tables. "
             f"{ESTIMATED}: from the CPU-time energy estimate, not a meter.")

@@ -17,6 +17,8 @@ from gradeff import analysis
 from gradeff.analysis import METRICS, Metric
 from gradeff.analysis import memory as ma
 from gradeff.analysis import peft as peft_analysis
+from gradeff.analysis.pairing import PairedRatio
+from gradeff.analysis.runs import CellRuns
 from gradeff.formatting import NA, format_bytes, format_ratio, format_seconds, format_value
 from gradeff.models import MODELS
 from gradeff.report import figures
@@ -35,9 +37,6 @@ TABLE_HEADER = ("strategy", "status", "plan", "budget", "predicted peak", "live 
 _TIME, _ENERGY, _PEAK = METRICS["epoch_seconds"], METRICS["energy"], METRICS["peak"]
 _COMPILED_PEAK = ("not measurable: under the live tracker's dispatch mode torch.compile's code falls back to "
                   "eager, so the compiled step is not what would be measured")
-# How the PEFT claim's memory reads, per the metric its backbone is compared on.
-_PEFT_MEMORY = {"gpu_alloc": ("peak", "the GPU allocator's peak"), "peak": ("peak", "the live-tensor peak of a step"),
-                "train_memory": ("memory", "the breakdown sum: no peak was measured")}
 _OUTCOMES = {
     "beats": "adaptive beats it: lower memory at equal or less time",
     "loses": "adaptive loses: the compiler holds no more memory in no more time",
@@ -47,9 +46,6 @@ _OUTCOMES = {
 }
 # A cell whose slowest epoch took this many times its fastest has a time per epoch to read with care.
 SPREAD_WARNING = 1.5
-_TALLY = {"beats": "beats", "loses": "loses", "ties": "ties", "less memory, more time": "less memory but slower",
-          "more memory, less time": "faster but more memory", "n/a": "n/a"}
-
 
 def format_change(ratio: float | None) -> str:
     """A ratio as a signed change in percent: ``0.72`` → ``-28 %``; ``n/a`` if missing."""
@@ -76,31 +72,39 @@ def _percent(fraction: float) -> str:
 # Table cells ----------------------------------------------------------------------------------------
 
 
-def _ratio_sub(record: CellRecord, reference: CellRecord | None, metric: Metric | str) -> str:
-    if record is reference:
+def _ratio_sub(runs: CellRuns, reference: CellRuns | None, metric: Metric | str) -> str:
+    if reference is not None and runs.cell == reference.cell:
         return "the reference"
-    value = peft_analysis.ratio(record, reference, metric)
+    ratio = ma.ratio_of(runs, reference, metric)
+    if ratio is None:
+        return ""
+    value = ratio.interval.mean
+    text = "identical" if ratio.identical else f"{format_ratio(value)} ({format_change(value)})"
     # No-break spaces: a narrow column must not strand "%" on a line of its own.
-    return "" if value is None else f"{format_ratio(value)} ({format_change(value)})".replace(" ", "\u00a0")
+    return text.replace(" ", "\u00a0")
 
 
-def _measured_cell(record: CellRecord, reference: CellRecord | None, metric: Metric, unmeasured: str,
+def _measured_cell(runs: CellRuns, reference: CellRuns | None, metric: Metric, unmeasured: str,
                    extra: str = "") -> Cell:
-    """A measurement with its ratio to standard below it; a failed cell's status; ``n/a`` and why."""
-    if record.status != "ok":
+    """A measurement (mean over ok seeds) with its ratio to standard below it; a failed cell's status; ``n/a``."""
+    if not runs.ok:
+        record = runs.runs[-1]
         return Cell(text=status_text(record), css=f"status {record.status}", title=record.detail)
-    value = analysis.metric_value(record, metric)
-    if value is None:
+    spread = runs.interval(metric)
+    if spread is None:
         return Cell(text=NA, css="na", title=unmeasured)
-    sub = " · ".join(part for part in (_ratio_sub(record, reference, metric), extra) if part)
-    return Cell(text=format_value(value, metric.unit), sub=sub)
+    seeds = f"± {format_value(spread.half_width, metric.unit)} (n={spread.n})" if spread.n > 1 else ""
+    sub = " · ".join(part for part in (_ratio_sub(runs, reference, metric), seeds, extra) if part)
+    return Cell(text=format_value(spread.mean, metric.unit), sub=sub)
 
 
-def _status_cell(record: CellRecord) -> Cell:
-    if record.status == "ok":
-        return Cell(text="ok", css="text")
+def _status_cell(runs: CellRuns) -> Cell:
+    if len(runs.ok) == len(runs.runs):
+        return Cell(text="ok", css="text", sub=f"{len(runs.runs)} seeds" if len(runs.runs) > 1 else "")
     # The reason in full, not in a tooltip: an oom budget cell's numbers are the finding.
-    return Cell(text=status_text(record), sub=record.detail, css=f"text status {record.status}")
+    record = next(r for r in runs.runs if r.status != "ok")
+    return Cell(text=runs.status if len(runs.runs) > 1 else status_text(record), sub=record.detail,
+                css=f"text status {record.status}")
 
 
 def _plan_cell(record: CellRecord) -> Cell:
@@ -167,22 +171,24 @@ def _spread(record: CellRecord) -> str:
     return f"epochs {format_seconds(span[0])} to {format_seconds(span[1])}"
 
 
-def _row(record: CellRecord, reference: CellRecord | None) -> Row:
+def _row(runs: CellRuns, reference: CellRuns | None) -> Row:
+    record = runs.first
     host = ma.host_copies_bytes(record)
     return Row(label=record.strategy, cells=(
-        _status_cell(record), _plan_cell(record), _budget_cell(record), _predicted_cell(record),
-        _measured_cell(record, reference, _PEAK, _COMPILED_PEAK if ma.is_compiled(record) else "not measured"),
-        _measured_cell(record, reference, ma.DEVICE_MEMORY, "the memory breakdown is incomplete",
+        _status_cell(runs), _plan_cell(record), _budget_cell(record), _predicted_cell(record),
+        _measured_cell(runs, reference, _PEAK, _COMPILED_PEAK if ma.is_compiled(record) else "not measured"),
+        _measured_cell(runs, reference, ma.DEVICE_MEMORY, "the memory breakdown is incomplete",
                        extra=f"incl. {format_bytes(host)} host copies (host = device)" if host else ""),
-        _measured_cell(record, reference, _TIME, "no epoch completed", extra=_spread(record)),
+        _measured_cell(runs, reference, _TIME, "no epoch completed", extra=_spread(record)),
         _compile_cell(record),
-        _measured_cell(record, reference, _ENERGY, "no energy meter read"),
+        _measured_cell(runs, reference, _ENERGY, "no energy meter read"),
     ))
 
 
-def _table(slug: str, title: str, records: Sequence[CellRecord], reference: CellRecord | None) -> Table:
+def _table(slug: str, title: str, runs: Mapping[str, CellRuns], reference: CellRuns | None) -> Table:
+    records = [r for cell_runs in runs.values() for r in cell_runs.runs]
     sources = energy_sources(records)
-    uneven = [r.strategy for r in records if r.status == "ok" and _spread(r)]
+    uneven = list(dict.fromkeys(r.strategy for r in records if r.status == "ok" and _spread(r)))
     spread_text = ("" if not uneven else
                    f" Epoch times differ by {SPREAD_WARNING:g}× or more within {', '.join(uneven)} (their range is "
                    "below the time): the time and energy ratios of these cells are uncertain.")
@@ -190,8 +196,10 @@ def _table(slug: str, title: str, records: Sequence[CellRecord], reference: Cell
                       if reference is not None else "No standard cell here: no ratios.")
     return Table(
         id=f"{slug}-strategies", caption=f"{title}: every strategy's plan and measurements",
-        header=TABLE_HEADER, rows=tuple(_row(r, reference) for r in records),
-        note=(f"{reference_text} Live peak: tensors alive at once in one training step, exact on any device; n/a "
+        header=TABLE_HEADER, rows=tuple(_row(r, reference) for r in runs.values()),
+        note=(f"{reference_text} Figures are means over the seeds that ended ok (± 95 % half-width and n with "
+              "several); ratios are taken seed by seed. Live peak: tensors alive at once in one training step, exact on "
+              "any device; n/a "
               "for compiled cells. Breakdown sum: parameters + gradients + optimizer state + activations saved for "
               "backward, the figure's memory. Predicted peak: the adaptive plan's prediction for the blocks it "
               "chose. Compile time is paid once before the first epoch and is not part of the time per epoch. "
@@ -215,69 +223,89 @@ def _unmeasured(change: ma.Change) -> str:
     return f"; {', '.join(missing)} not measured on one side" if missing else ""
 
 
-def _uneven(*records: CellRecord | None) -> str:
+def _uneven(*runs: CellRuns | None) -> str:
     """``; time uncertain: uneven epochs in standard (49.0 ms to 755 ms)`` for the sides whose epochs differ widely."""
-    sides = [f"{r.strategy} ({_spread(r).removeprefix('epochs ')})" for r in records if r is not None and _spread(r)]
+    sides = [f"{r.first.strategy} ({_spread(r.first).removeprefix('epochs ')})" for r in runs
+             if r is not None and _spread(r.first)]
     return f"; time uncertain: uneven epochs in {', '.join(sides)}" if sides else ""
 
 
-def _claim_line(claim: ma.LevelClaim) -> str:
-    head = f"adaptive at {_percent(claim.level)}"
+def _change_text(ratio: PairedRatio | None) -> str:
+    """A change over seeds: ``-28 %`` (one seed), ``-28 % ± 3`` (several), ``identical``; ``n/a`` if missing."""
+    if ratio is None:
+        return NA
+    if ratio.identical:
+        return "identical (±0 %)"
+    spread = ratio.interval
+    text = format_change(spread.mean)
+    return text + (f" ± {spread.half_width * 100:.0f} (n={spread.n})" if spread.n > 1 else "")
+
+
+def _levels_text(levels: Sequence[float]) -> str:
+    if len(levels) == 1:
+        return _percent(levels[0])
+    return "/".join(f"{level * 100:.0f}" for level in levels) + " % (the same plan at each: one entry)"
+
+
+def _claim_line(levels: Sequence[float], claim: ma.LevelClaim) -> str:
+    head = f"adaptive at {_levels_text(levels)}"
     change = claim.change
     if change is None:
         return f"{head}: n/a: no budget-adaptive cell at this level"
     if change.reason:
         return f"{head}: n/a: {change.reason}"
     blocks = _blocks_text(change.record)
-    return (f"{head}: peak {format_change(change.memory)} for {format_change(change.time)} time and "
-            f"{format_change(change.energy)} energy ({change.record.strategy} / standard"
-            f"{'; ' + blocks if blocks else ''}){_unmeasured(change)}{_uneven(change.reference, change.record)}")
+    return (f"{head}: peak {_change_text(change.memory)} for {_change_text(change.time)} time and "
+            f"{_change_text(change.energy)} energy ({change.record.strategy} / standard"
+            f"{'; ' + blocks if blocks else ''}){_unmeasured(change)}{_uneven(change.reference, change.runs)}")
 
 
 def _versus_line(claim: ma.LevelClaim) -> str:
-    target = next((t for t in (ma.plan_number(r, "target_bytes") for r in (claim.adaptive, claim.compiler)
+    target = next((t for t in (ma.plan_number(r.first, "target_bytes") for r in (claim.adaptive, claim.compiler)
                                if r is not None) if t is not None), None)
     head = f"at {_percent(claim.level)}" + (f" (target {format_bytes(target)})" if target is not None else "")
     verdict = claim.verdict
     if verdict.outcome == "n/a":
         return f"{head}: against the compiler's knapsack n/a: {verdict.reason}"
-    compile_seconds = ma.plan_number(claim.compiler, "compile_seconds")
+    compile_seconds = ma.plan_number(claim.compiler.first, "compile_seconds")
     compile_text = "" if compile_seconds is None else \
         f"; its {format_seconds(compile_seconds)} compile is not in its epochs"
     return (f"{head}: against the compiler's knapsack, {_OUTCOMES[verdict.outcome]} (memory "
-            f"{format_ratio(verdict.memory)}, time {format_ratio(verdict.time)} of {claim.compiler.strategy}'s, on "
-            f"the breakdown sum{compile_text}){_uneven(claim.adaptive, claim.compiler)}")
+            f"{format_ratio(verdict.memory)}, time {format_ratio(verdict.time)} of {claim.compiler.first.strategy}'s, "
+            f"on the breakdown sum{compile_text}){_uneven(claim.adaptive, claim.compiler)}")
+
+
+def _ranges(changes: Sequence[ma.Change], side: str) -> str:
+    return format_range(None if (ratio := getattr(c, side)) is None else ratio.interval.mean for c in changes)
 
 
 def _overall_lines(claims_by_group: Mapping[str, Sequence[ma.LevelClaim]]) -> tuple[str, ...]:
-    by_level: dict[float, list[tuple[str, ma.LevelClaim]]] = {}
+    by_level: dict[tuple[float, ...], list[tuple[str, ma.LevelClaim]]] = {}
+    outcomes: Counter = Counter()
     for title, claims in claims_by_group.items():
         for claim in claims:
-            by_level.setdefault(claim.level, []).append((title, claim))
+            outcomes[claim.verdict.outcome] += 1
+        for levels, claim in ma.merge_levels(claims):
+            by_level.setdefault(levels, []).append((title, claim))
     lines = []
-    outcomes: Counter = Counter()
-    for level in sorted(by_level, reverse=True):
-        pairs = by_level[level]
-        head = f"adaptive at {_percent(level)}, {len(pairs)} model{'' if len(pairs) == 1 else 's'}"
+    for levels in sorted(by_level, key=lambda key: (-key[0], len(key))):
+        pairs = by_level[levels]
+        head = f"adaptive at {_levels_text(levels)}, {len(pairs)} model{'' if len(pairs) == 1 else 's'}"
         changes = [c.change for _, c in pairs if c.change is not None and not c.change.reason]
         missing = [f"{title}: {c.change.reason if c.change is not None else 'no budget-adaptive cell'}"
                    for title, c in pairs if c.change is None or c.change.reason]
-        verdicts = Counter(c.verdict.outcome for _, c in pairs)
-        outcomes += verdicts
-        versus = ("; against the compiler's knapsack: "
-                  + ", ".join(f"{_TALLY[outcome]} in {n}" for outcome, n in verdicts.items()) + f" (of {len(pairs)})")
         if not changes:
-            lines.append(f"{head}: n/a: " + "; ".join(missing) + versus)
+            lines.append(f"{head}: n/a: " + "; ".join(missing))
             continue
-        text = (f"{head}: peak {format_range(c.memory for c in changes)} for "
-                f"{format_range(c.time for c in changes)} time and {format_range(c.energy for c in changes)} energy")
+        text = (f"{head}: peak {_ranges(changes, 'memory')} for {_ranges(changes, 'time')} time and "
+                f"{_ranges(changes, 'energy')} energy")
         if missing:
             text += " (n/a for " + "; ".join(missing) + ")"
         uncertain = [title for title, c in pairs if c.change is not None and not c.change.reason
-                     and _uneven(c.change.reference, c.change.record)]
+                     and _uneven(c.change.reference, c.change.runs)]
         if uncertain:
             text += f" (time uncertain for {', '.join(uncertain)}: uneven epochs)"
-        lines.append(text + versus)
+        lines.append(text)
     decided = sum(n for outcome, n in outcomes.items() if outcome != "n/a")
     if decided:
         lines.append(f"adaptive against the compiler's knapsack at the same target, every level and model: beats in "
@@ -289,7 +317,7 @@ def _overall_lines(claims_by_group: Mapping[str, Sequence[ma.LevelClaim]]) -> tu
 def _peft_lines(records: Sequence[CellRecord]) -> tuple[tuple[str, ...], str]:
     if not records:
         return (), "n/a: no records of the PEFT study in these results."
-    changes = ma.peft_budget_changes(peft_analysis.sort_peft(records))
+    changes = ma.peft_budget_changes(peft_analysis.split_baselines(records)[0])
     if not changes:
         return (), "n/a: no PEFT cell used the budget strategy (budget-adaptive checkpointing)."
     lines = []
@@ -302,15 +330,15 @@ def _peft_lines(records: Sequence[CellRecord]) -> tuple[tuple[str, ...], str]:
         if not known:
             lines.append(f"{name}: adaptive (budget {budgets}) n/a: {missing}")
             continue
-        word, source = _PEFT_MEMORY.get(known[0].memory_metric, ("memory", "not measured"))
         pairs = len(known)
         lines.append(
-            f"{name}: adaptive (budget {budgets}): {word} {format_range(c.memory for c in known)} for "
-            f"{format_range(c.time for c in known)} time and {format_range(c.energy for c in known)} energy over "
-            f"{pairs} method × dataset pair{'' if pairs == 1 else 's'} ({word}: {source})"
+            f"{name}: adaptive (budget {budgets}): peak {_ranges(known, 'memory')} for {_ranges(known, 'time')} "
+            f"time and {_ranges(known, 'energy')} energy over {pairs} method × dataset pair"
+            f"{'' if pairs == 1 else 's'} (peak: the live-tensor peak of a step)"
             + (f"; n/a for {missing}" if missing else ""))
-    return tuple(lines), ("Each budget cell divided by the standard cell of the same backbone, dataset and method; "
-                          "ranges run over methods and datasets, lowest to highest.")
+    return tuple(lines), ("The PEFT study's own cells only: each budget cell divided, seed by seed, by the standard "
+                          "cell of the same backbone, dataset and method; ranges run over methods and datasets, "
+                          "lowest to highest (means over seeds).")
 
 
 # How it was measured ---------------------------------------------------------------------------------
@@ -390,8 +418,8 @@ def build_memory_view(records: Sequence[CellRecord], peft_records: Sequence[Cell
     """The memory strategies section from the memory study's records and the PEFT study's.
 
     Args:
-        records: the records of grids read by peak memory against time, one per cell.
-        peft_records: the PEFT study's records, one per cell (its ``budget`` cells get claim lines).
+        records: the memory grid's records (no other study's), any number of seeds.
+        peft_records: the PEFT study's records (its ``budget`` cells get claim lines of their own).
 
     Returns:
         The section's view; without memory-study records its ``missing_note`` stands for that part.
@@ -405,16 +433,17 @@ def build_memory_view(records: Sequence[CellRecord], peft_records: Sequence[Cell
     groups = ma.group_cells(ma.sort_memory(records))
     titles = _group_titles(list(groups))
     views, claims_by_group = [], {}
-    for index, (key, group) in enumerate(groups.items()):
+    for index, (key, runs) in enumerate(groups.items()):
         slug = html_id("-".join(key), index, prefix="ms")
-        reference = next((r for r in group if r.strategy == ma.STANDARD), None)
-        claims = ma.level_claims(group)
+        reference = runs.get(ma.STANDARD)
+        claims = ma.level_claims(runs)
         claims_by_group[titles[key]] = claims
         views.append(MemoryGroupView(
-            slug=slug, title=titles[key], summary=_summary(group),
-            figure=figures.tradeoff_figure(slug, titles[key], group, reference),
-            table=_table(slug, titles[key], group, reference),
-            claims=tuple(_claim_line(c) for c in claims) or ("n/a: no budget cell of this model.",),
+            slug=slug, title=titles[key], summary=_summary([r for c in runs.values() for r in c.runs]),
+            figure=figures.tradeoff_figure(slug, titles[key], runs, reference),
+            table=_table(slug, titles[key], runs, reference),
+            claims=tuple(_claim_line(levels, c) for levels, c in ma.merge_levels(claims))
+            or ("n/a: no budget cell of this model.",),
             versus=tuple(_versus_line(c) for c in claims)))
     return MemoryView(missing_note="", groups=tuple(views), claims=_overall_lines(claims_by_group),
                       peft_claims=peft_claims, peft_note=peft_note, methods=methods)

@@ -15,13 +15,17 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from gradeff import analysis
-from gradeff.analysis import METRICS, Metric, peft
+from gradeff.analysis import METRICS, Metric, naming, peft
+from gradeff.analysis.answer import sanity_accuracy, verdict_text
+from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, quality_metric
+from gradeff.analysis.runs import CellRuns, by_cell
+from gradeff.analysis.verdicts import verdict
 from gradeff.data import TASKS
-from gradeff.formatting import NA, as_number, format_percent, format_ratio, format_seconds, format_value
+from gradeff.formatting import NA, as_number, format_percent, format_seconds
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.report import figures, inference
-from gradeff.report.tables import metric_cell
+from gradeff.report.tables import places, ratio_cell, runs_cell
 from gradeff.report.view import (
     Cell, FigureView, PeftGroupView, PeftView, Row, Table, display_name, distinct_text, energy_sources, first_word,
     html_id, status_text,
@@ -30,8 +34,8 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "BASELINES_NOTE", "MISSING_NOTE", "SANITY_LABEL", "TUNED_MISSING_NOTE", "build_peft_view", "format_count",
-    "format_points", "method_label",
+    "BASELINES_NOTE", "MISSING_NOTE", "SANITY_LABEL", "TUNED_MISSING_NOTE", "build_peft_view", "format_count", "format_points",
+    "method_label",
 ]
 
 MISSING_NOTE = "No records of the PEFT study (a grid read by held-out accuracy) in these results."
@@ -42,19 +46,8 @@ BASELINES_NOTE = ("Foundation models used without fine-tuning, on the same datas
                   "frozen features), two small autoregressive VLMs (SmolVLM, vlm_prompt) prompted to classify (each "
                   "class name's likelihood after a fixed prompt). A zero-shot cell has no epochs: its accuracy comes "
                   "from one evaluation of the held-out split. They are not cells of the method × strategy tables.")
-_OBJECTIVE_TITLES = {"accuracy": "Highest accuracy", "memory": "Least memory", "time": "Fastest epoch",
-                     "energy": "Least energy"}
-_MEMORY_READS = {
-    "gpu_alloc": "the torch allocator's peak on the GPU (what the device actually held)",
-    "peak": "the live-tensor peak of one training step: the most bytes of tensors alive at once, transients "
-            "included, tracked op by op and exact on any device (no GPU allocator peak was recorded)",
-    "train_memory": "the breakdown sum: parameters (4-bit weights packed, with their quantisation constants) + "
-                    "gradients + optimizer state + activations saved for backward, measured the same way on any "
-                    "device (no GPU allocator peak was recorded)",
-}
-_MEMORY_SOURCES = {"gpu_alloc": "GPU allocator peak", "peak": "live-tensor peak of a step",
-                   "train_memory": "breakdown sum"}
-_MEMORY_LABELS = {key: f"Training memory ({source})" for key, source in _MEMORY_SOURCES.items()}
+_MEMORY_NOTE = ("Read on the live-tensor peak of one training step: the most bytes of tensors alive at once, "
+                "transients included, tracked op by op and exact on any device.")
 
 
 def format_count(value: object) -> str:
@@ -85,7 +78,10 @@ def method_label(record: CellRecord) -> str:
     return f"{display_name(METHODS, record.method)} + {record.strategy}"
 
 
-def _group_title(model: str, dataset: str) -> str:
+def _group_title(model: str, dataset: str, runs: Mapping[str, CellRuns] | None = None) -> str:
+    if runs:
+        # What ran: a tiny backbone pretrained here is not the published ViT-S/16.
+        return naming.group_title([r.first for r in runs.values()])
     return f"{display_name(MODELS, model)} on {display_name(TASKS, dataset)}"
 
 
@@ -94,29 +90,26 @@ def _group_label(model: str, dataset: str) -> str:
     return f"{display_name(MODELS, model)} · {first_word(display_name(TASKS, dataset))}"
 
 
-def _memory_metric(records: Sequence[CellRecord]) -> Metric:
-    key = peft.memory_metric_for(records) or "train_memory"
-    return METRICS[key]
-
-
-def _method_table(slug: str, caption: str, metric: Metric, records: Sequence[CellRecord], strategies: Sequence[str],
-                  text: Callable[[CellRecord, float], tuple[str, str]], note: str) -> Table:
-    """A method × strategy table of one metric of one backbone and dataset, the best ok cell highlighted."""
+def _method_table(slug: str, caption: str, metric: Metric, runs: Mapping[str, CellRuns], strategies: Sequence[str],
+                  text: Callable[[CellRuns, float], tuple[str, str]] | None, note: str, *, ranked: bool = True
+                  ) -> Table:
+    """A method × strategy table of one metric of one backbone and dataset over seeds, the first place highlighted."""
     table_id = f"{slug}-{metric.key}"
+    records = [r for cell_runs in runs.values() for r in cell_runs.runs]
     if not any(analysis.metric_value(r, metric) is not None for r in records):
         return Table(id=table_id, caption=caption, header=(), rows=(),
                      note=f"n/a: not measured for any cell of this backbone and dataset. {note}".strip())
-    best = analysis.best_value(records, metric)
-    by_cell = {(r.method, r.strategy): r for r in records}
-    methods = analysis.order_keys((r.method for r in records), METHODS)
+    found = places(runs, metric) if ranked else {}
+    by_cell_key = {(r.first.method, r.first.strategy): r for r in runs.values()}
+    methods = analysis.order_keys((r.first.method for r in runs.values()), METHODS)
     rows = tuple(Row(label=display_name(METHODS, method),
-                     cells=tuple(metric_cell(by_cell.get((method, st)), metric, best, text=text,
-                                                best_title="best of this backbone and dataset")
-                                    for st in strategies))
+                     cells=tuple(runs_cell(cell, metric, found.get(cell.cell, "") if cell else "", text=text)
+                                 for cell in (by_cell_key.get((method, st)) for st in strategies)))
                  for method in methods)
     goal = "lower is better" if metric.goal == "min" else "higher is better"
-    return Table(id=table_id, caption=caption, header=("method", *strategies), rows=rows,
-                 note=f"Best ok cell highlighted; {goal}. {note}".strip())
+    head = (f"Mean over seeds; the first place highlighted (best, identical to it, or tied over seeds); {goal}."
+            if ranked else "Mean over seeds.")
+    return Table(id=table_id, caption=caption, header=("method", *strategies), rows=rows, note=f"{head} {note}".strip())
 
 
 def _accuracy_caption(records: Sequence[CellRecord]) -> str:
@@ -128,140 +121,153 @@ def _accuracy_caption(records: Sequence[CellRecord]) -> str:
     else:
         ceiling = (f"the cells' splits differ: Bayes accuracy {format_percent(ceilings[0])} to "
                    f"{format_percent(ceilings[-1])}")
-    return f"Final held-out top-1 accuracy ({ceiling})"
+    return f"Final test top-1 accuracy ({ceiling})"
 
 
 SANITY_LABEL = "1-NN on raw pixels (sanity baseline)"
+SANITY_FLAG = "not above 1-NN on pixels"
 
 
-def _with_sanity_row(table: Table, records: Sequence[CellRecord], strategies: Sequence[str]) -> Table:
-    """The accuracy table with the raw-pixel 1-NN's accuracy as its last row, and every cell that does not
-    beat it flagged: such an accuracy says nothing about the fine-tuning method."""
-    baselines = sorted({b for b in (peft.pixel_baseline_accuracy(r) for r in records) if b is not None})
-    if not table.rows or not baselines:
+def _with_sanity_row(table: Table, runs: Mapping[str, CellRuns], strategies: Sequence[str]) -> Table:
+    """The accuracy table with its dataset's raw-pixel 1-NN accuracy as the last row, and every cell whose mean
+    does not beat it flagged: such an accuracy says nothing about the fine-tuning method."""
+    records = [r for cell_runs in runs.values() for r in cell_runs.runs]
+    baseline = sanity_accuracy(records, records[0].dataset) if records else None
+    if not table.rows or baseline is None:
         return table
-    by_cell = {(r.method, r.strategy): r for r in records}
+    by_cell_key = {(r.first.method, r.first.strategy): r for r in runs.values()}
+    methods = analysis.order_keys((r.first.method for r in runs.values()), METHODS)
     rows = []
-    for row, method in zip(table.rows, analysis.order_keys((r.method for r in records), METHODS), strict=True):
+    for row, method in zip(table.rows, methods, strict=True):
         cells = []
         for cell, strategy in zip(row.cells, strategies, strict=True):
-            record = by_cell.get((method, strategy))
-            if record is not None and peft.beats_pixel_baseline(record) is False:
-                cell = Cell(text=cell.text, sub="not above 1-NN on pixels", css=f"{cell.css} worse".strip(),
-                            title=f"does not beat the raw-pixel 1-NN baseline "
-                                  f"({format_percent(peft.pixel_baseline_accuracy(record))}) on this split: this "
-                                  "accuracy says nothing about the fine-tuning method")
+            cell_runs = by_cell_key.get((method, strategy))
+            mean = cell_runs.mean("heldout_accuracy") if cell_runs is not None and cell_runs.ok else None
+            if mean is not None and mean <= baseline:
+                cell = Cell(text=cell.text, sub=" ".join(p for p in (cell.sub, SANITY_FLAG) if p),
+                            css=f"{cell.css} worse".strip(),
+                            title=f"does not beat the raw-pixel 1-NN baseline ({format_percent(baseline)}) on this "
+                                  "split: this accuracy says nothing about the fine-tuning method")
             cells.append(cell)
         rows.append(Row(label=row.label, cells=tuple(cells)))
-    text = ", ".join(format_percent(b) for b in baselines)
-    rows.append(Row(label=SANITY_LABEL, cells=tuple(Cell(text=text, css="text", title="no training, no features: "
-                                                         "each test image takes the label of its nearest training "
-                                                         "image") for _ in strategies)))
-    note = (f"{table.note} Last row: a 1-nearest-neighbour classifier on raw pixels against the same training "
-            "split; a cell marked 'not above 1-NN on pixels' (in italics) learned nothing pixel matching did not.")
+    rows.append(Row(label=SANITY_LABEL, cells=tuple(
+        Cell(text=format_percent(baseline), css="text",
+             title="no training, no features: each test image takes the label of its nearest training image")
+        for _ in strategies)))
+    note = (f"{table.note} Last row: a 1-nearest-neighbour classifier on raw pixels against the same training split; "
+            f"a cell marked '{SANITY_FLAG}' (in italics) learned nothing pixel matching did not.")
     return Table(id=table.id, caption=table.caption, header=table.header, rows=tuple(rows), note=note)
 
 
-def _parameters_text(record: CellRecord, value: float) -> tuple[str, str]:
+def _parameters_text(cell_runs: CellRuns, value: float) -> tuple[str, str]:
+    record = cell_runs.first
     share, total = peft.trainable_percent(record), peft.total_parameters(record)
     return format_count(value), "" if share is None else f"{_share(share)} of {format_count(total)}"
 
 
-def _group_tables(slug: str, records: Sequence[CellRecord], strategies: Sequence[str]) -> tuple[Table, ...]:
-    memory = _memory_metric(records)
+def _group_tables(slug: str, runs: Mapping[str, CellRuns], strategies: Sequence[str]) -> tuple[Table, ...]:
+    records = [r for cell_runs in runs.values() for r in cell_runs.runs]
+    quality = quality_metric(records)
     sources = energy_sources(records)
-
-    def unit(metric: Metric) -> Callable[[CellRecord, float], tuple[str, str]]:
-        return lambda record, value: (format_value(value, metric.unit), "")
-
-    accuracy, seconds, energy = METRICS["heldout_accuracy"], METRICS["epoch_seconds"], METRICS["energy"]
+    seconds, to_target, energy = METRICS["epoch_seconds"], METRICS["seconds_to_target"], METRICS["energy"]
+    caption = _accuracy_caption(records) if quality.key == "heldout_accuracy" else quality.label
     return (
-        _with_sanity_row(_method_table(slug, _accuracy_caption(records), accuracy, records, strategies,
-                                       unit(accuracy), "The last epoch's accuracy on the held-out split the cell "
-                                                       "never trains on."), records, strategies),
-        _method_table(slug, "Trainable parameters (count, and share of all the model's parameters)", peft.TRAINABLE,
-                      records, strategies, _parameters_text,
-                      "4-bit weights count the values they hold; adapters count in the total."),
-        _method_table(slug, _MEMORY_LABELS[memory.key], memory, records, strategies, unit(memory),
-                      f"Read on {_MEMORY_READS[memory.key]}."),
-        _method_table(slug, "Time per epoch", seconds, records, strategies, unit(seconds),
-                      "Training only: the held-out evaluation after each epoch is not timed."),
-        _method_table(slug, "Energy", energy, records, strategies, unit(energy),
+        _with_sanity_row(_method_table(slug, caption, quality, runs, strategies, None,
+                                       "The last epoch's figure on the test split the cell never trains on."),
+                         runs, strategies),
+        _method_table(slug, "Trainable parameters (count, and share of the deployed model's parameters)",
+                      peft.TRAINABLE, runs, strategies, _parameters_text,
+                      "4-bit weights count the values they hold; adapters count in the total; peft's frozen copy "
+                      "of a retrained head does not.", ranked=False),
+        _method_table(slug, "Training memory (live-tensor peak of a step)", METRICS["peak"], runs, strategies, None,
+                      _MEMORY_NOTE),
+        _method_table(slug, "Time to target", to_target, runs, strategies, None,
+                      "Seconds of training until the test loss first reached the target (halfway from the untrained "
+                      "model's to the floor); n/a: not reached."),
+        _method_table(slug, "Time per epoch", seconds, runs, strategies, None,
+                      "Training only: the test evaluation after each epoch is not timed."),
+        _method_table(slug, "Energy", energy, runs, strategies, None,
                       f"Energy source: {', '.join(sources) if sources else 'none recorded'}."),
     )
 
 
-def _group_summary(records: Sequence[CellRecord]) -> str:
+def _group_summary(runs: Mapping[str, CellRuns]) -> str:
+    records = [r for cell_runs in runs.values() for r in cell_runs.runs]
     counts = Counter(r.status for r in records)
-    weights = distinct_text(r.weights.get("source") if isinstance(r.weights, Mapping) else None for r in records)
+    weights = distinct_text(naming.weights_source(r) for r in records)
     samples = distinct_text(
         f"{r.task.get('train_samples', NA)} / {r.task.get('heldout_samples', NA)}" if isinstance(r.task, Mapping)
         else NA for r in records)
-    return (f"{len(records)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-            + f"; starting weights: {weights}; training / held-out samples: {samples}")
+    seeds = distinct_text(r.seed for r in records)
+    return (f"{len(runs)} cells, {len(records)} runs (seeds {seeds}): " + ", ".join(f"{n} {s}" for s, n in
+                                                                                  counts.items())
+            + f"; starting weights: {weights}; training / test samples: {samples}")
 
 
-def _pick_table(groups: Mapping[tuple[str, str], Sequence[CellRecord]]) -> Table:
+def _labels(runs: Mapping[str, CellRuns]) -> dict[str, str]:
+    return {cell: f"{r.first.method}/{r.first.strategy}" for cell, r in runs.items()}
+
+
+def _pick_table(groups: Mapping[tuple[str, str], Mapping[str, CellRuns]]) -> Table:
     rows = []
-    for (model, dataset), records in groups.items():
+    for (model, dataset), runs in groups.items():
         cells = []
-        for objective, winner in peft.winners(records).items():
-            if winner.record is None:
-                cells.append(Cell(text=NA, css="na", title="no ok cell of this backbone and dataset measured it"))
+        for objective in ANSWER_OBJECTIVES:
+            found = verdict(runs, objective)
+            if found.ranking is None:
+                cells.append(Cell(text=NA, css="na", title=found.reason))
                 continue
-            metric = METRICS[winner.metric]
-            cells.append(Cell(text=method_label(winner.record), css="text",
-                              sub=f"{format_value(winner.value, metric.unit)} ({metric.label})"))
+            cells.append(Cell(text=verdict_text(found, _labels(runs)), css="text", sub=found.metric.label))
         rows.append(Row(label=_group_label(model, dataset), cells=tuple(cells)))
     return Table(id="peft-pick-table", caption="Which method and strategy to use, per backbone, dataset and goal",
-                 header=("backbone · dataset", *(_OBJECTIVE_TITLES[o] for o in peft.OBJECTIVES)), rows=tuple(rows),
-                 note="Only cells that trained every epoch (status ok) compete; a tie goes to the first cell in "
-                      "method, then strategy order. Memory: the GPU allocator peak where measured for the backbone "
-                      "and dataset, else the training-memory breakdown sum.")
-
-
-def _ratio_cell(value: float | None, reason: str) -> Cell:
-    if value is None:
-        return Cell(text=NA, css="na", title=reason)
-    shown = round(value, 2)  # judged as printed: 0.999 reads "1.00×" and must not look like a win
-    css = "better" if shown < 1 else "worse" if shown > 1 else ""
-    return Cell(text=format_ratio(value), sub=f"{(value - 1) * 100:+.0f} %", css=css)
+                 header=("backbone · dataset", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES)), rows=tuple(rows),
+                 note="The same verdicts as the Answer: only seeds that ended ok compete; over several seeds cells are "
+                      "compared seed by seed (paired t-test, Holm, 5 %) and a tie names every cell it cannot "
+                      "separate; identical: the same numbers on every seed; single draw: one seed. Quality: test "
+                      "top-1; speed and energy: to the target test loss; memory: the live-tensor peak of a step.")
 
 
 def _versus_row(versus: peft.Versus) -> Row:
-    record, reference = versus.record, versus.reference
-    if record.status != "ok":
-        return Row(label=method_label(record),
-                   cells=(Cell(text=status_text(record), css=f"status {record.status}", title=record.detail),)
-                   + (Cell(text=NA, css="na", title="the cell did not end ok"),) * 3)
+    runs, reference = versus.runs, versus.reference
+    if not runs.ok:
+        record = runs.runs[-1]
+        return Row(label=method_label(runs.first),
+                   cells=(Cell(text=status_text(record) if len(runs.runs) == 1 else runs.status,
+                               css=f"status {record.status}", title=record.detail),)
+                   + (Cell(text=NA, css="na", title="no seed of the cell ended ok"),) * 3)
     if reference is None:
         reason = "no full fine-tuning cell with this strategy"
-    elif reference.status != "ok":
-        reason = f"full fine-tuning + {reference.strategy} ended {reference.status}"
+    elif not reference.ok:
+        reason = f"full fine-tuning + {reference.first.strategy} ended {reference.status}"
     else:
-        reason = "not measured for this cell or for full fine-tuning"
+        reason = "not measured on a seed both ended ok"
     points = versus.accuracy_points
-    shown = None if points is None else round(points, 1)
-    accuracy = Cell(text=NA, css="na", title=reason) if points is None else \
-        Cell(text=format_points(points), css="better" if shown > 0 else "worse" if shown < 0 else "")
-    return Row(label=method_label(record), cells=(accuracy, *(_ratio_cell(v, reason) for v in
-                                                              (versus.memory, versus.time, versus.energy))))
+    if points is None:
+        accuracy = Cell(text=NA, css="na", title=reason)
+    else:
+        shown = round(points.mean, 1)
+        decided = points.n == 1 or not points.low <= 0 <= points.high
+        accuracy = Cell(text=format_points(points.mean),
+                        sub=f"± {points.half_width:.1f} (n={points.n})" if points.n > 1 else "",
+                        css="" if not decided else "better" if shown > 0 else "worse" if shown < 0 else "")
+    return Row(label=method_label(runs.first), cells=(accuracy, *(ratio_cell(v, reason) for v in
+                                                                   (versus.memory, versus.time, versus.energy))))
 
 
-def _versus_table(slug: str, model: str, dataset: str, records: Sequence[CellRecord]) -> Table:
-    memory = _memory_metric(records)
-    rows = tuple(_versus_row(v) for v in peft.versus_full(records, memory.key))
-    caption = f"{_group_title(model, dataset)}: each method against full fine-tuning with the same strategy"
+def _versus_table(slug: str, title: str, runs: Mapping[str, CellRuns]) -> Table:
+    rows = tuple(_versus_row(v) for v in peft.versus_full(runs))
+    caption = f"{title}: each method against full fine-tuning with the same strategy"
     if not rows:
         return Table(id=f"{slug}-versus-full", caption=caption, header=(), rows=(),
                      note="n/a: only full fine-tuning ran for this backbone and dataset.")
     return Table(id=f"{slug}-versus-full", caption=caption,
-                 header=("method + strategy", "held-out accuracy", "training memory", "time per epoch", "energy"),
+                 header=("method + strategy", "test accuracy", "training memory (live peak)", "time per epoch",
+                         "energy"),
                  rows=rows,
-                 note="Accuracy: percentage points above (+) or below (-) full fine-tuning; memory, time and "
-                      "energy: ratio to full fine-tuning and the change in percent. Bold: better than full "
-                      f"fine-tuning; italic: worse. n/a: a side is missing, failed or unmeasured. Memory: the "
-                      f"{_MEMORY_SOURCES[memory.key]}.")
+                 note="Seed by seed against full fine-tuning, then the mean over seeds. Accuracy: percentage points "
+                      "above (+) or below (-) full fine-tuning; memory, time and energy: ratio and change in percent. "
+                      "Bold: better than full fine-tuning, italic: worse, where the 95 % interval over seeds "
+                      "excludes no change (one seed: as printed). n/a: a side is missing, failed or unmeasured.")
 
 
 # What each strategy divided by standard stands for in the paper (the notes of its ratio tables).
@@ -273,17 +279,17 @@ _RATIO_MEANINGS = {
 }
 
 
-def _ratio_tables(groups: Mapping[tuple[str, str], Sequence[CellRecord]], records: Sequence[CellRecord],
+def _ratio_tables(groups: Mapping[tuple[str, str], Mapping[str, CellRuns]], records: Sequence[CellRecord],
                   numerator: str = "checkpoint") -> tuple[Table, ...]:
-    """``numerator`` / standard ratios of training memory, time per epoch and energy: methods × backbone · dataset."""
+    """``numerator`` / standard ratios of training memory, time per epoch and energy, seed by seed:
+    methods × backbone · dataset."""
     columns = list(groups)
     methods = analysis.order_keys((r.method for r in records), METHODS)
-    memory = _memory_metric(records)
     # The checkpoint tables keep their ids (peft-ratio-<metric>) for links into earlier reports.
     prefix = "peft-ratio" if numerator == "checkpoint" else f"peft-ratio-{numerator}"
     meaning = _RATIO_MEANINGS.get(numerator, f"{numerator} against standard.")
     tables = []
-    for metric in (memory, METRICS["epoch_seconds"], METRICS["energy"]):
+    for metric in (METRICS["peak"], METRICS["epoch_seconds"], METRICS["energy"]):
         ratios = peft.checkpoint_ratios(records, metric, numerator=numerator)
         measured = any(r is not None for r in ratios.values())
         rows = []
@@ -291,15 +297,17 @@ def _ratio_tables(groups: Mapping[tuple[str, str], Sequence[CellRecord]], record
             if not any((model, dataset, method) in ratios for model, dataset in columns):
                 continue
             rows.append(Row(label=display_name(METHODS, method), cells=tuple(
-                _ratio_cell(ratios.get((model, dataset, method)), f"needs both {numerator} and standard ok and "
-                                                                   "measured") for model, dataset in columns)))
-        label = _MEMORY_LABELS.get(metric.key, metric.label)
+                ratio_cell(ratios.get((model, dataset, method)), f"needs both {numerator} and standard ok and "
+                                                                  "measured on a seed") for model, dataset in columns)))
+        label = "Training memory (live-tensor peak)" if metric.key == "peak" else metric.label
         tables.append(Table(
             id=f"{prefix}-{metric.key}",
             caption=f"{label}: {display_name(STRATEGIES, numerator)} / {display_name(STRATEGIES, 'standard')}",
             header=("method", *(f"{model} / {dataset}" for model, dataset in columns)) if measured else (),
             rows=tuple(rows) if measured else (),
-            note=(f"{meaning} Bold: it lowers the figure (< 1); italic: it raises it (> 1)." if measured else
+            note=(f"{meaning} Seed by seed, then the mean over seeds. Bold: it lowers the figure (< 1); italic: it "
+                  "raises it (> 1), where the interval over seeds excludes 1; identical: the same numbers on every "
+                  "seed." if measured else
                   f"n/a: no method has both {numerator} and standard cells that ended ok with this metric.")))
     return tuple(tables)
 
@@ -361,14 +369,14 @@ def _pretraining_table(records: Sequence[CellRecord]) -> Table:
 
 
 def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
-    """The PEFT study's section from its records.
+    """The PEFT study's section from its records (its fine-tuning grid and its baselines, no other study's).
 
-    Fine-tuning cells fill the method × strategy tables, winners, ratios and curves; the foundation-model
-    baselines (:func:`gradeff.analysis.peft.is_baseline`) are set against the best fine-tuned cells instead,
-    and both enter the inference-cost tables and the NetScore-family ranking.
+    Fine-tuning cells fill the method × strategy tables, winners, ratios and curves, every cell read over all
+    its seeds; the foundation-model baselines (:func:`gradeff.analysis.peft.is_baseline`) are set against the
+    best fine-tuned cells instead, and both enter the inference-cost tables and the NetScore-family ranking.
 
     Args:
-        records: the records of grids read by held-out accuracy, one per cell (a cell's latest).
+        records: the PEFT study's records, any number of seeds, in canonical order.
 
     Returns:
         The section's view; with no records, a view whose ``missing_note`` is all the page prints.
@@ -381,9 +389,10 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
                         ranking_note="")
     records = peft.sort_peft(records)
     tuned, baselines = peft.split_baselines(records)
-    groups = peft.group_by_backbone(tuned)
+    groups = {key: by_cell(group) for key, group in peft.group_by_backbone(tuned).items()}
     strategies = analysis.order_keys((r.strategy for r in tuned), STRATEGIES)
     slugs = {key: html_id(f"{key[0]}-{key[1]}", index, prefix="p") for index, key in enumerate(groups)}
+    titles = {key: _group_title(*key, runs) for key, runs in groups.items()}
     baseline_groups = peft.group_by_backbone(baselines)
     baseline_slugs = {key: html_id(f"{key[0]}-{key[1]}", index, prefix="b")
                       for index, key in enumerate(baseline_groups)}
@@ -391,10 +400,10 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
         missing_note="",
         tuned_note="" if tuned else TUNED_MISSING_NOTE,
         pick=_pick_table(groups),
-        versus_full=tuple(_versus_table(slugs[key], *key, group) for key, group in groups.items()),
-        groups=tuple(PeftGroupView(slug=slugs[key], title=_group_title(*key), summary=_group_summary(group),
-                                   tables=_group_tables(slugs[key], group, strategies))
-                     for key, group in groups.items()),
+        versus_full=tuple(_versus_table(slugs[key], titles[key], runs) for key, runs in groups.items()),
+        groups=tuple(PeftGroupView(slug=slugs[key], title=titles[key], summary=_group_summary(runs),
+                                   tables=_group_tables(slugs[key], runs, strategies))
+                     for key, runs in groups.items()),
         ratios=_ratio_tables(groups, tuned),
         # Only where the study ran the budget strategy: older results have no such column to divide.
         budget_ratios=_ratio_tables(groups, tuned, "budget") if any(r.strategy == "budget" for r in tuned)
@@ -403,7 +412,8 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
         pretraining=_pretraining_table(records),
         baselines=inference.baselines_views(tuned, baselines),
         baselines_note=BASELINES_NOTE if baselines else inference.BASELINES_MISSING_NOTE,
-        inference=(*(inference.inference_table(slugs[key], _group_title(*key), group) for key, group in groups.items()),
+        inference=(*(inference.inference_table(slugs[key], titles[key], group)
+                     for key, group in peft.group_by_backbone(tuned).items()),
                    *(inference.inference_table(baseline_slugs[key], _group_title(*key), group)
                      for key, group in baseline_groups.items())),
         ranking=inference.ranking_tables(records),

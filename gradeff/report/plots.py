@@ -335,13 +335,14 @@ def loss_curves_svg(series: Sequence[Series], *, loss_floor: float | None, title
         return _to_svg(fig, uid, title)
 
 
-def pareto_svg(points: Sequence[Point], *, title: str, uid: str) -> str:
-    """Final loss against time per epoch, Pareto-optimal cells ringed and joined (paper Figure 4).
+def pareto_svg(points: Sequence[Point], *, title: str, uid: str, ylabel: str = "final loss") -> str:
+    """A quality (lower is better) against time per epoch, Pareto-optimal cells ringed and joined (paper Figure 4).
 
     Args:
         points: one per comparable cell.
         title: what the figure shows: the SVG's accessible label (the page's figcaption prints it).
         uid: unique id prefix for this figure's SVG ids.
+        ylabel: the vertical axis's title.
 
     Returns:
         An ``<svg>`` element.
@@ -366,7 +367,7 @@ def pareto_svg(points: Sequence[Point], *, title: str, uid: str) -> str:
         if _wide_positive_range([p.y for p in points]):
             _log_y(ax)
         ax.set_xlabel("time per epoch (s)")
-        ax.set_ylabel("final loss")
+        ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         if points:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

@@ -21,8 +21,9 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "SECTIONS", "BaselinesView", "Cell", "ClaimGroupView", "ClaimsView", "FigureView", "MemoryGroupView", "MemoryView",
-    "ModelView", "PeftGroupView", "PeftView", "ReportView", "Row", "Section",
+    "SECTIONS", "AnswerGroupView", "AnswerView", "BaselinesView", "Cell", "ClaimGroupView", "ClaimsView",
+    "FigureView", "MemoryGroupView", "MemoryView",
+    "ModelView", "PeftGroupView", "PeftView", "RealView", "ReportView", "Row", "Section",
     "Table", "config_label", "display_name", "distinct_text", "energy_sources", "first_word", "html_id",
     "short_label", "status_text", "text_or_na",
 ]
@@ -30,26 +31,31 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """A top-level section of the page: its HTML id, heading and the paper item it reproduces."""
+    """A top-level section of the page: its HTML id, heading, the paper item it reproduces, and the studies whose
+    records it reads (:data:`gradeff.analysis.scope.STUDIES`; empty: every record, as the context sections do)."""
 
     id: str
     title: str
     paper: str
+    studies: tuple[str, ...] = ()
 
 
+_MAIN = ("main",)
 SECTIONS: tuple[Section, ...] = (
+    Section("answer", "Answer", "", ("main", "peft", "real")),
     Section("overview", "Overview", ""),
-    Section("recommendations", "Recommendations", "Figure 1"),
-    Section("best", "Best configuration per model", "Table 2"),
-    Section("ratios", "Strategy ratios", "Table 3"),
-    Section("tables", "Optimizer × strategy tables", "Tables 4–19"),
-    Section("curves", "Loss curves", "Figure 2"),
-    Section("heatmaps", "Utilization and memory heat maps", "Figure 3"),
-    Section("pareto", "Loss vs time per epoch: Pareto frontier", "Figure 4"),
-    Section("memory", "Memory breakdown", ""),
-    Section("peft", "Fine-tuning methods (PEFT study)", ""),
-    Section("memory-strategies", "Memory strategies (peak memory vs time)", ""),
-    Section("claims", "Claims", ""),
+    Section("recommendations", "Recommendations", "Figure 1", _MAIN),
+    Section("best", "Best configuration per model", "Table 2", _MAIN),
+    Section("ratios", "Strategy ratios", "Table 3", _MAIN),
+    Section("tables", "Optimizer × strategy tables", "Tables 4–19", _MAIN),
+    Section("curves", "Loss curves", "Figure 2", _MAIN),
+    Section("heatmaps", "Utilization and memory heat maps", "Figure 3", _MAIN),
+    Section("pareto", "Test quality vs time per epoch: Pareto frontier", "Figure 4", _MAIN),
+    Section("memory", "Memory breakdown", "", _MAIN),
+    Section("peft", "Fine-tuning methods (PEFT study)", "", ("peft", "baselines")),
+    Section("memory-strategies", "Memory strategies (peak memory vs time)", "", ("memory", "peft")),
+    Section("real", "Real data", "", ("real",)),
+    Section("claims", "Claims", "", ("main", "peft", "baselines")),
     Section("failures", "Failed and skipped cells", ""),
     Section("skipped-lines", "Unreadable lines", ""),
     Section("environment", "Environment", ""),
@@ -247,24 +253,76 @@ class MemoryView:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerGroupView:
+    """One study's verdict lines: a table (a row per model, or backbone and dataset; a column per question)
+    and the same lines as the terminal prints them.
+
+    Attributes:
+        id: HTML id.
+        title: the study's name.
+        table: the verdicts, one cell per question.
+        lines: :func:`gradeff.analysis.answer.line_text` of each row, the terminal's words.
+    """
+
+    id: str
+    title: str
+    table: Table
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerView:
+    """The page's first section: what to use, and how sure that is.
+
+    Attributes:
+        groups: per study that answers (main, PEFT, real data), its verdicts.
+        missing_note: the one line shown when no study has a verdict (``""`` otherwise).
+        rules: how a verdict is reached, in words.
+    """
+
+    groups: tuple[AnswerGroupView, ...]
+    missing_note: str
+    rules: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RealView:
+    """The real-data grid's section: its cells only (never in the main study's tables).
+
+    Attributes:
+        missing_note: the one line shown instead when there are no real-data records (``""`` otherwise).
+        tables: per model and dataset, a table of every cell over its seeds.
+    """
+
+    missing_note: str
+    tables: tuple[Table, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReportView:
     """The whole page.
 
     ``main_note`` is the one line the main study's sections show instead of their content when
     no record belongs to it (``""`` otherwise); ``peft`` is the PEFT study's section and
-    ``memory_strategies`` the memory study's; ``claims`` the papers' claims as measured, per study.
+    ``memory_strategies`` the memory study's; ``real`` the real-data grid's; ``claims`` the papers' claims as
+    measured, per study; ``answer`` the first section. ``section_cells`` maps each section's id to the cells
+    whose records it was built from (its studies' only: see :attr:`Section.studies`).
     """
 
     title: str
     generated_at: str
     sections: tuple[Section, ...]
     section_by_id: Mapping[str, Section]
+    section_cells: Mapping[str, tuple[str, ...]]
+    answer: AnswerView
+    real: RealView
     overview: tuple[tuple[str, str], ...]
     notices: tuple[str, ...]
     recommendations: Table
     wins: tuple[str, ...]
     best_loss: Table
     best: Table
+    protocols: tuple[Table, ...]
     ratios: tuple[Table, ...]
     models: tuple[ModelView, ...]
     heatmap: FigureView

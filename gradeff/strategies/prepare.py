@@ -14,8 +14,11 @@ import time
 import torch
 
 from gradeff.strategies import STRATEGIES, enable_checkpointing
-from gradeff.strategies.budget import BudgetPlan, StepProfile, compiler_fraction, plan, profile_step
+from gradeff.strategies.budget import (
+    BudgetPlan, StepProfile, calibrated, compiler_fraction, measure_checkpointed_peak, plan, profile_step,
+)
 from gradeff.strategies.layers import checkpoint_only, checkpointable_layers
+from gradeff.untouched import untouched
 
 __all__ = ["BudgetUnreachable", "CompiledUnderBudget", "OffloadedActivations", "prepare"]
 
@@ -35,8 +38,9 @@ class BudgetUnreachable(RuntimeError):
 
 
 def _unreachable(plan_: BudgetPlan, record: dict) -> BudgetUnreachable:
+    kind = "measured" if plan_.measured_frugal_peak is not None else "predicted"
     return BudgetUnreachable(
-        f"even checkpointing every block does not fit: predicted peak {plan_.predicted_peak / MIB:.2f} MiB > "
+        f"even checkpointing every block does not fit: {kind} peak {plan_.predicted_peak / MIB:.2f} MiB > "
         f"{plan_.target / MIB:.2f} MiB (budget {plan_.budget / MIB:.2f} MiB less a {plan_.margin:.0%} margin); "
         f"without checkpointing {plan_.unconstrained_peak / MIB:.2f} MiB", record)
 
@@ -146,6 +150,9 @@ def prepare(strategy: str, model: torch.nn.Module, batch: dict, *, device: torch
     chosen = plan(profile, _budget_of(spec, profile, budget, margin), margin)
     record = {"kind": spec.budget, "budget_fraction": spec.budget_fraction, "profile": _profile_record(profile)}
     if spec.budget == "adaptive":
+        # A prediction within its error band of the target is checked against a measured pass: a budget that
+        # checkpointing every block meets is never refused.
+        chosen = calibrated(profile, chosen, lambda: measure_checkpointed_peak(model, batch, profile, device=device))
         record |= chosen.to_record()
         if not chosen.fits:
             raise _unreachable(chosen, record)
@@ -182,11 +189,9 @@ def _compile(model, batch, profile: StepProfile, chosen: BudgetPlan, record: dic
     compiled = CompiledUnderBudget(model, fraction, backend)
     devices = [device] if device.type == "cuda" else []
     start = time.perf_counter()
-    # The first call compiles forward and backward; its RNG draws are forked away like the measuring pass's.
-    with torch.random.fork_rng(devices=devices):
+    # The first call compiles forward and backward; like the measuring pass it leaves no trace (RNG, buffers).
+    with untouched(model, devices):
         compiled(**batch).loss.backward()
-    for p in model.parameters():
-        p.grad = None
     record = record | {"budget_bytes": chosen.budget, "margin": chosen.margin, "target_bytes": chosen.target,
                        "unconstrained_peak_bytes": chosen.unconstrained_peak, "activation_memory_budget": fraction,
                        "compile_backend": backend, "compile_seconds": time.perf_counter() - start}

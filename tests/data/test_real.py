@@ -323,3 +323,89 @@ def test_short_text_rows_still_fill_the_windows(tmp_path):
     data = load_real(DataSource(key="text", path=str(path)), kind="causal_lm", seq_len=16, vocab_size=300,
                      train_cap=12, heldout_cap=4, cache_root=tmp_path)
     assert (len(data), len(data.heldout)) == (12, 4)
+
+
+def _png(image: Image.Image) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _pandas_parquet(path: Path, n: int, corrupt_row: int | None = None) -> Path:
+    """An image parquet as pandas writes one: the image column holds plain {bytes, path} structs, no datasets
+    features."""
+    import pandas as pd
+
+    rng = np.random.default_rng(7)
+    images = [{"bytes": _png(_pattern_image(i % 4, rng)), "path": f"img{i}.png"} for i in range(n)]
+    if corrupt_row is not None:
+        images[corrupt_row]["bytes"] = images[corrupt_row]["bytes"][:40]  # a PNG cut short
+    pd.DataFrame({"image": images, "label": [i % 4 for i in range(n)]}).to_parquet(path)
+    return path
+
+
+def test_a_pandas_written_image_parquet_trains(tmp_path):
+    """{bytes, path} image structs (pandas' df.to_parquet) are decoded like datasets' own Image column."""
+    source = DataSource(key="images", path=str(_pandas_parquet(tmp_path / "pandas.parquet", 80)))
+    assert validate_source(source, tmp_path, "tiny")["images_decoded"] == 80  # 64 training + 16 held-out rows
+    record = _cell("vit", "images", source, tmp_path, epochs=1)
+    assert record.status == "ok", record.detail
+    assert record.hparams["num_classes"] == 4
+
+
+def test_a_corrupt_image_is_named_by_file_and_row(tmp_path):
+    """A PNG cut short in row 5 of a pandas parquet: validation names the split, the row and the file; so does a
+    cell that reads it anyway (the per-row guard of every decode)."""
+    source = DataSource(key="images", path=str(_pandas_parquet(tmp_path / "bad.parquet", 40, corrupt_row=5)))
+    with pytest.raises(ValueError) as caught:
+        validate_source(source, tmp_path, "tiny")
+    assert "row " in str(caught.value) and "(file img5.png): cannot decode the image: " in str(caught.value)
+    assert str(caught.value).startswith(f"images={tmp_path / 'bad.parquet'}, the ")
+    validate_source(source, tmp_path)  # without a profile: splits and columns only
+    record = _cell("vit", "images", source, tmp_path, epochs=1)
+    assert record.status == "error" and "(file img5.png): cannot decode the image" in record.detail
+
+
+def test_a_corrupt_image_in_an_imagefolder_stops_the_session_before_any_cell(pytester, tmp_path):
+    """An imagefolder with one truncated file: the session stops at its start (usage error) naming that file,
+    not in every cell with an error that names none."""
+    rng = np.random.default_rng(3)
+    for split, n in (("train", 12), ("test", 4)):
+        for i in range(n):
+            folder = tmp_path / "folder" / split / f"class{i % 2}"
+            folder.mkdir(parents=True, exist_ok=True)
+            _pattern_image(i % 2, rng).save(folder / f"{i}.png")
+    bad = tmp_path / "folder" / "train" / "class1" / "7.png"
+    bad.write_bytes(bad.read_bytes()[:30])
+    grid = Path(__file__).parents[2] / "benchmarks" / "test_real_grid.py"
+    pytester.makepyfile(test_real_grid=grid.read_text())
+    outcome = pytester.runpytest(*PLUGIN, f"--gradeff-cache={tmp_path / 'cache'}",
+                                 f"--gradeff-data=images={tmp_path / 'folder'}")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    message = "\n".join(outcome.errlines + outcome.outlines)
+    assert f"--gradeff-data images={tmp_path / 'folder'}: images=" in message
+    assert "row " in message and f"(file {bad}): cannot decode the image" in message
+
+
+def test_real_data_has_three_disjoint_splits(tmp_path):
+    """Own test and validation splits are taken as they are; without them, fixed carve-outs of the training rows
+    (20 % test, then 10 % of the rest validation), disjoint from what is trained on and the same every time."""
+    rows = {"text": [f"row {i}" for i in range(100)]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows),
+                          "validation": datasets.Dataset.from_dict({"text": ["v1", "v2"]}),
+                          "test": datasets.Dataset.from_dict({"text": ["t1"]})}).save_to_disk(str(tmp_path / "own"))
+    train, test, validation, _, notes = real.open_splits(DataSource(key="text", path=str(tmp_path / "own")), tmp_path)
+    assert (len(train), test["text"], validation["text"]) == (100, ["t1"], ["v1", "v2"])
+    assert notes == {"heldout_split": "the dataset's own 'test' split",
+                     "validation_split": "the dataset's own 'validation' split"}
+    datasets.Dataset.from_dict(rows).to_parquet(str(tmp_path / "bare.parquet"))
+    source = DataSource(key="text", path=str(tmp_path / "bare.parquet"))
+    train, test, validation, _, notes = real.open_splits(source, tmp_path)
+    assert (len(train), len(test), len(validation)) == (72, 20, 8)
+    split_rows = [set(split["text"]) for split in (train, test, validation)]
+    assert set.union(*split_rows) == set(rows["text"]) and sum(map(len, split_rows)) == 100
+    assert notes["validation_split"].startswith("10% of the training rows held out")
+    again = real.open_splits(source, tmp_path)
+    assert again[2]["text"] == validation["text"] and again[1]["text"] == test["text"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -9,7 +10,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, Summary
 from tests.conftest import build_record, meters
 
 MODEL_KEYS = ("vit", "modernbert", "llm", "vlm")
@@ -41,9 +42,21 @@ def synthetic_grid(seed: int = 0) -> list[CellRecord]:
                     extra |= {"failed_step": 3, "detail": "CUDA out of memory"}
                 elif cell == "vit-adamw-accum":
                     extra["meters"] = {}  # an older record, before the meters existed
-                records.append(build_record(cell, status, losses=losses, seconds=seconds, device="cuda",
-                                            loss_floor=1.0, **extra))
+                record = build_record(cell, status, losses=losses, seconds=seconds, device="cuda", loss_floor=1.0,
+                                      **extra)
+                records.append(_with_test_split(record, 0.2 + 0.05 * ((o + s) % 3)))
     return records
+
+
+def _with_test_split(record: CellRecord, gap: float) -> CellRecord:
+    """``record`` with a test loss ``gap`` above each epoch's training loss, and a test accuracy for the classifier
+    (the quality metric's input)."""
+    classifier = record.model == "vit"
+    epochs = tuple(dataclasses.replace(e, heldout_loss=e.loss + gap,
+                                       heldout_accuracy=1 / (1 + e.loss + gap) if classifier else None)
+                   for e in record.epochs)
+    return dataclasses.replace(record, epochs=epochs,
+                               summary=Summary.of(list(epochs), record.summary.total_seconds))
 
 
 @pytest.fixture

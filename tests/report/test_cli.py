@@ -147,10 +147,10 @@ def test_python_dash_m_gradeff_returns_the_exit_code(tmp_path):
     assert listing.returncode == 0 and listing.stdout.split()[:3] == ["standard", "checkpoint", "accum"]
 
 
-def test_unwritable_output_exits_1(results, capsys):
-    """An output path under a regular file cannot be written: exit 1, the path in the message."""
+def test_unwritable_output_exits_74(results, capsys):
+    """An output path under a regular file cannot be written: exit 74 (incomplete output), the path in the message."""
     out = results / "report.html"  # results is a file, so this directory cannot exist
-    assert main(["report", str(results), "-o", str(out)]) == 1
+    assert main(["report", str(results), "-o", str(out)]) == 74
     assert f"cannot write {out}" in capsys.readouterr().err
 
 

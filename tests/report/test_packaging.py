@@ -86,7 +86,7 @@ def test_pyproject_lists_every_package():
                if "__pycache__" not in init.parts}
     assert set(setuptools["packages"]) == on_disk | {"gradeff.report.templates"}
     assert setuptools["package-dir"] == {"gradeff.report.templates": "reports/templates"}
-    assert setuptools["package-data"] == {"gradeff.report.templates": ["*.j2"]}
+    assert setuptools["package-data"] == {"gradeff.report.templates": ["*.j2"], "gradeff": ["tuned_rates.json"]}
     assert sorted(p.name for p in TEMPLATES.glob("*.j2")) == list(TEMPLATE_NAMES)
 
 
@@ -113,6 +113,8 @@ def test_wheel_ships_the_templates_and_renders_from_them(source_copy, results, t
             assert archive.read(member) == (TEMPLATES / name).read_bytes()  # the same one copy
         assert not any(n.startswith(("reports/", "gradeff/report_templates/")) for n in names)
         assert {"gradeff/report/__init__.py", "gradeff/analysis/__init__.py", "gradeff/report/render.py"} <= names
+        # The tuned protocol's rates travel with the code that reads them.
+        assert archive.read("gradeff/tuned_rates.json") == (CHECKOUT / "gradeff" / "tuned_rates.json").read_bytes()
         archive.extractall(tmp_path / "unpacked")
 
     # -S: no site-packages .pth files, so no editable install of the checkout can answer the imports; the

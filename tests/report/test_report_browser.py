@@ -106,8 +106,9 @@ def test_hostile_names_and_non_finite_values_render_safely(grid_records, make_re
 
     spoof = "llm\u202eevil"  # would render as "llmlive" reversed
     long_name = "x" * 10_000
-    nan_cell = make_record("vit-adam-accum", losses=(2.0, math.nan))
-    inf_cell = make_record("vit-sgd-accum", meters={"ram": {"peak_rss_bytes": math.inf}})
+    # Reruns of two grid cells (finished later, so they supersede them).
+    nan_cell = make_record("vit-adam-accum", losses=(2.0, math.nan), finished_at=1.0)
+    inf_cell = make_record("vit-sgd-accum", meters={"ram": {"peak_rss_bytes": math.inf}}, finished_at=1.0)
     records = [*grid_records, make_record(f"{spoof}-sgd-standard"), make_record(f"{long_name}-sgd-standard"),
                nan_cell, inf_cell]
     page = write_report(records, tmp_path / "report.html", sources=["results.jsonl"])

@@ -135,18 +135,18 @@ def test_netscore_ranking_orders_each_score_top_first(tuned, baseline):
     columns = list(zip(*(row.cells for row in table.rows), strict=True))
     netscore = [c.text for c in columns[0]]
     assert netscore == ["ViT-S/16 · LoRA + standard", "TinyViT · LoRA + standard",
-                        "DINOv2 ViT-B/14 (linear probe) · baseline", "ViT-S/16 · Full fine-tuning + standard"]
+                        "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M · baseline", "ViT-S/16 · Full fine-tuning + standard"]
     values = [float(c.sub.split(" dB")[0]) for c in columns[0]]
     assert values == sorted(values, reverse=True)
     # NS-E needs a power: TinyViT without a meter is not ranked there, and the padding cell is empty, not 0.
-    assert [c.text for c in columns[1]] == ["ViT-S/16 · LoRA + standard", "DINOv2 ViT-B/14 (linear probe) · baseline",
+    assert [c.text for c in columns[1]] == ["ViT-S/16 · LoRA + standard", "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M · baseline",
                                             "ViT-S/16 · Full fine-tuning + standard", ""]
     assert all(c.sub.endswith(f"dB {ESTIMATED}") for c in columns[1][:3]) and columns[1][3].css == "empty"
     assert ESTIMATED not in columns[0][0].sub and ESTIMATED not in columns[2][0].sub
     assert [row.label for row in table.rows] == ["1", "2", "3", "4"]
     assert "No NS-E (an input not measured): TinyViT · LoRA + standard." in table.note
-    assert "Left out, random weights (at chance by construction): CLIP ViT-B/16 (zero-shot) · baseline." in table.note
-    assert "Left out, did not end ok: vit_s-bitfit-standard-cifar100." in table.note
+    assert "Left out, random weights (at chance by construction): CLIP-shaped, random init, 0.10 M · baseline." in table.note
+    assert "Left out, no seed ended ok: vit_s-bitfit-standard-cifar100." in table.note
     assert not any("CLIP" in c.text for c in columns[0])
     assert view.ranking_note == RANKING_NOTE and "MiB" in RANKING_NOTE and "never read one alone" in RANKING_NOTE
     assert [c.text for c in view.ranking[1].rows[0].cells] == ["ViT-S/16 · LoRA + standard"] * 4
@@ -169,7 +169,7 @@ def test_baselines_stand_apart_from_the_fine_tuning_tables(tuned, baseline):
                baseline(model="siglip", accuracy=0.2, source="local", dataset="dtd")]
     view = build_view(records)
     peft = view.peft
-    assert [g.title.split(" on ")[0] for g in peft.groups] == ["ViT-S/16", "TinyViT"]
+    assert [g.title.split(",")[0] for g in peft.groups] == ["ViT-S/16-shaped", "TinyViT-shaped"]
     assert [row.label for row in peft.pick.rows] == ["ViT-S/16 · CIFAR-100", "TinyViT · CIFAR-100"]
     assert [t.id for t in peft.inference] == ["p0-vit_s-cifar100-inference", "p1-tinyvit-cifar100-inference",
                                               "b0-clip-cifar100-inference", "b1-siglip-dtd-inference",
@@ -177,10 +177,10 @@ def test_baselines_stand_apart_from_the_fine_tuning_tables(tuned, baseline):
     assert [b.title for b in peft.baselines] == ["CIFAR-100 (synthetic, 100 classes)", "DTD (synthetic, 47 textures)"]
     cifar = peft.baselines[0]
     rows = _rows(cifar.table)
-    assert list(rows) == ["CLIP ViT-B/16 (zero-shot)", "DINOv2 ViT-B/14 (linear probe)", "ViT-S/16", "TinyViT"]
+    assert list(rows) == ["CLIP-shaped, random init, 0.10 M", "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M", "ViT-S/16", "TinyViT"]
     assert cifar.table.header[:6] == ("model", "kind", "starting weights", "held-out accuracy",
                                       "training / probe time", "training energy")
-    clip, dinov2, vit = rows["CLIP ViT-B/16 (zero-shot)"], rows["DINOv2 ViT-B/14 (linear probe)"], rows["ViT-S/16"]
+    clip, dinov2, vit = rows["CLIP-shaped, random init, 0.10 M"], rows["DINOv2-shaped, pretrained here on a synthetic task, 0.10 M"], rows["ViT-S/16"]
     assert [c.text for c in clip[:5]] == ["baseline: zero-shot", "random", "1.0 %", "none", "none"]
     assert clip[2].css == "random" and "at chance by construction, not a finding" in clip[2].sub
     assert clip[8].css.endswith("random") and clip[8].sub == "random weights"
@@ -188,9 +188,9 @@ def test_baselines_stand_apart_from_the_fine_tuning_tables(tuned, baseline):
                                             f"10.0 J {ESTIMATED}"]
     assert dinov2[2].css == "" and dinov2[3].sub == "2 epochs"
     assert vit[0].text == "best fine-tuned: LoRA + standard" and vit[2].text == "70.0 %"
-    assert cifar.weights[0] == ("CLIP ViT-B/16 (zero-shot): random weights, so it scores at chance by construction; "
+    assert cifar.weights[0] == ("CLIP-shaped, random init, 0.10 M: random weights, so it scores at chance by construction; "
                                 "its accuracy is not a finding; give real weights with --gradeff-weights clip=PATH.")
-    assert cifar.weights[1].startswith("DINOv2 ViT-B/14 (linear probe): the suite's own pretraining on a synthetic "
+    assert cifar.weights[1].startswith("DINOv2-shaped, pretrained here on a synthetic task, 0.10 M: the suite's own pretraining on a synthetic "
                                        "source task (cached; 256 steps, source-task held-out accuracy 91.0 %)")
     dtd = peft.baselines[1]
     assert "No fine-tuning cell ran on this dataset." in dtd.table.note
@@ -207,7 +207,7 @@ def test_a_random_linear_probe_is_not_called_a_finding(baseline, tuned):
     view = build_peft_view([tuned(), baseline(model="dinov2", method="linear_probe", accuracy=0.3)])
     (line,) = view.baselines[0].weights
     assert "random weights: the probe reads random features" in line and "--gradeff-weights dinov2=PATH" in line
-    accuracy = _rows(view.baselines[0].table)["DINOv2 ViT-B/14 (linear probe)"][2]
+    accuracy = _rows(view.baselines[0].table)["DINOv2-shaped, random init, 0.10 M"][2]
     assert accuracy.css == "random" and "a probe of random features, not a finding" in accuracy.sub
 
 
@@ -236,16 +236,19 @@ def test_overview_and_methods_name_inference_netscore_and_claims(tuned):
 def test_claims_table_renders_each_verdict_grouped_by_study(monkeypatch, make_record, tuned):
     """Every verdict gets its own style; each study present gets its own group, the main study first."""
     results = [ClaimResult(study="main", key=f"m{i}", claim=f"main claim {i} {SCRIPT}", measured=f"figure {i}",
-                           verdict=verdict, why=f"rule {i}", scale="" if verdict == VERDICTS[3] else "tiny profile")
+                           verdict=verdict, why=f"rule {i}", scale="" if verdict == VERDICTS[3] else "tiny profile",
+                           grids=("main",))
                for i, verdict in enumerate(VERDICTS)]
     results.insert(0, ClaimResult(study="peft", key="p", claim="peft claim", measured="n/a", verdict=VERDICTS[3],
-                                  why="needs cells"))
+                                  why="needs cells", grids=("peft", "baselines")))
     monkeypatch.setattr(claims_report, "evaluate_claims", lambda records: results)
     view = build_view([make_record("vit-sgd-standard"), tuned()])
     assert [g.title for g in view.claims.groups] == [claims_report.STUDY_TITLES["main"],
                                                      claims_report.STUDY_TITLES["peft"]]
     main = view.claims.groups[0].table
     assert main.header == ("claim", "measured here", "verdict", "why", "scale")
+    assert main.caption.endswith("(grids read: main)")
+    assert view.claims.groups[1].table.caption.endswith("(grids read: peft, baselines)")
     assert [row.cells[1].css for row in main.rows] == ["verdict reproduced", "verdict not-reproduced",
                                                        "verdict contradicted", "verdict not-measurable-here"]
     assert [row.cells[3].text for row in main.rows] == ["tiny profile"] * 3 + [NA]
@@ -273,13 +276,22 @@ def test_a_study_without_records_gets_one_line_not_a_table_of_na(tuned):
 
 
 def test_claims_section_evaluates_the_records(tuned, baseline):
-    """From real records: the DINOv2 claim is contradicted when the probe trails fine-tuning, with the scale caveat."""
+    """From real records: a self-pretrained DINOv2 stand-in is not measurable; with real weights, a probe trailing
+    fine-tuning contradicts the claim, with the scale caveat."""
     records = [tuned(accuracy=0.7), baseline(model="dinov2", method="linear_probe", accuracy=0.45,
                                              source="pretrained")]
-    group = next(g for g in build_view(records).claims.groups if g.id == "claims-peft-group")
-    rows = {row.label: row.cells for row in group.table.rows}
+
+    def rows_of(records):
+        group = next(g for g in build_view(records).claims.groups if g.id == "claims-peft-group")
+        return {row.label: row.cells for row in group.table.rows}
+
+    dinov2 = next(cells for claim, cells in rows_of(records).items() if claim.startswith("DINOv2 surpasses"))
+    assert dinov2[1].text == "not measurable here" and "a stand-in, not the named model's weights" in dinov2[2].text
+    records[1] = baseline(model="dinov2", method="linear_probe", accuracy=0.45, source="local")
+    rows = rows_of(records)
     dinov2 = next(cells for claim, cells in rows.items() if claim.startswith("DINOv2 surpasses"))
     assert dinov2[1].text == "contradicted" and dinov2[1].css == "verdict contradicted"
+    assert dinov2[1].sub == "single draw"
     assert dinov2[0].text.startswith("DINOv2 probe 45.0 % vs best fine-tuned 70.0 %")
     assert "tiny profile" in dinov2[3].text
     prompted = next(cells for claim, cells in rows.items() if "autoregressive VLMs" in claim)

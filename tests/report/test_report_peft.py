@@ -42,10 +42,17 @@ def peft_record(make_peft_record):
     return make_peft_record
 
 
+def _with_peak(record):
+    # The live-tensor peak of a step: the breakdown's parameters, gradients and activations (state left out).
+    memory = record.meters["memory"]
+    memory["peak_bytes"] = memory["parameter_bytes"] + memory["gradient_bytes"] + memory["activation_bytes"]
+    return record
+
+
 @pytest.fixture
 def peft_cells(peft_record):
     """One backbone on one dataset: full, LoRA (two strategies), a failed QLoRA, BitFit without energy."""
-    return [
+    return [_with_peak(r) for r in (
         peft_record(method="full", accuracies=(0.5, 0.70), trainable=100_000, total=100_000, activation=8 * 2**20,
                     joules=40.0, seconds=(2.0, 2.0)),
         peft_record(method="lora", accuracies=(0.5, 0.72), trainable=2_000, total=102_000, activation=6 * 2**20,
@@ -56,7 +63,7 @@ def peft_cells(peft_record):
                     activation=2**20, joules=1.0),
         peft_record(method="bitfit", accuracies=(0.5, 0.69), trainable=500, total=100_000, activation=4 * 2**20,
                     joules=None, seconds=(1.0, 1.0)),
-    ]
+    )]
 
 
 def test_sections_split_by_grid(make_record, peft_cells):
@@ -65,11 +72,12 @@ def test_sections_split_by_grid(make_record, peft_cells):
     view = build_view(main + peft_cells)
     assert [m.key for m in view.models] == ["vit", "llm"]  # an unknown grid reads as the main study
     assert view.main_note == "" and view.peft.missing_note == ""
-    assert [g.title for g in view.peft.groups] == ["ViT-S/16 on CIFAR-100 (synthetic, 100 classes)"]
+    assert [g.title for g in view.peft.groups] == [
+        "ViT-S/16-shaped, random init, 0.10 M · CIFAR-100 (synthetic, 100 classes)"]
     assert [row.label for row in view.recommendations.rows] == ["ViT (ViT-B/16 style)", "Llama-3.2-1B-style decoder"]
     assert dict(view.overview)["grids"] == ("main: 1 cell, Optimizers × memory strategies (main study); "
-                                            "elsewhere: 1 cell, elsewhere; "
-                                            "peft: 5 cells, Fine-tuning methods × checkpointing (PEFT study)")
+                                            "peft: 5 cells, Fine-tuning methods × checkpointing (PEFT study); "
+                                            "elsewhere: 1 cell, elsewhere")
     only_main = build_view(main)
     assert only_main.peft.missing_note == MISSING_NOTE and only_main.peft.groups == ()
 
@@ -98,76 +106,77 @@ def test_heldout_accuracy_metric_in_percent_shown_where_measured(make_record):
     assert metric_value(make_record("llm-sgd-standard"), "heldout_accuracy") is None
     view = build_view([vit, make_record("llm-sgd-standard")])
     ids = {m.key: [t.id for t in m.tables] for m in view.models}
-    assert ids["vit"][2].endswith("-heldout_accuracy") and not any("heldout" in i for i in ids["llm"])
+    assert ids["vit"][0].endswith("-heldout_accuracy") and not any("heldout" in i for i in ids["llm"])
+    assert ids["llm"][0].endswith("-test_loss")  # the quality metric comes first, whatever it is
     table = next(t for t in view.models[0].tables if t.id.endswith("-heldout_accuracy"))
     assert table.rows[0].cells[0].text == "25.0 %" and table.rows[0].cells[0].css == "best"
 
 
 def test_peft_tables_values_best_and_failures(peft_cells):
-    """Accuracy, parameters, memory, time, energy tables: values, best ok cell, status, n/a (never 0)."""
+    """Accuracy, parameters, memory, time, energy tables: values, first place, status, n/a (never 0)."""
     group = _group(build_peft_view(peft_cells))
-    assert group.summary.startswith("5 cells: 4 ok, 1 error; starting weights: random")
+    assert group.summary.startswith("5 cells, 5 runs (seeds 0): 4 ok, 1 error; starting weights: random")
     accuracy = _table(group, "heldout_accuracy")
     assert accuracy.header == ("method", "standard", "checkpoint")
     assert "Bayes classifier's 90.0 %" in accuracy.caption
     assert _texts(accuracy) == {"Full fine-tuning": ["70.0 %", NA], "LoRA": ["72.0 %", "72.0 %"],
                                 "QLoRA (4-bit NF4 + LoRA)": ["error", NA], "BitFit (biases only)": ["69.0 %", NA]}
-    # The failed QLoRA cell's 95 % does not win; the tie between LoRA's strategies highlights both.
+    # The failed QLoRA cell's 95 % does not win; LoRA's two strategies are the same run: both first.
     assert _css(accuracy)["LoRA"] == ["best", "best"] and _css(accuracy)["QLoRA (4-bit NF4 + LoRA)"][0] == \
         "status error"
+    assert accuracy.rows[1].cells[1].title == "the same numbers as the best on every seed"
     assert accuracy.rows[2].cells[0].title == "RuntimeError: boom"
     assert accuracy.rows[0].cells[1].title == "cell not in the results"
     parameters = _table(group, "trainable_parameters")
     assert parameters.rows[0].cells[0].text == "100k" and parameters.rows[0].cells[0].sub == "100.0 % of 100k"
     bitfit = parameters.rows[3].cells[0]
-    assert (bitfit.text, bitfit.sub, bitfit.css) == ("500", "0.5 % of 100k", "best")
-    memory = _table(group, "train_memory")
-    assert memory.caption == "Training memory (breakdown sum)" and "no GPU allocator peak" in memory.note
+    assert (bitfit.text, bitfit.sub, bitfit.css) == ("500", "0.5 % of 100k", "")  # a count is not a race
+    memory = _table(group, "peak")
+    assert memory.caption == "Training memory (live-tensor peak of a step)" and "live-tensor peak" in memory.note
     assert _texts(memory)["LoRA"] == ["8.00 MiB", "4.00 MiB"] and _css(memory)["LoRA"][1] == "best"
     assert _texts(_table(group, "epoch_seconds"))["BitFit (biases only)"] == ["1.00 s", NA]
     energy = _table(group, "energy")
     cell = energy.rows[3].cells[0]
     assert (cell.text, cell.css, cell.title) == (NA, "na", "not measured")
     assert "estimate" in energy.note and _css(energy)["LoRA"] == ["best", ""]
+    assert _table(group, "seconds_to_target").rows == ()  # no cell reached a target: a note, not a table
 
 
-def test_memory_reads_the_gpu_allocator_peak_where_measured(peft_cells, peft_record):
-    """One GPU-measured cell switches the group's memory table and winner to the allocator peak."""
-    cells = peft_cells + [peft_record(method="adalora", gpu_alloc=3 * 2**20, activation=2**30)]
+def test_memory_is_the_live_peak_even_beside_a_gpu_allocator_peak(peft_cells, peft_record):
+    """The study's memory metric is the live-tensor peak on every device; an allocator peak does not switch it."""
+    cells = peft_cells + [_with_peak(peft_record(method="adalora", gpu_alloc=3 * 2**20, activation=2**30))]
     view = build_peft_view(cells)
     memory = next(t for t in _group(view).tables if "Training memory" in t.caption)
-    assert memory.caption == "Training memory (GPU allocator peak)" and memory.id.endswith("-gpu_alloc")
-    assert _texts(memory)["AdaLoRA"] == ["3.00 MiB", NA] and _texts(memory)["LoRA"] == [NA, NA]
-    assert view.pick.rows[0].cells[1].text == "AdaLoRA + standard"
+    assert memory.id.endswith("-peak") and _texts(memory)["AdaLoRA"] == ["1.00 GiB", NA]
+    assert view.pick.rows[0].cells[2].text.startswith("lora/checkpoint 4.00 MiB")
 
 
-def test_winners_only_ok_cells_first_wins_ties_and_missing_is_na(peft_cells, peft_record):
-    """Which method to pick: accuracy, memory, time, energy winners with values; ties keep the first cell."""
+def test_pick_is_the_answers_verdicts_per_backbone_and_dataset(peft_cells, peft_record):
+    """Which method to pick: the same verdicts as the Answer, identical cells merged, single draws said so."""
     pick = build_peft_view(peft_cells).pick
-    assert pick.header == ("backbone · dataset", "Highest accuracy", "Least memory", "Fastest epoch", "Least energy")
+    assert pick.header == ("backbone · dataset", "Best quality", "Fastest to target", "Least memory",
+                           "Least energy to target")
     (row,) = pick.rows
     assert row.label == "ViT-S/16 · CIFAR-100"
-    assert [c.text for c in row.cells] == ["LoRA + standard", "LoRA + checkpoint", "BitFit (biases only) + standard",
-                                           "LoRA + standard"]
-    assert row.cells[0].sub.startswith("72.0 %") and row.cells[1].sub.startswith("4.00 MiB")
-    winners = peft_analysis.winners(peft_analysis.sort_peft(peft_cells))
-    assert winners["accuracy"].record.cell == "vit_s-lora-standard-cifar100"  # the tie keeps standard
-    failed_only = peft_analysis.winners([peft_cells[3]])
-    assert all(w.record is None and w.value is None for w in failed_only.values())
-    assert failed_only["memory"].metric is None
-    unmeasured = build_peft_view([peft_record(joules=None)]).pick.rows[0].cells[3]
-    assert (unmeasured.text, unmeasured.css) == (NA, "na")
+    assert [c.text for c in row.cells] == ["lora/standard ≡ lora/checkpoint (identical) 72.0 % (single draw)", NA,
+                                           "lora/checkpoint 4.00 MiB (single draw)", NA]
+    assert row.cells[1].title == "no target to reach (no test split, or no epoch trained)"
+    assert row.cells[0].sub == "Test top-1 accuracy" and row.cells[2].sub.startswith("Peak tensor memory")
+    failed_only = build_peft_view([peft_cells[3]]).pick.rows[0].cells
+    assert all(c.css == "na" for c in failed_only)
 
 
 def test_versus_full_points_and_ratios(peft_cells):
-    """Each method against full fine-tuning: accuracy points, memory/time/energy ratios, n/a where a side lacks."""
+    """Each method against full fine-tuning, seed by seed: accuracy points, memory/time/energy ratios, n/a gaps."""
+    from gradeff.analysis.runs import by_cell
+
     versus = {(v.record.method, v.record.strategy): v
-              for v in peft_analysis.versus_full(peft_analysis.sort_peft(peft_cells), "train_memory")}
+              for v in peft_analysis.versus_full(by_cell(peft_analysis.sort_peft(peft_cells)))}
     lora = versus[("lora", "standard")]
-    assert lora.accuracy_points == pytest.approx(2.0) and lora.memory == pytest.approx(8 / 10)
-    assert lora.time == pytest.approx(0.75) and lora.energy == pytest.approx(0.75)
+    assert lora.accuracy_points.mean == pytest.approx(2.0) and lora.memory.interval.mean == pytest.approx(8 / 10)
+    assert lora.time.interval.mean == pytest.approx(0.75) and lora.energy.interval.mean == pytest.approx(0.75)
     bitfit = versus[("bitfit", "standard")]
-    assert bitfit.accuracy_points == pytest.approx(-1.0) and bitfit.energy is None  # BitFit's energy unmeasured
+    assert bitfit.accuracy_points.mean == pytest.approx(-1.0) and bitfit.energy is None  # BitFit's energy unmeasured
     checkpoint = versus[("lora", "checkpoint")]
     assert checkpoint.reference is None and checkpoint.accuracy_points is None and checkpoint.memory is None
     assert versus[("qlora", "standard")].accuracy_points is None  # the failed cell
@@ -185,13 +194,13 @@ def test_versus_full_points_and_ratios(peft_cells):
 
 def test_checkpoint_ratios_per_backbone_and_method(peft_cells):
     """Static checkpointing: checkpoint / standard per backbone, dataset and method; None where a side lacks."""
-    memory = peft_analysis.checkpoint_ratios(peft_cells, "train_memory")
-    assert memory[("vit_s", "cifar100", "lora")] == pytest.approx(4 / 8)
+    memory = peft_analysis.checkpoint_ratios(peft_cells, "peak")
+    assert memory[("vit_s", "cifar100", "lora")].interval.mean == pytest.approx(4 / 8)
     assert memory[("vit_s", "cifar100", "full")] is None
-    assert peft_analysis.checkpoint_ratios(peft_cells, "epoch_seconds")[("vit_s", "cifar100", "lora")] == \
-        pytest.approx(1.2)
+    assert peft_analysis.checkpoint_ratios(peft_cells, "epoch_seconds")[("vit_s", "cifar100", "lora")].interval.mean \
+        == pytest.approx(1.2)
     tables = {t.id: t for t in build_peft_view(peft_cells).ratios}
-    memory_table = tables["peft-ratio-train_memory"]
+    memory_table = tables["peft-ratio-peak"]
     assert memory_table.header == ("method", "vit_s / cifar100")
     assert _texts(memory_table) == {"Full fine-tuning": [NA], "LoRA": ["0.50×"], "QLoRA (4-bit NF4 + LoRA)": [NA],
                                     "BitFit (biases only)": [NA]}
@@ -238,9 +247,9 @@ def test_hparams_and_methods_describe_heldout_parameters_and_weights(peft_cells,
     assert cells["starting weights"] == "random" and cells["method.lora_r"] == "8"
     assert "PEFT study" in table.caption and "heldout_samples" in table.note
     text = dict(methods(peft_cells + [make_record()]))
-    assert "eval mode" in text["Held-out evaluation"] and "without autograd" in text["Held-out evaluation"]
-    assert "outside the epoch's timing" in text["Held-out evaluation"]
-    assert "5 of the 6 cells" in text["Held-out evaluation"]
+    assert "eval mode" in text["Test evaluation"] and "without autograd" in text["Test evaluation"]
+    assert "outside the epochs' timing" in text["Test evaluation"]
+    assert "5 of the 6 runs" in text["Test evaluation"]
     assert "unpacked" in text["Parameters"] and "random (5 cells), n/a (1 cell)" in text["Starting weights"]
 
 

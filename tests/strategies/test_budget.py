@@ -81,8 +81,10 @@ def test_budget_sweep_on_a_real_model(model, tmp_path, monkeypatch):
     probe = _run(model, "budget", budget=10**12)  # everything fits: the plan's predictions, nothing checkpointed
     unconstrained = probe.plan["unconstrained_peak_bytes"]
     frugal = _run(model, "budget", budget=standard.meters["memory"]["peak_bytes"] // 2 or 1)
+    # The last budget clears the fully checkpointed step's prediction after the 10 % margin: on the tiny llm's
+    # batch of 32 that prediction runs up to ~14 % above the checkpoint cell's measured peak (conservative).
     budgets = [int(unconstrained / 0.9) + 1, int(unconstrained * 0.95), int(unconstrained * 0.85),
-               int(checkpoint.meters["memory"]["peak_bytes"] * 1.2)]
+               int(checkpoint.meters["memory"]["peak_bytes"] * 1.3)]
     counts = []
     for budget in budgets:
         record = _run(model, "budget", budget=budget)
@@ -115,3 +117,53 @@ def test_only_full_checkpointing_fits_means_the_checkpoint_cell(tmp_path, monkey
     record = _run("modernbert", "budget", budget=int((all_blocks + one_fewer) / 2 / 0.9))
     assert record.plan["checkpointed_layers"] == record.plan["layers"] == checkpoint.plan["checkpointed_layers"]
     assert record.meters["memory"]["peak_bytes"] == checkpoint.meters["memory"]["peak_bytes"]
+
+
+def test_calibration_checks_a_prediction_within_its_error_band_against_a_measured_pass():
+    """Every block's prediction misses the target by less than the band: a measured pass decides, and the shifted
+    predictions plan again; far beyond the band, or fitting already, nothing is measured."""
+    from gradeff.strategies.budget import ERROR_BAND, calibrated
+
+    profile = _profile()
+    frugal = profile.predicted_peak(["l0", "l1", "l2"])
+    measured = []
+
+    def measure(peak):
+        def run():
+            measured.append(peak)
+            return peak
+        return run
+
+    # Target just below the prediction for every block: refused by the prediction alone.
+    budget = int(frugal / 0.9 / 1.05)
+    missed = plan(profile, budget, 0.1)
+    assert not missed.fits and missed.predicted_peak <= missed.target * (1 + ERROR_BAND)
+    # The measured pass with every block checkpointed is lower: the plan fits, shifted by the difference.
+    fixed = calibrated(profile, missed, measure(frugal - 1_000))
+    assert fixed.fits and fixed.measured_frugal_peak == frugal - 1_000 and measured == [frugal - 1_000]
+    assert fixed.prefix_peaks == tuple(p - 1_000 for p in missed.prefix_peaks)
+    assert fixed.to_record()["measured_frugal_peak_bytes"] == frugal - 1_000
+    assert len(fixed.checkpointed) <= len(missed.checkpointed)
+    # Measured higher still: refused, now on the measurement.
+    assert not calibrated(profile, missed, measure(frugal + 1_000)).fits
+    # Nothing measured where the plan fits, or where the target is far beyond the band.
+    fitting = plan(profile, 20_000, 0.1)
+    assert calibrated(profile, fitting, measure(1)) is fitting
+    hopeless = plan(profile, 1_000, 0.1)
+    assert calibrated(profile, hopeless, measure(1)) is hopeless and measured == [frugal - 1_000, frugal + 1_000]
+    assert "measured_frugal_peak_bytes" not in fitting.to_record()
+
+
+def test_a_budget_that_checkpointing_every_block_meets_is_never_refused(tmp_path, monkeypatch):
+    """The tiny LLM: the prediction with every block checkpointed lies above the measured checkpoint cell's peak.
+    A budget between the two used to end oom; the calibrated plan runs, within the budget."""
+    monkeypatch.setenv("GRADEFF_CACHE", str(tmp_path))
+    checkpoint = _run("llm", "checkpoint")
+    predicted_all = _run("llm", "budget", budget=10**12).plan["prefix_peak_bytes"][-1]
+    measured_all = checkpoint.meters["memory"]["peak_bytes"]
+    assert measured_all < predicted_all
+    budget = int((measured_all + predicted_all) / 2 / 0.9)
+    record = _run("llm", "budget", budget=budget)
+    assert record.status == "ok", record.detail
+    assert record.plan["measured_frugal_peak_bytes"] <= record.plan["target_bytes"] < predicted_all
+    assert record.meters["memory"]["peak_bytes"] <= budget

@@ -1,0 +1,90 @@
+"""The report's first section, the Answer, and the real-data grid's own section.
+
+The Answer is :func:`gradeff.analysis.answer.answer`, the function whose lines end the terminal summary:
+per study that answers (the main study, the PEFT study, the real-data grid), a table with a row per model
+(or backbone and dataset) and a column per question, each cell the verdict's words
+(:func:`gradeff.analysis.answer.verdict_text`), and the same lines as the terminal prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gradeff.analysis import scope
+from gradeff.analysis.answer import AnswerLine, answer, line_text, verdict_text
+from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, OBJECTIVE_TITLES
+from gradeff.analysis.pairing import SINGLE_DRAW, TIE
+from gradeff.analysis.runs import by_cell
+from gradeff.formatting import NA
+from gradeff.report.tables import places, resolve, runs_cell
+from gradeff.report.view import AnswerGroupView, AnswerView, Cell, RealView, Row, Table, html_id
+from gradeff.results import CellRecord
+
+__all__ = ["ANSWER_MISSING_NOTE", "ANSWER_RULES", "REAL_MISSING_NOTE", "build_answer_view", "build_real_view"]
+
+ANSWER_MISSING_NOTE = "No records of a study that answers 'what should I use' (main, PEFT or real data)."
+REAL_MISSING_NOTE = "No records of the real-data grid (-m real) in these results."
+ANSWER_RULES = (
+    "Per model (main study, real data) or backbone and dataset (PEFT study), the cell to use for each question: "
+    "quality is the test split's loss (top-1 accuracy for a classifier, micro-F1 for multi-label); speed and "
+    "energy are the seconds and joules until the test loss first reached the target, halfway from the untrained "
+    "model's to the task's floor (a cell that missed it on a seed does not compete); memory is the live-tensor "
+    "peak of a training step. Only seeds that ended ok count. Over several seeds each cell is compared with the "
+    "best seed by seed (paired t-test, Holm-adjusted, 5 %): a winner beats every other cell, a tie names every "
+    "cell it cannot separate and is never a win, identical cells (the same numbers on every seed, e.g. "
+    "checkpointing against standard) are one entry; with one seed a winner is a single draw. Each study reads "
+    "its own cells only.")
+_REAL_METRICS = ("quality", "final_loss", "seconds_to_target", "epoch_seconds", "peak", "energy")
+
+
+def _row(line: AnswerLine) -> Row:
+    cells = []
+    for objective in ANSWER_OBJECTIVES:
+        found = line.verdicts[objective]
+        if found.ranking is None:
+            cells.append(Cell(text=f"{NA}: {found.reason}", css="na text"))
+            continue
+        outcome = found.ranking.outcome
+        css = "text" + (" tie" if outcome == TIE else " draw" if outcome == SINGLE_DRAW else " best")
+        cells.append(Cell(text=verdict_text(found, line.labels), sub=found.metric.label, css=css))
+    return Row(label=f"{line.subject}", cells=(Cell(text=line.title, css="text"), *cells,
+                                               Cell(text="; ".join(line.notes) or "", css="text")))
+
+
+def build_answer_view(records: Sequence[CellRecord]) -> AnswerView:
+    """The Answer section from every record of the report (each study's lines read its own records)."""
+    lines = answer(records)
+    groups = []
+    for index, study in enumerate(dict.fromkeys(line.study for line in lines)):
+        mine = [line for line in lines if line.study == study]
+        table = Table(id=html_id(study, index, prefix="answer-"), caption=scope.STUDIES[study].title,
+                      header=("subject", "what ran", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES), "note"),
+                      rows=tuple(_row(line) for line in mine))
+        groups.append(AnswerGroupView(id=f"answer-{study}", title=scope.STUDIES[study].title, table=table,
+                                      lines=tuple(line_text(line) for line in mine)))
+    return AnswerView(groups=tuple(groups), missing_note="" if groups else ANSWER_MISSING_NOTE, rules=ANSWER_RULES)
+
+
+def build_real_view(records: Sequence[CellRecord]) -> RealView:
+    """The real-data grid's section: per model and dataset, every cell over its seeds (its records only)."""
+    if not records:
+        return RealView(missing_note=REAL_MISSING_NOTE, tables=())
+    groups: dict[tuple[str, str], list[CellRecord]] = {}
+    for record in records:
+        groups.setdefault((record.model, record.dataset), []).append(record)
+    tables = []
+    for index, ((model, dataset), group) in enumerate(groups.items()):
+        runs = by_cell(group)
+        metrics = [resolve(key, group) for key in _REAL_METRICS]
+        ranked = {metric.key: places(runs, metric) for metric in metrics}
+        rows = tuple(Row(label=cell, cells=tuple(runs_cell(cell_runs, metric, ranked[metric.key].get(cell, ""))
+                                                 for metric in metrics))
+                     for cell, cell_runs in runs.items())
+        tables.append(Table(
+            id=html_id(f"{model}-{dataset}", index, prefix="real-"), caption=f"{model} on {dataset}",
+            header=("cell", *(m.label for m in metrics)), rows=rows,
+            note="Real data has no known loss floor; quality is the dataset's own test split. Mean over the seeds "
+                 "that ended ok; highlighted: the first place over seeds (paired, Holm, 5 %)."
+                 + (f" {METRICS['seconds_to_target'].label}: n/a where the target is unknown (no floor)." if all(
+                     r.summary.target_loss is None for r in group) else "")))
+    return RealView(missing_note="", tables=tuple(tables))

@@ -1,0 +1,144 @@
+"""The Answer: verdicts per model over every seed, each study its own lines, names that say what ran."""
+
+import random
+
+from gradeff.analysis import naming
+from gradeff.analysis.answer import SANITY_METHOD, answer, cell_label, line_text, sanity_accuracy, verdict_text
+from gradeff.analysis.runs import by_cell
+from gradeff.analysis.verdicts import verdict, verdicts
+from tests.analysis.factories import run, runs
+
+
+def _reached(seconds):
+    return {"target_loss": 5.0, "steps_to_target": 8, "seconds_to_target": seconds, "joules_to_target": seconds}
+
+
+def test_quality_winner_with_interval_and_n():
+    """Over three seeds the best test loss wins with its mean ± half-width and n; training loss plays no part."""
+    records = [*runs("llm-adam-standard", (1.0, 1.1, 1.05), train=9.0),
+               *runs("llm-sgd-standard", (2.0, 2.1, 2.2), train=0.1)]
+    found = verdicts(records)["quality"]
+    assert found.ranking.outcome == "winner" and found.best.cell == "llm-adam-standard"
+    assert found.interval.n == 3 and found.metric.key == "test_loss"
+    text = verdict_text(found, {"llm-adam-standard": "adam/standard", "llm-sgd-standard": "sgd/standard"})
+    assert text.startswith("adam/standard 1.05 ± ") and "(n=3)" in text and "every other cell worse" in text
+    assert [g[0].cell for g in found.groups()] == ["llm-adam-standard"]
+
+
+def test_ties_identical_and_single_draws_in_words():
+    """A tie names its set; identical cells are one entry; one seed is a single draw."""
+    labels = {c: c.split("-", 1)[1] for c in ("llm-adam-standard", "llm-adam-checkpoint", "llm-sgd-standard")}
+    tied = verdicts([*runs("llm-adam-standard", (1.0, 1.4, 1.2)), *runs("llm-sgd-standard", (1.3, 1.1, 1.25))])
+    assert verdict_text(tied["quality"], labels).startswith("tie between adam-standard 1.2 ± 0.4968 (n=3)")
+    assert "; sgd-standard" in verdict_text(tied["quality"], labels)
+    same = verdicts([*runs("llm-adam-standard", (1.0, 1.4)), *runs("llm-adam-checkpoint", (1.0, 1.4))])
+    assert verdict_text(same["quality"], labels).startswith("adam-standard ≡ adam-checkpoint (identical) 1.2 ± ")
+    assert verdict_text(same["quality"], labels).endswith("every cell gave the same numbers")
+    draw = verdicts([run("llm-adam-standard", test=1.0), run("llm-sgd-standard", test=2.0)])
+    assert verdict_text(draw["quality"], labels) == "adam-standard 1 (single draw)"
+    equal = verdicts([run("llm-adam-standard", test=1.0), run("llm-sgd-standard", test=1.0, train=0.2)])
+    assert verdict_text(equal["quality"], labels) == "tie between sgd-standard 1; adam-standard (single draw)"
+    alone = verdicts([*runs("llm-adam-standard", (1.0, 1.4))])
+    assert verdict_text(alone["quality"], labels) == "adam-standard 1.2 ± 2.541 (n=2)"
+
+
+def test_speed_and_energy_need_the_target_on_every_seed():
+    """A cell that missed the target on a seed does not compete; without any, speed is n/a and says why."""
+    fast = [run("llm-adam-standard", s, summary=_reached(1.0 + s / 10)) for s in range(2)]
+    slow = [run("llm-sgd-standard", s, summary=_reached(5.0 + s / 10)) for s in range(2)]
+    missed = [run("llm-cgd-standard", 0, summary=_reached(0.1)), run("llm-cgd-standard", 1,
+                                                                      summary={"target_loss": 5.0})]
+    found = verdicts([*fast, *slow, *missed])
+    assert found["speed"].best.cell == "llm-adam-standard" and found["speed"].ranking.outcome == "winner"
+    assert found["speed"].left_out == ("llm-cgd-standard: not reached on 1 of 2 seeds",)
+    assert found["energy"].best.cell == "llm-adam-standard"
+    none = verdicts([run("llm-adam-standard", summary={"target_loss": 5.0})])["speed"]
+    assert none.ranking is None and none.reason == "no cell reached the target on every seed"
+    na = verdicts([run("llm-adam-standard")])["speed"]
+    assert na.ranking is None and na.reason == "no target to reach (no test split, or no epoch trained)"
+    assert na.left_out == ("llm-adam-standard: n/a on 1 of 1 seeds",)
+    assert verdict_text(none, {}) == "n/a: no cell reached the target on every seed"
+
+
+def test_memory_without_a_live_peak_or_isolation_names_no_winner():
+    """No live peak and a shared process: memory has no metric, and says why."""
+    found = verdict(by_cell([run(peak=None), run("llm-sgd-standard", peak=None)]), "memory")
+    assert found.metric is None and found.ranking is None and "live-tensor peak" in found.reason
+    assert found.interval is None and found.best is None and found.groups() == ()
+
+
+def test_each_study_answers_with_its_own_cells():
+    """Main, PEFT and real-data lines each read their own grid; memory-grid and baseline cells answer nothing."""
+    records = [*runs("vit-adam-standard", (1.0, 1.1), accuracy=0.9), *runs("vit-sgd-standard", (2.0, 2.1),
+                                                                           accuracy=0.2),
+               run("vit-adamw-digits", grid="real", accuracy=0.95), run("vit-sgd-digits", grid="real", accuracy=0.1),
+               run("vit_s-lora-standard-cifar100", grid="peft", accuracy=0.5),
+               run("llm-budget40", grid="memory"), run("clip-zero_shot-cifar100", grid="baselines",
+                                                       optimizer="adamw", strategy="standard", method="zero_shot",
+                                                       dataset="cifar100", model="clip")]
+    lines = answer(records)
+    assert [(line.study, line.subject) for line in lines] == [
+        ("main", "vit"), ("peft", "vit_s · cifar100"), ("real", "vit · digits")]
+    main = lines[0]
+    assert set(main.labels) == {"vit-adam-standard", "vit-sgd-standard"}
+    assert main.quality.best.cell == "vit-adam-standard" and main.quality.metric.key == "heldout_accuracy"
+    assert lines[2].quality.best.cell == "vit-adamw-digits"
+    text = line_text(main)
+    assert text.startswith("vit: test top-1 accuracy: adam 90.0 % ± 0.0 % (n=2), every other cell worse")
+    assert "| fastest to target: n/a" in text and "| least memory: " in text
+    # The same records in any order: the same lines.
+    shuffled = list(records)
+    random.Random(1).shuffle(shuffled)
+    assert [line_text(line) for line in answer(shuffled)] == [line_text(line) for line in lines]
+
+
+def test_a_model_with_two_datasets_gets_a_line_per_dataset():
+    """Accuracy on two datasets is not one comparison: a main-study model on two datasets answers twice."""
+    records = [run("vit-adam-standard", accuracy=0.5, dataset="image_classification"),
+               run("vit-adam-standard-cifar100", accuracy=0.4, dataset="cifar100")]
+    assert [line.subject for line in answer(records)] == ["vit · image_classification", "vit · cifar100"]
+    (line,) = answer([run("llm-adam-standard"), run("llm-sgd-standard")])
+    assert line.subject == "llm" and set(line.labels.values()) == {"adam", "sgd"}
+    assert cell_label(records[0], ("optimizer", "strategy")) == "adam/standard"
+    assert cell_label(records[0], ()) == "vit-adam-standard"
+
+
+def test_the_sanity_baseline_flags_fine_tuning_that_learned_nothing():
+    """A raw-pixel 1-NN record (or a task field) sets the bar; a winner at or below it is flagged."""
+    tuned = [run("vit_s-lora-standard-cifar100", grid="peft", accuracy=0.30),
+             run("vit_s-full-standard-cifar100", grid="peft", accuracy=0.20)]
+    assert sanity_accuracy(tuned, "cifar100") is None and answer(tuned)[0].notes == ()
+    with_field = [run("vit_s-lora-standard-cifar100", grid="peft", accuracy=0.30,
+                      task={"sanity_accuracy": 0.35}), tuned[1]]
+    assert sanity_accuracy(with_field, "cifar100") == 35.0
+    (line,) = answer(with_field)
+    assert line.notes == ("lora does not beat the raw-pixel nearest-neighbour baseline (35.0 %): "
+                          "fine-tuning learned nothing the pixels did not already hold",)
+    assert line_text(line).endswith("already hold]")
+    baseline = run(f"vit_s-{SANITY_METHOD}-standard-cifar100", grid="peft", accuracy=0.10)
+    assert sanity_accuracy([*tuned, baseline], "cifar100") == 10.0
+    assert answer([*tuned, baseline])[0].notes == () and len(answer([*tuned, baseline])) == 1
+    assert sanity_accuracy([*tuned, baseline], "dtd") is None
+
+
+def test_names_say_what_ran():
+    """A tiny random or self-pretrained model is '<family>-shaped', with its size; real weights keep the name."""
+    clip = run("clip-zero_shot-cifar100", grid="baselines", model="clip", method="zero_shot", strategy="standard",
+               optimizer="adamw", dataset="cifar100", parameters={"total": 260_000},
+               weights={"source": "random"})
+    assert naming.what_ran(clip) == "CLIP-shaped, random init, 0.26 M"
+    pretrained = run("dinov2-linear_probe-cifar100", grid="baselines", model="dinov2", method="linear_probe",
+                     strategy="standard", optimizer="adamw", dataset="cifar100", parameters={"total": 227_000},
+                     weights={"source": "pretrained"})
+    assert naming.what_ran(pretrained) == "DINOv2-shaped, pretrained here on a synthetic task, 0.23 M"
+    real = run("dinov2-linear_probe-cifar100", grid="baselines", model="dinov2", method="linear_probe",
+               strategy="standard", optimizer="adamw", dataset="cifar100", weights={"source": "local", "path": "/m"})
+    assert naming.what_ran(real) == "DINOv2 ViT-B/14 (linear probe)" and naming.real_weights(real)
+    assert not naming.real_weights(run(weights={"source": "local", "real": False}))
+    assert naming.real_weights(run(weights={"source": "pretrained", "real": True}))
+    big = run(parameters={"total": 1.24e9}, weights={})
+    assert naming.what_ran(big) == "Llama-3.2-1B-shaped, 1240 M" and naming.weights_source(big) is None
+    assert naming.what_ran(run("mystery-adam-standard", grid="elsewhere", weights=[])) == "mystery-shaped"
+    vim = run("vim_s-lora-standard-cifar100", grid="peft", weights={"source": "pretrained"}, parameters={})
+    assert naming.what_ran(vim) == "Vision Mamba-shaped, pretrained here on a synthetic task"
+    assert naming.group_title([]) == "" and naming.group_title([clip]).endswith("· CIFAR-100 (synthetic, 100 classes)")
