@@ -99,7 +99,8 @@ GRIDS: Registry[GridSpec] = Registry(
         # The PEFT study's foundation-model baselines, used without fine-tuning: zero-shot contrastive models,
         # a frozen self-supervised backbone with a linear probe, autoregressive VLMs prompted to classify.
         GridSpec(key="baselines", name="Foundation-model baselines (PEFT study)",
-                 models=("clip", "siglip", "dinov2", "smolvlm", "vlm_prompt"), optimizers=("adamw",),
+                 models=("clip", "siglip", "dinov2", "smolvlm", "vlm_prompt", "paligemma", "mobilevlm"),
+                 optimizers=("adamw",),
                  strategies=("standard",), methods=("zero_shot", "linear_probe"), datasets=("cifar100", "dtd"),
                  id_axes=("model", "method", "dataset"), focus="accuracy"),
         # Peak memory against time per epoch for every way to trade one for the other, in one run: static

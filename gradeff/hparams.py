@@ -104,7 +104,7 @@ _PAPER_FINE_TUNE = dict(lr=1e-4, batch_size=64, epochs=10, train_samples=49_920,
                         validation_samples=5_000, eval_every=200, image_size=224)
 _PEFT_BACKBONES = ("vit_s", "tinyvit", "vim_s", "mambavision_t")
 # The foundation-model baselines are evaluated at the fine-tuning sizes (DINOv2's probe trains like a cell).
-_BASELINES = ("clip", "siglip", "dinov2", "smolvlm", "vlm_prompt")
+_BASELINES = ("clip", "siglip", "dinov2", "smolvlm", "vlm_prompt", "paligemma", "mobilevlm")
 
 HPARAMS: dict[tuple[str, str], HParams] = {
     ("vit", "tiny"): HParams(**_TINY_MAIN, **_TINY_IMAGE),
@@ -248,6 +248,8 @@ LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
     "smolvlm": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj"),
     "vlm_prompt": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj",
                    "down_proj"),
+    "paligemma": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj",
+                  "down_proj"),
     "modernbert": ("Wqkv", "Wo", "Wi"),
     "llm": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
     "vlm": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj"),

@@ -158,9 +158,12 @@ def add_options(parser: pytest.Parser) -> None:
                          "predicted peak exceeds it (an out-of-memory test on any device)")
     group.addoption("--gradeff-memory-margin", type=_fraction, default=MEMORY_MARGIN, metavar="FRACTION",
                     help=f"share of the memory budget the budget strategies keep free (default {MEMORY_MARGIN})")
-    group.addoption("--gradeff-weights", action="append", default=[], metavar="MODEL=PATH",
-                    help="start MODEL's cells from a local save_pretrained folder (repeatable); without it the "
-                         "fine-tuning study's backbones start from the suite's own cached pretraining")
+    group.addoption("--gradeff-weights", action="append", default=[], metavar="MODEL=SOURCE",
+                    help="start MODEL's cells from given weights (repeatable): a state-dict file (.safetensors, "
+                         ".pth, .bin; the PEFT backbones, through their key maps), a folder holding one (a hub "
+                         "snapshot), a save_pretrained folder, or a hub id with --gradeff-allow-hub ('hub': the "
+                         "model's published repository); without it the fine-tuning study's backbones start from "
+                         "the suite's own cached pretraining")
     group.addoption("--gradeff-cache", default=None, metavar="DIR",
                     help="folder of the pretrained-backbone cache (default $GRADEFF_CACHE, else ~/.cache/gradeff)")
     group.addoption("--gradeff-protocol", choices=PROTOCOLS, default=DEFAULT_PROTOCOL,
@@ -207,7 +210,7 @@ class Settings:
 
     Attributes:
         selection: axis → the keys ``--gradeff-<axis>`` names (absent: each grid's own).
-        weights: ``(model, folder)`` pairs of ``--gradeff-weights``.
+        weights: ``(model, local path)`` pairs of ``--gradeff-weights``, resolved and checked.
         seeds: the seeds every cell runs with (``--gradeff-seeds``; else ``(seed,)``), ``seed`` being the first.
         threads: torch's intra-op threads in every cell (``--gradeff-threads``, see :func:`default_threads`).
         settled: ``(cell id, seed)`` pairs ``--gradeff-resume`` skips → their recorded status (filled by the plugin).
@@ -310,17 +313,31 @@ def _selection(config: pytest.Config) -> dict[str, set[str]]:
 
 
 def _local_weights(config: pytest.Config) -> tuple[tuple[str, str], ...]:
-    """``--gradeff-weights MODEL=PATH`` pairs, checked: a known model and an existing folder."""
+    """``--gradeff-weights MODEL=SOURCE`` pairs, resolved to local paths and checked before any cell.
+
+    A hub id is downloaded here (with ``--gradeff-allow-hub`` only); a state dict's keys and shapes are
+    checked against the model at the session's profile through its key map (headers only: no tensor is read).
+    """
+    items = config.getoption("gradeff_weights")
+    if not items:
+        return ()
+    from gradeff.models.checkpoint import CheckpointError, check_source, resolve_for
+    from gradeff.weights import WeightSourceError
+
     pairs = []
-    for item in config.getoption("gradeff_weights"):
-        model, sep, path = item.partition("=")
-        if not sep or not path:
-            raise pytest.UsageError(f"--gradeff-weights {item!r}: expected MODEL=PATH")
+    for item in items:
+        model, sep, text = item.partition("=")
+        if not sep or not text:
+            raise pytest.UsageError(f"--gradeff-weights {item!r}: expected MODEL=SOURCE (a file, a folder or a hub id)")
         if model not in MODELS:
             raise pytest.UsageError(f"--gradeff-weights: unknown model {model!r}; valid models: {', '.join(MODELS)}")
-        if not Path(path).is_dir():
-            raise pytest.UsageError(f"--gradeff-weights {model}={path}: no such folder")
-        pairs.append((model, path))
+        profile = config.getoption("gradeff_profile")
+        try:
+            source = resolve_for(model, text, allow_hub=config.getoption("gradeff_allow_hub"))
+            check_source(model, source, profile)
+        except (WeightSourceError, CheckpointError) as exc:
+            raise pytest.UsageError(f"--gradeff-weights {model}={text} (profile {profile}): {exc}") from None
+        pairs.append((model, source.path))
     return tuple(pairs)
 
 

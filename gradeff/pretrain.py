@@ -54,14 +54,28 @@ class StartingWeights:
         path: the weights folder (``None`` for random).
         pretraining: the pretraining's record (task, steps, seconds, held-out accuracy) with
             ``reused: True`` when this session loaded it from the cache.
+        format: how ``path`` is loaded: ``save_pretrained`` (transformers) or ``state_dict`` (a published
+            checkpoint, through the model's key map; see :mod:`gradeff.models.checkpoint`).
+        checkpoint: what a user-given source is (file, hash, hub repository, layout, the head's fate).
+        stand_in: for a model meant to start from published weights (a fine-tuned backbone, a foundation-model
+            baseline) that starts from something else, what it starts from instead; ``None`` otherwise.
     """
 
     source: str
     path: str | None = None
     pretraining: dict | None = None
+    format: str | None = None
+    checkpoint: dict | None = None
+    stand_in: str | None = None
 
     def to_record(self) -> dict:
-        return asdict(self)
+        # ``real``: weights the user gave (a published checkpoint, or their own) were loaded, so a report can
+        # name what actually ran, and a stand-in as one.
+        return asdict(self) | {"real": self.source == "local"}
+
+
+_RANDOM_STAND_IN = "random initialisation (no published weights loaded)"
+_PRETRAINED_STAND_IN = "the suite's own pretraining on a synthetic source task (no published weights loaded)"
 
 
 def cache_root(explicit: str | Path | None = None) -> Path:
@@ -100,26 +114,30 @@ def pretrained_folder(model: str, profile: str, seed: int, cache_dir: str | Path
 
 
 def starting_weights(model: str, profile: str, seed: int, *, local: Mapping[str, str] | None = None,
-                     cache_dir: str | Path | None = None, device: str = "cpu") -> StartingWeights:
+                     cache_dir: str | Path | None = None, device: str = "cpu",
+                     num_labels: int | None = None) -> StartingWeights:
     """The weights a cell of ``model`` starts from, pretraining (once) when needed.
 
     Args:
-        local: model key → a local ``save_pretrained`` folder given by the user.
+        local: model key → a source given by the user (a local file or folder, see :mod:`gradeff.weights`).
+        num_labels: the cell's classes (whether a given checkpoint's head is loaded or re-initialised).
         cache_dir: where pretrained backbones are cached (see :func:`cache_root`).
         device: where to pretrain if the cache has no copy.
 
     Raises:
-        FileNotFoundError: a local folder that does not exist.
+        WeightSourceError, CheckpointError: a given source that cannot be read or does not fit.
     """
     from gradeff.models import MODELS
 
     if local and model in local:
-        path = Path(local[model])
-        if not path.is_dir():
-            raise FileNotFoundError(f"--gradeff-weights {model}={path}: no such folder")
-        return StartingWeights(source="local", path=str(path))
-    if not MODELS[model].fine_tunes:
-        return StartingWeights(source="random")
+        from gradeff.models.checkpoint import given_weights
+
+        return given_weights(model, local[model], profile, num_labels=num_labels, seed=seed)
+    spec = MODELS[model]
+    if not spec.fine_tunes:
+        # A main-study model trains from scratch by design; a baseline (evaluated its own way) without weights
+        # given is a stand-in for the published model.
+        return StartingWeights(source="random", stand_in=_RANDOM_STAND_IN if spec.methods else None)
     from filelock import FileLock
 
     folder = pretrained_folder(model, profile, seed, cache_dir)
@@ -134,7 +152,7 @@ def starting_weights(model: str, profile: str, seed: int, *, local: Mapping[str,
             pretrain(model, profile, seed, folder, device=device)
             reused = False
     info = json.loads((folder / _INFO).read_text(encoding="utf-8")) | {"reused": reused}
-    return StartingWeights(source="pretrained", path=str(folder), pretraining=info)
+    return StartingWeights(source="pretrained", path=str(folder), pretraining=info, stand_in=_PRETRAINED_STAND_IN)
 
 
 def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str = "cpu") -> dict:

@@ -40,6 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from gradeff.distributed import add_options as add_world_size_option
 
     add_world_size_option(parser)
+    from gradeff.dryrun import add_options as add_dry_run_options
+
+    add_dry_run_options(parser)
     add_options(parser)
     add_extension_options(parser)
 
@@ -222,6 +225,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     balance = f"balanced by recorded wall time from {plan.costs_path}" if plan.costs else "balanced by cell count"
     config.stash[_SHARD_LINE] = (f"gradeff shard {plan.shard}: {len(kept)} of {len(kept) + len(deselected)} selected "
                                  f"tests, {len(deselected)} deselected ({balance})")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """--gradeff-dry-run: plan the selected grid cells (on meta), print the table, and run none of them."""
+    config = session.config
+    named = config.getoption("gradeff_dry_run")
+    if named is None:
+        return None
+    from gradeff.dryrun import dry_run_lines, plan_cell, pretraining_seconds, target_for
+
+    settings = config.stash[_CONFIG]
+    target = target_for(named, settings.device, precision=config.stash[_PRECISION],
+                        peak_tflops=config.getoption("gradeff_peak_tflops"), mfu=config.getoption("gradeff_mfu"))
+    run = run_config(config, settings.seed)
+    cells = [item.callspec.params["cell"] for item in session.items
+             if hasattr(item, "callspec") and "cell" in item.callspec.params]
+    plans = [plan_cell(cell, run, target) for cell in dict.fromkeys(cells)]
+    pretraining = {model: pretraining_seconds(model, run, target)
+                   for model in dict.fromkeys(cell.model for cell, plan in zip(dict.fromkeys(cells), plans)
+                                              if plan.pretrains)}
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in dry_run_lines(plans, target, profile=settings.profile, pretraining=pretraining):
+        reporter.write_line(line)
+    return True
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:

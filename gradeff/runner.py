@@ -60,7 +60,8 @@ class RunConfig:
         memory_budget: bytes a training step must fit in: the target of the budget strategies (their
             profile's default when ``None``), and for the others a limit a cell is refused over.
         memory_margin: the fraction of the budget the budget strategies keep free.
-        weights: model key → a local ``save_pretrained`` folder to start from.
+        weights: model key → a local source to start from (a state-dict file or a folder, resolved and checked
+            when the session started; see :mod:`gradeff.weights`).
         cache_dir: where the suite's pretrained backbones are cached (``None``: the default cache).
         tune: ``"lr"``: search each cell's learning rate (see :func:`run_cell`); ``None``: the protocol's rate.
         tune_points: how many rates the search tries.
@@ -196,9 +197,17 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     # Same seed before building: every optimizer, strategy and method of a model starts from the same
     # weights (and the same fresh head when a pretrained backbone meets a new dataset).
     torch.manual_seed(config.seed)
-    weights_dir = weights.path if weights is not None else None
+    # A published checkpoint (a state dict) loads into the built model by its key map; a folder through
+    # transformers.
+    state_dict = weights is not None and weights.format == "state_dict"
+    weights_dir = weights.path if weights is not None and not state_dict else None
     model = build_model(cell.model, config.profile, num_labels=hp.num_classes, weights_dir=weights_dir,
-                        vocab_size=dataset.info.get("vocab_size")).to(device)
+                        vocab_size=dataset.info.get("vocab_size"))
+    if state_dict:
+        from gradeff.models.checkpoint import load_checkpoint
+
+        load_checkpoint(model, cell.model, weights.path, num_labels=hp.num_classes)
+    model = model.to(device)
     k = micro_batches_per_step(cell.strategy, hp.accum_steps)
     steps = len(dataset) // (hp.batch_size * k) * hp.epochs
     adapted = apply_method(cell.method, model, method_hp, total_steps=steps, head=model_spec.head)
@@ -270,7 +279,7 @@ def _build_into(target, cell: Cell, config: RunConfig, hp: HParams, method_hp: M
     """Starting weights, then data, model and optimizer, into ``target`` (a :class:`Built` or the cell's progress):
     whatever was resolved before a failure stays there for the record."""
     target.weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
-                                      cache_dir=config.cache_dir, device=str(device))
+                                      cache_dir=config.cache_dir, device=str(device), num_labels=hp.num_classes)
     # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
     target.started = time.time()
     target.state = prepare_state(cell, config, hp, device, weights=target.weights, method_hp=method_hp)
@@ -563,8 +572,20 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
 
 def _cannot_run(cell: Cell, config: RunConfig) -> str | None:
     """Why the cell cannot run with these settings (its skip reason), or ``None``."""
-    return (incompatibility(cell) or precision_incompatibility(cell.optimizer, config.precision)
-            or sharding_incompatibility(cell, config))
+    return (_weights_needed(cell, config) or incompatibility(cell)
+            or precision_incompatibility(cell.optimizer, config.precision) or sharding_incompatibility(cell, config))
+
+
+def _weights_needed(cell: Cell, config: RunConfig) -> str | None:
+    """A model that runs only from given weights, without them (or without an implementation to load them into)."""
+    spec = MODELS[cell.model]
+    if spec.needs_weights and cell.model not in dict(config.weights):
+        return (f"needs weights: --gradeff-weights {cell.model}=PATH (a save_pretrained copy of {spec.hub_id}, with "
+                f"its tokenizer) or {cell.model}=hub with --gradeff-allow-hub"
+                + (f"; and besides, {spec.unavailable}" if spec.unavailable else ""))
+    if spec.unavailable:
+        return f"not runnable: {spec.unavailable}"
+    return None
 
 
 def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Built | None,

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The GPU check, run blind once on an H100/H200-class GPU (under 8 minutes), its output pasted into a note:
+# The GPU check, run blind once on an H100/H200-class GPU (under 13 minutes), its output pasted into a note:
 #   1. the GPU-path tests (allocator peaks, NVML, energy, a step loop without host synchronisation, bf16 MFU);
 #   2. a one-epoch `paper`-profile llm cell (Llama-3.2-1B shape) in bf16, standard and checkpoint, printing
-#      GPU utilisation, MFU, the allocator's peak against the memory breakdown, and NVML energy.
+#      GPU utilisation, MFU, the allocator's peak against the memory breakdown, and NVML energy;
+#   3. the official Mamba kernels against gradeff's Vim-S and MambaVision-T (skipped, with the reason, unless
+#      mamba-ssm is built and $GRADEFF_VIM_REPO / $GRADEFF_MAMBAVISION_REPO name the official checkouts);
+#   4. the PEFT study at the paper profile on one backbone: ViT-S/16 from a timm-layout checkpoint (random
+#      weights, through the key map) x five methods x three strategies, one short epoch (512 local images):
+#      the dry run's predictions first, then each cell's live and allocator peaks against the 2 GiB budget.
 # Usage: scripts/device-check.sh [OUTDIR]   (default: $OUT if set, else ./device-check)
 # Python packages the machine lacks can be brought as wheels in .whl/; they are installed into a private
 # folder, never into the system's Python.
@@ -34,6 +39,19 @@ timeout 330 python3 -m pytest benchmarks/test_grid.py -q -p no:cacheprovider --b
     --gradeff-profile paper --gradeff-precision bf16 --gradeff-epochs 1 --gradeff-device cuda \
     --gradeff-models llm --gradeff-optimizers adamw --gradeff-strategies standard,checkpoint \
     --gradeff-results "$out/paper-llm.jsonl"
+
+step "3. official Mamba kernels against gradeff's Vim-S and MambaVision-T"
+timeout 300 python3 -m pytest tests/reference/test_mamba_equivalence.py -k cuda -q -s -rs -p no:cacheprovider
+
+step "4. PEFT study, paper profile: ViT-S/16 x 5 methods x 3 strategies, one short epoch"
+python3 scripts/device_peft_inputs.py "$out"
+peft=(benchmarks/test_peft_grid.py -q -p no:cacheprovider --benchmark-disable --gradeff-profile paper
+      --gradeff-device cuda --gradeff-epochs 1 --gradeff-models vit_s --gradeff-datasets cifar100
+      --gradeff-data "cifar100=$out/peft-images" --gradeff-weights "vit_s=$out/vit_s-timm.safetensors"
+      --gradeff-cache "$out/cache")
+timeout 240 python3 -m pytest "${peft[@]}" --gradeff-dry-run
+timeout 420 python3 -m pytest "${peft[@]}" --gradeff-results "$out/paper-peft.jsonl"
+python3 scripts/device_peft_inputs.py "$out" --report "$out/paper-peft.jsonl"
 
 step "figures"
 python3 - "$out/paper-llm.jsonl" <<'EOF'

@@ -12,6 +12,7 @@ from gradeff import hparams
 from gradeff.hparams import PretrainHParams
 from gradeff.models import build_model
 from gradeff.pretrain import MANIFEST, CacheRebuiltWarning, pretrained_folder, starting_weights, verify_folder
+from gradeff.weights import WeightSourceError
 
 # A few steps are enough to test the cache; the real recipe is measured by the grid.
 QUICK = PretrainHParams(num_classes=8, train_samples=64, heldout_samples=32, epochs=1, batch_size=32, lr=1e-3)
@@ -23,16 +24,25 @@ def quick_recipe(monkeypatch):
 
 
 def test_main_study_models_start_from_random_weights(tmp_path):
-    """A model the suite trains from scratch has no weights folder."""
+    """A model the suite trains from scratch has no weights folder, and is no stand-in for anything."""
     weights = starting_weights("llm", "tiny", 0, cache_dir=tmp_path)
     assert weights.source == "random" and weights.path is None and not list(tmp_path.iterdir())
+    assert weights.to_record()["real"] is False and weights.stand_in is None
+
+
+def test_a_baseline_without_weights_is_a_named_stand_in(tmp_path):
+    """A foundation-model baseline from random weights says so in its record."""
+    record = starting_weights("clip", "tiny", 0, cache_dir=tmp_path).to_record()
+    assert record["real"] is False and record["stand_in"] == "random initialisation (no published weights loaded)"
 
 
 def test_a_local_folder_wins_and_a_missing_one_is_an_error(tmp_path):
-    """--gradeff-weights MODEL=PATH is used as given; a path that is not a folder fails clearly."""
-    weights = starting_weights("vit_s", "tiny", 0, local={"vit_s": str(tmp_path)}, cache_dir=tmp_path / "c")
-    assert (weights.source, weights.path) == ("local", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="vit_s="):
+    """--gradeff-weights MODEL=PATH is used as given (recorded as real weights); a missing path fails clearly."""
+    build_model("vit_s", "tiny").save_pretrained(tmp_path / "vit_s")
+    weights = starting_weights("vit_s", "tiny", 0, local={"vit_s": str(tmp_path / "vit_s")}, cache_dir=tmp_path / "c")
+    assert (weights.source, weights.path, weights.format) == ("local", str(tmp_path / "vit_s"), "save_pretrained")
+    assert weights.to_record()["real"] is True and weights.stand_in is None
+    with pytest.raises(WeightSourceError, match="no such file or folder"):
         starting_weights("vit_s", "tiny", 0, local={"vit_s": str(tmp_path / "absent")})
 
 
@@ -41,6 +51,7 @@ def test_pretraining_runs_once_and_is_reused(tmp_path, quick_recipe):
     first = starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path)
     second = starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path)
     assert first.source == "pretrained" and first.path == second.path
+    assert "the suite's own pretraining" in first.stand_in and first.to_record()["real"] is False
     assert first.pretraining["reused"] is False and second.pretraining["reused"] is True
     assert first.pretraining["optimizer_steps"] == 2 and first.pretraining["seconds"] > 0
     assert 0 <= first.pretraining["heldout_accuracy"] <= 1

@@ -14,7 +14,7 @@ from gradeff.strategies import STRATEGIES
 def test_axes_hold_the_papers_grids():
     """Main: 4 models × 6 optimizers × 3 strategies; PEFT: 4 backbones × 5 methods × 3 strategies × 2 datasets."""
     assert list(MODELS) == ["vit", "modernbert", "llm", "vlm", "vit_s", "tinyvit", "vim_s", "mambavision_t", "clip",
-                            "siglip", "dinov2", "smolvlm", "vlm_prompt"]
+                            "siglip", "dinov2", "smolvlm", "vlm_prompt", "paligemma", "mobilevlm"]
     assert list(OPTIMIZERS)[:6] == ["sgd", "adam", "adamw", "adagrad", "adadelta", "cgd"]
     assert list(OPTIMIZERS)[6:] == ["adafactor", "adamw8bit", "sgdm"]
     assert list(STRATEGIES)[:6] == ["standard", "checkpoint", "accum", "budget", "compile_budget", "offload"]

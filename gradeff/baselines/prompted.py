@@ -25,14 +25,19 @@ from transformers.modeling_outputs import ImageClassifierOutput
 
 from gradeff.baselines.prompts import ClassTokens
 
-__all__ = ["PromptedClassifier", "class_log_likelihoods", "tree_attention"]
+__all__ = ["PromptedClassifier", "PromptedConditionalGeneration", "class_log_likelihoods", "tree_attention"]
 
 # Rows of the language-model head evaluated at once: bounds the (rows, vocabulary) logits in memory.
 _HEAD_ROWS = 2048
 
 
-def tree_attention(prefix_len: int, branches: int, depth: int, *, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_attention(prefix_len: int, branches: int, depth: int, *, device=None,
+                   bidirectional_prefix: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The attention pattern and positions of a prefix followed by ``branches`` branches of ``depth`` tokens.
+
+    Args:
+        bidirectional_prefix: every prefix token sees the whole prefix (a prefix-LM such as PaliGemma, which
+            reads the image and the prompt bidirectionally); otherwise the prefix is causal.
 
     Returns:
         ``(allowed, positions)``: ``allowed[q, k]`` is whether token ``q`` may attend to token ``k``
@@ -41,7 +46,8 @@ def tree_attention(prefix_len: int, branches: int, depth: int, *, device=None) -
     """
     size = prefix_len + branches * depth
     allowed = torch.zeros(size, size, dtype=torch.bool, device=device)
-    allowed[:prefix_len, :prefix_len] = torch.ones(prefix_len, prefix_len, dtype=torch.bool, device=device).tril()
+    prefix = torch.ones(prefix_len, prefix_len, dtype=torch.bool, device=device)
+    allowed[:prefix_len, :prefix_len] = prefix if bidirectional_prefix else prefix.tril()
     allowed[prefix_len:, :prefix_len] = True
     branch = torch.arange(branches, device=device).repeat_interleave(depth)
     level = torch.arange(depth, device=device).repeat(branches)
@@ -61,7 +67,8 @@ def _token_log_probs(hidden: torch.Tensor, targets: torch.Tensor, head: Callable
 def class_log_likelihoods(prefix: torch.Tensor, names: torch.Tensor, name_mask: torch.Tensor, *,
                           embed: Callable[[torch.Tensor], torch.Tensor],
                           decode: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-                          head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+                          head: Callable[[torch.Tensor], torch.Tensor],
+                          bidirectional_prefix: bool = False) -> torch.Tensor:
     """``log P(name_k | prefix)`` of every class, for a batch of prefixes, in one decoder pass.
 
     Args:
@@ -72,6 +79,7 @@ def class_log_likelihoods(prefix: torch.Tensor, names: torch.Tensor, name_mask: 
         decode: ``(inputs_embeds, attention_mask (batch, 1, S, S) additive, position_ids (batch, S))`` →
             last hidden states ``(batch, S, hidden)``.
         head: hidden states → vocabulary logits.
+        bidirectional_prefix: the decoder reads the prefix bidirectionally (see :func:`tree_attention`).
 
     Returns:
         ``(batch, K)`` summed log-probabilities of each class's name tokens.
@@ -79,7 +87,8 @@ def class_log_likelihoods(prefix: torch.Tensor, names: torch.Tensor, name_mask: 
     batch, prefix_len, _ = prefix.shape
     classes, length = names.shape
     depth = length - 1
-    allowed, positions = tree_attention(prefix_len, classes, depth, device=prefix.device)
+    allowed, positions = tree_attention(prefix_len, classes, depth, device=prefix.device,
+                                        bidirectional_prefix=bidirectional_prefix)
     branches = embed(names[:, :-1].reshape(-1)).to(prefix.dtype)
     inputs = torch.cat([prefix, branches.unsqueeze(0).expand(batch, -1, -1)], dim=1)
     mask = torch.zeros(allowed.shape, dtype=prefix.dtype, device=prefix.device)
@@ -115,6 +124,9 @@ class PromptedClassifier(nn.Module):
         after_image: ids between the image and the prompt (e.g. the end of an image block).
         pad: id that right-pads names to the longest (never scored).
     """
+
+    # A prefix-LM (PaliGemma) reads the image and prompt bidirectionally.
+    bidirectional_prefix = False
 
     def __init__(self, tokens: ClassTokens, *, before_image: tuple[int, ...] = (), after_image: tuple[int, ...] = (),
                  pad: int = 0):
@@ -165,6 +177,34 @@ class PromptedClassifier(nn.Module):
     def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None) -> ImageClassifierOutput:
         """Logits ``(batch, num_classes)``: the log-likelihood of every class's name after the prompt."""
         logits = class_log_likelihoods(self.prefix(pixel_values), self.name_ids, self.name_mask, embed=self.embed,
-                                       decode=self.decode, head=self.head)
+                                       decode=self.decode, head=self.head,
+                                       bidirectional_prefix=self.bidirectional_prefix)
         loss = F.cross_entropy(logits, labels) if labels is not None else None
         return ImageClassifierOutput(loss=loss, logits=logits)
+
+
+class PromptedConditionalGeneration(PromptedClassifier):
+    """A prompted transformers ``...ForConditionalGeneration`` VLM (SmolVLM, PaliGemma): the parts they share.
+
+    ``model.model`` is the multimodal model (its input embeddings), ``model.lm_head`` the output layer; the
+    subclass gives the image embeddings and the decoder pass.
+    """
+
+    def __init__(self, model: nn.Module, tokens: ClassTokens, *, before_image: tuple[int, ...] = (),
+                 after_image: tuple[int, ...] = (), pad: int = 0):
+        super().__init__(tokens, before_image=before_image, after_image=after_image, pad=pad)
+        self.model = model
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None) -> None:
+        """Checkpoint the layers of both towers (same API as a transformers model)."""
+        self.model.activation_checkpointing_enable(activation_checkpointing_kwargs)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model.model.get_input_embeddings()(ids)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(hidden)

@@ -20,7 +20,7 @@ import torch
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
 from gradeff.baselines.classnames import class_names
-from gradeff.baselines.prompted import PromptedClassifier, resized
+from gradeff.baselines.prompted import PromptedConditionalGeneration, resized
 from gradeff.baselines.prompts import load_tokenizer, synthetic_class_tokens, tokenizer_class_tokens
 from gradeff.models._weights import instantiate
 
@@ -69,20 +69,8 @@ def config(profile: str) -> Idefics3Config:
     return Idefics3Config(**CONFIGS[profile])
 
 
-class PromptedSmolVLM(PromptedClassifier):
+class PromptedSmolVLM(PromptedConditionalGeneration):
     """SmolVLM scoring class names after ``[text] [image] [text] prompt``."""
-
-    def __init__(self, model: Idefics3ForConditionalGeneration, tokens, *, before_image, after_image, pad: int):
-        super().__init__(tokens, before_image=before_image, after_image=after_image, pad=pad)
-        self.model = model
-
-    @property
-    def config(self):
-        return self.model.config
-
-    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None) -> None:
-        """Checkpoint the layers of both towers (same API as a transformers model)."""
-        self.model.activation_checkpointing_enable(activation_checkpointing_kwargs)
 
     def image_embeds(self, pixel_values: torch.Tensor) -> torch.Tensor:
         pixel_values = resized(pixel_values, self.model.config.vision_config.image_size)
@@ -91,15 +79,9 @@ class PromptedSmolVLM(PromptedClassifier):
         patches = inner.vision_model(pixel_values=pixel_values.to(inner.dtype)).last_hidden_state
         return inner.connector(patches)
 
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model.model.get_input_embeddings()(ids)
-
     def decode(self, inputs_embeds, attention_mask, position_ids):
         return self.model.model.text_model(inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                                            position_ids=position_ids, use_cache=False).last_hidden_state
-
-    def head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_head(hidden)
 
 
 def _special_ids(tokenizer, tokens: tuple[str, ...]) -> tuple[int, ...]:

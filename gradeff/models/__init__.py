@@ -18,7 +18,7 @@ from gradeff.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MODELS", "ModelSpec", "build_model"]
+__all__ = ["MODELS", "ModelSpec", "build_model", "from_checkpoint"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +52,12 @@ class ModelSpec:
             not give uses the hyper-parameters of the first built-in model of the same task.
         lora_targets: module-name suffixes LoRA adapts in a registered model (built-in models' are in
             :data:`gradeff.hparams.LORA_TARGET_MODULES`).
+        hub_id: the hub repository of its published weights, what ``--gradeff-weights KEY=hub`` loads (with
+            ``--gradeff-allow-hub``).
+        needs_weights: its cells run only from given weights (``--gradeff-weights``) and skip with "needs
+            weights: ..." without them: a baseline whose random weights would only measure chance and whose
+            cost is the published model's only at its published size.
+        unavailable: why its cells cannot run even with weights (no implementation here); empty if they can.
     """
 
     key: str
@@ -69,6 +75,9 @@ class ModelSpec:
     methods: tuple[str, ...] = ()
     hparams: Mapping[str, Any] | None = None
     lora_targets: tuple[str, ...] = ()
+    hub_id: str = ""
+    needs_weights: bool = False
+    unavailable: str = ""
 
 
 MODELS: Registry[ModelSpec] = Registry(
@@ -84,30 +93,45 @@ MODELS: Registry[ModelSpec] = Registry(
                   task="image_captioning", module="gradeff.models.vlm"),
         # The PEFT study's backbones: two Transformers and two Mamba-based models, fine-tuned.
         ModelSpec(key="vit_s", name="ViT-S/16", family="transformer", task="cifar100",
-                  module="gradeff.models.vit_s", fine_tunes=True, head=("classifier",)),
+                  module="gradeff.models.vit_s", fine_tunes=True, head=("classifier",),
+                  hub_id="timm/vit_small_patch16_224.augreg_in21k_ft_in1k"),
         ModelSpec(key="tinyvit", name="TinyViT", family="transformer", task="cifar100",
-                  module="gradeff.models.tinyvit", fine_tunes=True, head=("classifier",), batch_norm=True),
+                  module="gradeff.models.tinyvit", fine_tunes=True, head=("classifier",), batch_norm=True,
+                  hub_id="timm/tiny_vit_21m_224.dist_in22k_ft_in1k"),
         ModelSpec(key="vim_s", name="Vision Mamba (Vim-S)", family="mamba", task="cifar100",
-                  module="gradeff.models.vim", fine_tunes=True, head=("classifier",)),
+                  module="gradeff.models.vim", fine_tunes=True, head=("classifier",),
+                  hub_id="hustvl/Vim-small-midclstok"),
         ModelSpec(key="mambavision_t", name="MambaVision-T", family="mamba", task="cifar100",
                   module="gradeff.models.mambavision", fine_tunes=True, head=("classifier",),
-                  batch_norm=True),
+                  batch_norm=True, hub_id="nvidia/MambaVision-T-1K"),
         # The PEFT study's foundation-model baselines, used without training or with a linear probe: two
         # zero-shot contrastive VLMs, DINOv2 read by a linear probe, and two autoregressive VLMs prompted
         # to name the class. Only DINOv2 gets the suite's pretraining: the others classify by their class
         # names, which mean nothing to a synthetic stand-in's classes, so they start from random weights
-        # unless real ones are given (--gradeff-weights).
+        # unless real ones are given (--gradeff-weights; their records name the stand-in). PaliGemma and MobileVLM,
+        # at billions of parameters, run only from given weights.
         ModelSpec(key="clip", name="CLIP ViT-B/16 (zero-shot)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.clip", methods=("zero_shot",)),
+                  module="gradeff.baselines.clip", methods=("zero_shot",), hub_id="openai/clip-vit-base-patch16"),
         ModelSpec(key="siglip", name="SigLIP B/16-224 (zero-shot)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.siglip", methods=("zero_shot",)),
+                  module="gradeff.baselines.siglip", methods=("zero_shot",),
+                  hub_id="google/siglip-base-patch16-224"),
         ModelSpec(key="dinov2", name="DINOv2 ViT-B/14 (linear probe)", family="foundation", task="cifar100",
                   module="gradeff.baselines.dinov2", fine_tunes=True, head=("classifier",),
-                  methods=("linear_probe",)),
+                  methods=("linear_probe",), hub_id="facebook/dinov2-base"),
         ModelSpec(key="smolvlm", name="SmolVLM (prompted)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.smolvlm", methods=("zero_shot",)),
+                  module="gradeff.baselines.smolvlm", methods=("zero_shot",),
+                  hub_id="HuggingFaceTB/SmolVLM-Instruct"),
         ModelSpec(key="vlm_prompt", name="nanoVLM (prompted)", family="foundation", task="cifar100",
                   module="gradeff.baselines.vlm_prompt", methods=("zero_shot",)),
+        ModelSpec(key="paligemma", name="PaliGemma 3B (prompted)", family="foundation", task="cifar100",
+                  module="gradeff.baselines.paligemma", methods=("zero_shot",),
+                  hub_id="google/paligemma-3b-pt-224", needs_weights=True),
+        ModelSpec(key="mobilevlm", name="MobileVLM V2 1.7B (prompted)", family="foundation", task="cifar100",
+                  module="gradeff.baselines.mobilevlm", methods=("zero_shot",),
+                  hub_id="mtgv/MobileVLM_V2-1.7B", needs_weights=True,
+                  unavailable="MobileVLM (CLIP ViT-L/14-336, an LDP projector, MobileLLaMA) is not in transformers "
+                              "and gradeff runs no repository code (no trust_remote_code), so it has no "
+                              "implementation here yet"),
     ),
 )
 
@@ -141,3 +165,23 @@ def build_model(
                          device=device)
     model.train()
     return model
+
+
+def from_checkpoint(key: str, source: str | Path, *, num_labels: int | None = None, **options) -> torch.nn.Module:
+    """A model with a checkpoint's weights: a published state dict (timm's ViT-S/16 and TinyViT-21M, the official
+    Vim-S and MambaVision-T checkpoints) through the backbone's explicit key map, or a ``save_pretrained`` folder.
+
+    See :func:`gradeff.models.checkpoint.from_checkpoint` for the sources and ``options`` (``profile``,
+    ``allow_hub``, ``device``).
+
+    Args:
+        key: model key (``vit_s``, ``tinyvit``, ``vim_s``, ``mambavision_t`` for state dicts).
+        source: a state-dict file, a folder holding one, a ``save_pretrained`` folder, or a hub id.
+        num_labels: classes of the head; ``None`` keeps the checkpoint's, others get a fresh (seeded) head.
+
+    Returns:
+        The model in evaluation mode; its load record is ``model.gradeff_weights``.
+    """
+    from gradeff.models.checkpoint import from_checkpoint as load
+
+    return load(key, source, num_labels=num_labels, **options)
