@@ -40,7 +40,9 @@ def _run(model: str, optimizer: str, strategy: str, monkeypatch: pytest.MonkeyPa
 
     with monkeypatch.context() as patch:
         patch.setattr(gradeff.runner, "build_optimizer", capture)
-        record = run_cell(Cell(model, optimizer, strategy), RunConfig(profile="tiny", device="cpu", epochs=EPOCHS))
+        # One shared rate for both optimizers: fixed-step CG equals SGD only at SGD's own rate.
+        record = run_cell(Cell(model, optimizer, strategy),
+                          RunConfig(profile="tiny", device="cpu", epochs=EPOCHS, protocol="shared"))
     assert record.status == "ok", record.detail
     return record, cg_stats(built[0])
 
