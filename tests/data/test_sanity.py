@@ -49,3 +49,12 @@ def test_a_split_without_images_is_refused():
     images = _images(np.zeros((2, 3, 2, 2), np.float32), np.zeros(2, np.int64))
     with pytest.raises(ValueError, match="labelled images"):
         pixel_nearest_neighbour_accuracy(text, images)
+
+
+def test_a_constructed_case_takes_the_nearest_training_label():
+    """Training images at 0 (class 0), 10 (class 1) and 4 (class 2): each test image takes its nearest one's label,
+    a tie the first training image's."""
+    train = _images(np.array([0.0, 10.0, 4.0], np.float32).reshape(3, 1, 1, 1), np.array([0, 1, 2]))
+    test = _images(np.array([1.0, 9.0, 5.0, 2.0, 7.5], np.float32).reshape(5, 1, 1, 1), np.array([0, 1, 2, 2, 2]))
+    # Nearest: 0 → 0, 10 → 1, 4 → 2, tie between 0 and 4 → 0 (first), 10 → 1: three of five right.
+    assert pixel_nearest_neighbour_accuracy(train, test) == pytest.approx(3 / 5)
