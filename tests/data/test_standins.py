@@ -4,6 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import logsumexp
@@ -40,6 +41,18 @@ def test_every_split_holds_every_class_in_equal_shares(family):
     flat = {name: split.tensors["pixel_values"].flatten(1) for name, split in splits.items()}
     for first, second in (("train", "test"), ("train", "validation"), ("test", "validation")):
         assert not (flat[first][:, None] == flat[second][None]).all(dim=2).any(), (first, second)
+
+
+@pytest.mark.parametrize("family", sorted(BUILDERS))
+def test_asking_for_more_splits_leaves_the_earlier_ones_unchanged(family):
+    """Train, then test, then validation are drawn in that order: none depends on whether a later one is asked for."""
+    build = BUILDERS[family]
+    alone = build(num_classes=4, image_size=8, num_samples=12, seed=1)
+    tested = build(num_classes=4, image_size=8, num_samples=12, seed=1, heldout_samples=8, validation_samples=0)
+    full = build(num_classes=4, image_size=8, num_samples=12, seed=1, heldout_samples=8, validation_samples=4)
+    for name in ("pixel_values", "labels"):
+        assert torch.equal(alone.tensors[name], full.tensors[name])
+        assert torch.equal(tested.heldout.tensors[name], full.heldout.tensors[name])
 
 
 def test_the_validation_split_defaults_to_the_test_splits_size_and_none_is_possible():
