@@ -35,7 +35,7 @@ __all__ = ["FORMAT", "MANIFEST", "CacheRebuiltWarning", "StartingWeights", "cach
            "pretrained_folder", "starting_weights", "verify_folder"]
 
 # Bump when what a pretraining produces changes, so that old caches are not reused.
-FORMAT = 1
+FORMAT = 2
 _INFO = "pretraining.json"
 MANIFEST = "checksums.sha256"
 
@@ -165,7 +165,7 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     """
     import torch
 
-    from gradeff.data.images import image_classification
+    from gradeff.data.standins import source_task
     from gradeff.evaluation import evaluate
     from gradeff.hparams import HPARAMS, PRETRAIN_HPARAMS
     from gradeff.loop import TrainState, train_epoch
@@ -174,9 +174,8 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
 
     hp = PRETRAIN_HPARAMS[profile]
     image_size = HPARAMS[(model, profile)].image_size
-    data = image_classification(num_classes=hp.num_classes, image_size=image_size, num_samples=hp.train_samples,
-                                seed=seed, heldout_samples=hp.heldout_samples, template_grid=hp.template_grid,
-                                snr=hp.snr, salt="pretrain", task="pretrain")
+    data = source_task(num_classes=hp.num_classes, image_size=image_size, num_samples=hp.train_samples, seed=seed,
+                       heldout_samples=hp.heldout_samples)
     target = torch.device(device)
     torch.manual_seed(seed)
     network = build_model(model, profile, num_labels=hp.num_classes).to(target)
@@ -200,8 +199,8 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     heldout = evaluate(network, data.heldout, batch_size=hp.batch_size, device=target, accuracy=True)
     head = MODELS[model].head
     record = {
-        "task": {"num_classes": hp.num_classes, "image_size": image_size, "template_grid": hp.template_grid,
-                 "snr": hp.snr, "train_samples": hp.train_samples},
+        "task": {"num_classes": hp.num_classes, "image_size": image_size, "families": data.info["families"],
+                 "train_samples": hp.train_samples},
         "hparams": asdict(hp), "optimizer_steps": state.global_step, "seconds": seconds,
         "final_loss": state.history[-1].loss, "heldout_loss": heldout.loss, "heldout_accuracy": heldout.accuracy,
         "bayes_accuracy": data.heldout.info["bayes_accuracy"], "device": str(target),

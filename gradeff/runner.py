@@ -424,6 +424,9 @@ def _task_record(cell: Cell, dataset: Dataset) -> dict:
         "loss_floor": dataset.loss_floor, "heldout_samples": len(heldout) if heldout is not None else 0,
         "heldout_loss_floor": heldout.loss_floor if heldout is not None else None,
         "bayes_accuracy": heldout.info.get("bayes_accuracy") if heldout is not None else None,
+        # The sanity baseline on the same split (gradeff.data.sanity), a raw-pixel 1-NN classifier, read by the
+        # Answer and the claims (gradeff.analysis.answer.sanity_accuracy).
+        "sanity_accuracy": heldout.info.get("sanity_accuracy") if heldout is not None else None,
         "info": dataset.info,
     }
 

@@ -197,6 +197,7 @@ def test_fine_tuning_cell_records_method_dataset_and_heldout_accuracy(tmp_path, 
     assert all(e.heldout_accuracy is not None and 0 <= e.heldout_accuracy <= 1 for e in record.epochs)
     assert len(record.epochs) == 2 and record.summary.final_heldout_accuracy == record.epochs[-1].heldout_accuracy
     assert record.task["heldout_samples"] == 256 and 0 < record.task["bayes_accuracy"] <= 1
+    assert 0 <= record.task["sanity_accuracy"] < record.task["bayes_accuracy"]  # the raw-pixel 1-NN, same split
     assert 0 < record.parameters["trainable"] < record.parameters["total"]
     assert record.weights["source"] == "pretrained" and record.weights["pretraining"]["optimizer_steps"] == 2
     assert record.hparams["method"]["lora_r"] == 8 and record.hparams["num_classes"] == 47

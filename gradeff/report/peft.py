@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gradeff import analysis
 from gradeff.analysis import METRICS, Metric, naming, peft
-from gradeff.analysis.answer import verdict_text
+from gradeff.analysis.answer import sanity_accuracy, verdict_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, quality_metric
 from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.analysis.verdicts import verdict
@@ -34,7 +34,7 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "BASELINES_NOTE", "MISSING_NOTE", "TUNED_MISSING_NOTE", "build_peft_view", "format_count", "format_points",
+    "BASELINES_NOTE", "MISSING_NOTE", "SANITY_LABEL", "TUNED_MISSING_NOTE", "build_peft_view", "format_count", "format_points",
     "method_label",
 ]
 
@@ -124,6 +124,41 @@ def _accuracy_caption(records: Sequence[CellRecord]) -> str:
     return f"Final test top-1 accuracy ({ceiling})"
 
 
+SANITY_LABEL = "1-NN on raw pixels (sanity baseline)"
+SANITY_FLAG = "not above 1-NN on pixels"
+
+
+def _with_sanity_row(table: Table, runs: Mapping[str, CellRuns], strategies: Sequence[str]) -> Table:
+    """The accuracy table with its dataset's raw-pixel 1-NN accuracy as the last row, and every cell whose mean
+    does not beat it flagged: such an accuracy says nothing about the fine-tuning method."""
+    records = [r for cell_runs in runs.values() for r in cell_runs.runs]
+    baseline = sanity_accuracy(records, records[0].dataset) if records else None
+    if not table.rows or baseline is None:
+        return table
+    by_cell_key = {(r.first.method, r.first.strategy): r for r in runs.values()}
+    methods = analysis.order_keys((r.first.method for r in runs.values()), METHODS)
+    rows = []
+    for row, method in zip(table.rows, methods, strict=True):
+        cells = []
+        for cell, strategy in zip(row.cells, strategies, strict=True):
+            cell_runs = by_cell_key.get((method, strategy))
+            mean = cell_runs.mean("heldout_accuracy") if cell_runs is not None and cell_runs.ok else None
+            if mean is not None and mean <= baseline:
+                cell = Cell(text=cell.text, sub=" ".join(p for p in (cell.sub, SANITY_FLAG) if p),
+                            css=f"{cell.css} worse".strip(),
+                            title=f"does not beat the raw-pixel 1-NN baseline ({format_percent(baseline)}) on this "
+                                  "split: this accuracy says nothing about the fine-tuning method")
+            cells.append(cell)
+        rows.append(Row(label=row.label, cells=tuple(cells)))
+    rows.append(Row(label=SANITY_LABEL, cells=tuple(
+        Cell(text=format_percent(baseline), css="text",
+             title="no training, no features: each test image takes the label of its nearest training image")
+        for _ in strategies)))
+    note = (f"{table.note} Last row: a 1-nearest-neighbour classifier on raw pixels against the same training split; "
+            f"a cell marked '{SANITY_FLAG}' (in italics) learned nothing pixel matching did not.")
+    return Table(id=table.id, caption=table.caption, header=table.header, rows=tuple(rows), note=note)
+
+
 def _parameters_text(cell_runs: CellRuns, value: float) -> tuple[str, str]:
     record = cell_runs.first
     share, total = peft.trainable_percent(record), peft.total_parameters(record)
@@ -137,8 +172,9 @@ def _group_tables(slug: str, runs: Mapping[str, CellRuns], strategies: Sequence[
     seconds, to_target, energy = METRICS["epoch_seconds"], METRICS["seconds_to_target"], METRICS["energy"]
     caption = _accuracy_caption(records) if quality.key == "heldout_accuracy" else quality.label
     return (
-        _method_table(slug, caption, quality, runs, strategies, None,
-                      "The last epoch's figure on the test split the cell never trains on."),
+        _with_sanity_row(_method_table(slug, caption, quality, runs, strategies, None,
+                                       "The last epoch's figure on the test split the cell never trains on."),
+                         runs, strategies),
         _method_table(slug, "Trainable parameters (count, and share of the deployed model's parameters)",
                       peft.TRAINABLE, runs, strategies, _parameters_text,
                       "4-bit weights count the values they hold; adapters count in the total; peft's frozen copy "

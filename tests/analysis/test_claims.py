@@ -63,7 +63,7 @@ def test_every_claim_declares_its_grids():
     assert grids["dinov2"] == ("peft", "baselines") and grids["prompted_vlms"] == ("peft", "baselines")
     assert all(claim.grids == ("main",) for claim in CLAIMS if claim.study == "main")
     assert [r.key for r in evaluate_claims([], study="peft")] == ["cheap_methods", "adaptive_memory", "dinov2",
-                                                                  "prompted_vlms"]
+                                                                  "prompted_vlms", "pixel_baseline"]
     assert [r.key for r in evaluate_claims([], study="main", keys=("dinov2", "sgd_fastest"))] == ["sgd_fastest"]
     results = evaluate_claims([])
     assert len(results) == len(CLAIMS) and all(r.verdict == NOT_MEASURABLE and r.seeds == "" and r.scale == ""
@@ -498,3 +498,32 @@ def test_claims_read_only_their_own_grids():
     assert _claim(main + real, "checkpoint_time") == _claim(main, "checkpoint_time")
     assert _claim(main + real, "sgd_fastest") == _claim(main, "sgd_fastest")
     assert _claim(real, "checkpoint_time").verdict == NOT_MEASURABLE
+
+
+def _sanity_cells(accuracies, baseline=0.3, dataset="cifar100", seeds=1):
+    return [_peft(f"vit_s-{method}-standard-{dataset}", seed, accuracy=accuracy,
+                  task={"sanity_accuracy": baseline} if baseline is not None else {})
+            for method, accuracy in accuracies.items() for seed in range(seeds)]
+
+
+@pytest.mark.parametrize(("accuracies", "verdict", "below"), [
+    ({"full": 0.6, "lora": 0.45}, REPRODUCED, 0),       # every cell above the raw-pixel 1-NN
+    ({"full": 0.6, "lora": 0.3}, NOT_REPRODUCED, 1),    # one cell at it: flagged
+    ({"full": 0.25, "lora": 0.1}, CONTRADICTED, 2),     # no cell of the dataset above it
+])
+def test_pixel_baseline_claim_flags_fine_tuning_that_does_not_beat_1nn(accuracies, verdict, below):
+    result = _claim(_sanity_cells(accuracies, seeds=2), "pixel_baseline")
+    best = max(accuracies, key=accuracies.get)
+    assert result.verdict == verdict
+    assert result.measured == (f"cifar100: best fine-tuned {100 * accuracies[best]:.1f} % "
+                               f"(vit_s-{best}-standard-cifar100) vs 1-NN 30.0 %, {below} of 2 cells not above it")
+    assert result.grids == ("peft",) and "2 seeds" in result.seeds
+
+
+def test_pixel_baseline_claim_reads_each_dataset_and_needs_a_recorded_baseline():
+    mixed = [*_sanity_cells({"full": 0.6}), *_sanity_cells({"full": 0.2}, baseline=0.25, dataset="dtd")]
+    result = _claim(mixed, "pixel_baseline")
+    assert result.verdict == CONTRADICTED and result.measured.endswith("dtd: best fine-tuned 20.0 % "
+                                                                       "(vit_s-full-standard-dtd) vs 1-NN 25.0 %, "
+                                                                       "1 of 1 cells not above it")
+    assert _claim(_sanity_cells({"full": 0.6}, baseline=None), "pixel_baseline").verdict == NOT_MEASURABLE

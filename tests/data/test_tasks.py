@@ -39,7 +39,8 @@ def test_floor_is_below_chance(model):
 
 @pytest.mark.parametrize("dataset", ["cifar100", "dtd"])
 def test_fine_tuning_datasets_have_a_heldout_split_with_its_own_samples(dataset):
-    """cifar100/dtd: the real class counts, a held-out split of other samples of the same classes, Bayes accuracy."""
+    """cifar100/dtd: the real class counts, a held-out split of other samples of the same classes, Bayes accuracy,
+    and a raw-pixel 1-NN far below it (the stand-ins need features)."""
     hp = hparams_for("vit_s", "tiny", dataset=dataset)
     data = make_dataset(dataset, hp, 0)
     heldout = data.heldout
@@ -47,8 +48,10 @@ def test_fine_tuning_datasets_have_a_heldout_split_with_its_own_samples(dataset)
     assert len(data) == hp.train_samples and len(heldout) == hp.heldout_samples
     assert not any(torch.equal(a, b) for a in heldout.tensors["pixel_values"][:8] for b in data.tensors["pixel_values"])
     assert 0.9 <= heldout.info["bayes_accuracy"] <= 1.0
+    assert heldout.info["sanity_accuracy"] < 0.2
     # The same seed gives the two datasets different classes.
-    other = make_dataset("dtd" if dataset == "cifar100" else "cifar100", hp, 0)
+    other_key = "dtd" if dataset == "cifar100" else "cifar100"
+    other = make_dataset(other_key, hparams_for("vit_s", "tiny", dataset=other_key), 0)
     assert not torch.equal(other.tensors["pixel_values"][:1], data.tensors["pixel_values"][:1])
 
 

@@ -145,7 +145,8 @@ def test_peft_section_renders_inference_netscore_and_claims_in_chromium(run_reco
     assert "give real weights with --gradeff-weights clip=PATH" in dom
 
     claims = parsed.tables["claims-peft"]
-    assert len(claims) == 4
+    assert len(claims) == 5  # the paper's four, then the raw-pixel 1-NN sanity check
+    assert "1-nearest-neighbour" in claims[-1][0], claims[-1]
     assert all(cells[1][2].startswith("verdict ") for _, cells in claims), claims
     assert {cells[1][0] for _, cells in claims} <= {"reproduced", "not reproduced", "contradicted",
                                                     "not measurable here"}

@@ -296,3 +296,22 @@ def test_count_and_points_formatting():
         ["950", "43.4k", "220k", "22.1M", "1.24B"]
     assert format_points(1.234) == "+1.2 pts" and format_points(-0.4) == "-0.4 pts"
     assert format_count(None) == NA and format_points(float("nan")) == NA
+
+
+def test_accuracy_table_ends_with_the_pixel_baseline_and_flags_cells_not_above_it(peft_record):
+    """The raw-pixel 1-NN's accuracy is the last row; a cell whose mean is at or below it is marked worse."""
+    from gradeff.report.peft import SANITY_LABEL
+
+    task = {"key": "cifar100", "bayes_accuracy": 0.9, "sanity_accuracy": 0.3, "info": {}}
+    records = [peft_record(method="full", accuracies=(0.2, 0.7), task=task),
+               peft_record(method="lora", accuracies=(0.2, 0.3), task=task),
+               peft_record(method="bitfit", status="error", accuracies=(), seconds=(), task=task)]
+    accuracy = _table(_group(build_peft_view(records)), "heldout_accuracy")
+    assert _texts(accuracy) == {"Full fine-tuning": ["70.0 %"], "LoRA": ["30.0 %"], "BitFit (biases only)": ["error"],
+                                SANITY_LABEL: ["30.0 %"]}
+    lora, full = accuracy.rows[1].cells[0], accuracy.rows[0].cells[0]
+    assert "worse" in lora.css and lora.sub == "not above 1-NN on pixels" and "30.0 %" in lora.title
+    assert "worse" not in full.css and full.sub == ""
+    assert "1-nearest-neighbour classifier on raw pixels" in accuracy.note
+    without = [peft_record(method="full", accuracies=(0.2, 0.7))]
+    assert SANITY_LABEL not in _texts(_table(_group(build_peft_view(without)), "heldout_accuracy"))
