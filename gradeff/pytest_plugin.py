@@ -212,7 +212,15 @@ _WORLD_SIZE = pytest.StashKey[int]()
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """--gradeff-shard I/N: keep shard I's cells of what -k, -m and the axis options selected; deselect the rest."""
+    """--gradeff-shard I/N: keep shard I's cells of what -k, -m and the axis options selected; deselect the rest.
+    Then the fine-tuned backbones' cells are interleaved (:mod:`gradeff.schedule`)."""
+    from gradeff.schedule import fine_tuned_backbone, interleave_backbones
+
+    _keep_shard(config, items)
+    items[:] = interleave_backbones(items, fine_tuned_backbone)
+
+
+def _keep_shard(config: pytest.Config, items: list) -> None:
     plan = config.stash.get(_SHARD, None)
     if plan is None:
         return
