@@ -21,7 +21,7 @@ held-out sample never belongs to a class the training split lacks.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -123,6 +123,13 @@ class TextureClasses:
 
     spectra: np.ndarray
     nuisances: np.ndarray
+    # The spectra's inverses and log-determinants, computed once: every split's likelihood reads them.
+    _inverse: np.ndarray = field(init=False, repr=False, compare=False)
+    _logdet: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_inverse", np.linalg.inv(self.spectra))
+        object.__setattr__(self, "_logdet", np.linalg.slogdet(self.spectra)[1])  # (K, V, S, S)
 
     def __len__(self) -> int:
         return self.spectra.shape[0]
@@ -130,8 +137,7 @@ class TextureClasses:
     def log_likelihood(self, images: np.ndarray) -> np.ndarray:
         """``log p(x | class)`` ``(N, K)``, the Gaussian likelihood averaged over the nuisance values (less ``D/2 log 2π``)."""
         num_classes, num_nuisances = self.spectra.shape[:2]
-        inverse = np.linalg.inv(self.spectra)
-        _, logdet = np.linalg.slogdet(self.spectra)  # (K, V, S, S)
+        inverse, logdet = self._inverse, self._logdet
         quadratic = _periodograms(images) @ _upper(inverse).reshape(num_classes * num_nuisances, -1).T
         loglik = -0.5 * (quadratic + logdet.reshape(num_classes * num_nuisances, -1).sum(axis=1))
         per_class = np.logaddexp.reduce(loglik.reshape(len(images), num_classes, num_nuisances), axis=2)
