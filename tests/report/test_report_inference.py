@@ -6,7 +6,7 @@ import pytest
 from markupsafe import escape
 
 from gradeff.analysis import peft as peft_analysis
-from gradeff.analysis.claims import VERDICTS, ClaimResult
+from gradeff.analysis.claims import CLAIMS, VERDICTS, ClaimResult
 from gradeff.formatting import NA, format_energy, format_rate
 from gradeff.netscore import netscore_family
 from gradeff.report import SECTIONS, build_view, render_html
@@ -16,6 +16,9 @@ from gradeff.report.peft import build_peft_view
 from gradeff.results import Summary
 
 SCRIPT = "<script>alert(1)</script>"
+
+# The PEFT study's claims: the paper's four and the raw-pixel sanity check.
+_PEFT_CLAIMS = sum(claim.study == "peft" for claim in CLAIMS)
 
 
 def inference(accuracy, *, parameters=200_000, macs=4_000_000, seconds=0.2, joules=0.9, source="estimate",
@@ -226,7 +229,7 @@ def test_overview_and_methods_name_inference_netscore_and_claims(tuned):
     overview = dict(view.overview)
     assert overview["inference cost"].startswith("1 of 2 cells: latency at batch 1")
     assert "dB in the papers' units" in overview["inference cost"] and "(est.)" in overview["inference cost"]
-    assert overview["claims"].startswith("4 not measurable here: ")
+    assert overview["claims"].startswith(f"{_PEFT_CLAIMS} not measurable here: ")
     methods = dict(view.methods)
     assert "MiB" in methods["NetScore family"] and "never 0" in methods["NetScore family"]
     assert "1 of the 2 cells here carry it." in methods["Inference cost"]
@@ -271,8 +274,8 @@ def test_a_study_without_records_gets_one_line_not_a_table_of_na(tuned):
     groups = {g.title: g.table for g in view.claims.groups}
     main = groups[claims_report.STUDY_TITLES["main"]]
     assert main.rows == () and main.note.startswith("n/a: no records of this study in these results")
-    assert len(groups[claims_report.STUDY_TITLES["peft"]].rows) == 4
-    assert view.claims.summary == "4 not measurable here"
+    assert len(groups[claims_report.STUDY_TITLES["peft"]].rows) == _PEFT_CLAIMS
+    assert view.claims.summary == f"{_PEFT_CLAIMS} not measurable here"
 
 
 def test_claims_section_evaluates_the_records(tuned, baseline):
