@@ -30,8 +30,9 @@ loss and held-out figures are judged within a band measured from the baseline's 
 runs (``<baseline>.perturbed.jsonl``, or ``--perturbed FILE``: the same cells recorded with only the
 summation order changed; :class:`gradeff.portability.Band`), and a current run whose environment is
 that of a perturbation run is compared with that run exactly. Without perturbation runs a foreign
-cell falls back to the ``--loose`` tolerances. Memory counted from tensors and statuses are exact
-everywhere. Which cells were judged how, and the band's rule, are printed before the table.
+cell falls back to the ``--loose`` tolerances. Statuses are exact everywhere, and so is memory counted
+from tensors, except where the perturbation runs moved it (a line search's step: see
+:mod:`gradeff.portability`). Which cells were judged how, and the band's rule, are printed before the table.
 
 The environment (CPU model, logical CPUs, torch threads, device, torch and transformers versions)
 is compared first and any difference is printed first. Time measured on another machine says
@@ -72,8 +73,8 @@ from gradeff.compare_rules import (
     override_rules,
 )
 from gradeff.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, colliding_outputs, write_text
-from gradeff.portability import (Band, Sensitivity, numerics, numerics_differences, perturbations, perturbed_path,
-                                 sensitivities)
+from gradeff.portability import (COUNTED_MEMORY, Band, Sensitivity, numerics, numerics_differences, perturbations,
+                                 perturbed_path, sensitivities)
 from gradeff.results import CellRecord, latest_by_run, read_records
 from gradeff.safe_text import one_line
 
@@ -170,17 +171,24 @@ def _environment_differences(b: CellRecord, c: CellRecord) -> dict[str, str]:
     return messages
 
 
-def widened(rules: tuple[Rule, ...], loss_rtol: float, accuracy_atol: float, basis: str = "") -> tuple[Rule, ...]:
-    """``rules`` with loss tolerances widened to at least ``loss_rtol`` (relative) and held-out accuracy's to
-    ``accuracy_atol`` (never narrowed: an explicit ``--rule`` or ``--loose`` wider still wins), noting ``basis``."""
+def widened(rules: tuple[Rule, ...], loss_rtol: float, accuracy_atol: float, basis: str = "", *,
+            memory_rtol: float = 0.0, memory_basis: str = "") -> tuple[Rule, ...]:
+    """``rules`` with loss tolerances widened to at least ``loss_rtol`` (relative), held-out accuracy's to
+    ``accuracy_atol`` and, where ``memory_rtol`` > 0, counted memory's to ``memory_rtol`` (never narrowed: an
+    explicit ``--rule`` or ``--loose`` wider still wins), noting ``basis``."""
     out = []
     for rule in rules:
         if isinstance(rule, ToleranceRule) and fnmatchcase(rule.metric, "*_loss"):
             rule = replace(rule, rtol=max(rule.rtol, loss_rtol), basis=basis)
         elif isinstance(rule, ToleranceRule) and rule.metric == "heldout_accuracy":
             rule = replace(rule, atol=max(rule.atol, accuracy_atol), basis=basis)
+        elif isinstance(rule, ToleranceRule) and memory_rtol > 0 and rule.source in _COUNTED_SOURCES:
+            rule = replace(rule, rtol=max(rule.rtol, memory_rtol), basis=memory_basis or basis)
         out.append(rule)
     return tuple(out)
+
+
+_COUNTED_SOURCES = frozenset(f"meters.memory.{name}" for name in COUNTED_MEMORY)
 
 
 def loosened(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
@@ -213,7 +221,10 @@ def _judgement(primary: CellRecord, runs: list[CellRecord], current: CellRecord,
     change = sensitivity.change
     runs = _plural(sensitivity.runs, "perturbation run")
     basis = f"band: {band.factor:g} × {change:.2g}, the largest change of {runs}"
-    return _Judgement(primary, widened(rules, band.loss_rtol(change), band.accuracy_atol(change), basis),
+    return _Judgement(primary, widened(rules, band.loss_rtol(change), band.accuracy_atol(change), basis,
+                                       memory_rtol=band.memory_rtol(sensitivity.memory_change),
+                                       memory_basis=f"band: {band.factor:g} × {sensitivity.memory_change:.2g}, the "
+                                                    f"largest memory change of {runs}"),
                       f"numerics environment differs ({differs}): losses judged within a band measured by the "
                       f"baseline's perturbation runs: {band.rule()}")
 

@@ -120,9 +120,11 @@ def test_band_defaults_and_arithmetic():
     assert band.accuracy_atol(0.0) == 1e-3 and band.accuracy_atol(0.01) == 0.03
     assert Band(factor=2, floor=0.1).loss_rtol(0.04) == 0.1
     assert Band(factor=2, accuracy_floor=0.1).accuracy_atol(0.04) == 0.1
+    assert band.memory_rtol(0.0) == 0.0 and band.memory_rtol(0.05) == pytest.approx(0.15)
     assert band.rule() == ("relative tolerance max(1e-05, 3 × the largest relative change the perturbation runs made "
                            "to the losses of a cell of the same optimizer); held-out accuracy max(0.001, the same "
-                           "number) absolute")
+                           "number) absolute; counted memory 3 × the largest relative change those runs made to it "
+                           "(exact where they never moved it)")
 
 
 @pytest.mark.parametrize("setting", ["factor", "floor", "accuracy_floor"])
@@ -195,7 +197,7 @@ def test_a_foreign_cpu_is_judged_within_the_band():
 
 
 def test_memory_and_status_stay_exact_on_a_foreign_cpu():
-    """The band widens loss figures only: counted memory and the status are the same on every machine."""
+    """Counted memory the perturbation runs did not move, and the status, stay exact on every machine."""
     memory = {"memory": {"activation_bytes": 1000}}
     baseline = [run(meters=memory)]
     perturbed = [run(environment=TWO_THREADS, scale=1.05, meters=memory)]
@@ -204,6 +206,33 @@ def test_memory_and_status_stay_exact_on_a_foreign_cpu():
     assert verdicts(moved, "activation_bytes") == {"llm-cgd-standard": "regression"}
     skipped = compare_records(baseline, [run(environment=THERE, status="skipped")], perturbed=perturbed)
     assert verdicts(skipped, "status") == {"llm-cgd-standard": "regression"}
+
+
+def test_memory_a_perturbation_moved_is_judged_within_its_band():
+    """A line search's peak follows the summation order: where the perturbation runs moved a CG cell's peak by
+    5 %, its optimizer's cells may move 15 % on a foreign CPU (not 20 %); an Adam cell whose memory they never
+    moved stays exact, and so does every memory figure on the baseline's own CPU."""
+    def peak(value):
+        return {"memory": {"peak_bytes": value, "activation_bytes": 1000}}
+
+    baseline = [run("llm-cgd-accum", meters=peak(1000)), run("vit-cgd-standard", meters=peak(1000)),
+                run("llm-adam-standard", meters=peak(1000))]
+    perturbed = [run("llm-cgd-accum", TWO_THREADS, meters=peak(950)), run("vit-cgd-standard", TWO_THREADS,
+                                                                        meters=peak(1000)),
+                 run("llm-adam-standard", TWO_THREADS, meters=peak(1000))]
+    assert sensitivities(baseline, perturbed)[("vit-cgd-standard", 0)].memory_change == pytest.approx(0.05)
+    assert sensitivities(baseline, perturbed)[("llm-adam-standard", 0)].memory_change == 0.0
+    current = [run("llm-cgd-accum", THERE, meters=peak(880)), run("vit-cgd-standard", THERE, meters=peak(1140)),
+               run("llm-adam-standard", THERE, meters=peak(1001))]
+    comparison = compare_records(baseline, current, perturbed=perturbed)
+    assert verdicts(comparison, "peak_bytes") == {"llm-cgd-accum": "ok", "vit-cgd-standard": "ok",
+                                                  "llm-adam-standard": "regression"}
+    notes = {row.cell: row.note for row in comparison.rows if row.metric == "peak_bytes"}
+    assert "band: 3 × 0.05, the largest memory change of 2 perturbation runs" in notes["llm-cgd-accum"]
+    beyond = compare_records(baseline, [run("llm-cgd-accum", THERE, meters=peak(800))], perturbed=perturbed)
+    assert verdicts(beyond, "peak_bytes") == {"llm-cgd-accum": "regression"}
+    here = compare_records(baseline, [run("llm-cgd-accum", meters=peak(999))], perturbed=perturbed)
+    assert verdicts(here, "peak_bytes") == {"llm-cgd-accum": "regression"}
 
 
 def test_a_wider_rule_is_never_narrowed_by_the_band():
