@@ -91,7 +91,8 @@ TASKS: Registry[TaskSpec] = Registry(
     (
         # The main study's tasks, one per model. What each is and why it is built so is in its builder's
         # docstring; in short, each is learnable *and generalises* within the tiny profile's seconds per cell:
-        # enough fresh samples that no model can memorise them, and structure a tiny model picks up early.
+        # enough training samples (drawn once, the same every epoch) that no model memorises them in its steps,
+        # and structure a tiny model picks up early.
         TaskSpec(key="causal_lm", name="Markov text (next token)", description="next token of Markov-chain text",
                  builder=f"{_TEXT}:causal_lm", fields=("num_states", "seq_len", *_SPLITS), kind="causal_lm"),
         TaskSpec(key="masked_lm", name="Topic text (masked)",
