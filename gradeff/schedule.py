@@ -17,6 +17,7 @@ from typing import TypeVar
 __all__ = ["fine_tuned_backbone", "interleave_backbones"]
 
 T = TypeVar("T")
+_GAP = object()  # fills a backbone's turns once its cells have run out
 
 
 def interleave_backbones(items: Sequence[T], backbone_of: Callable[[T], Hashable | None]) -> list[T]:
@@ -37,9 +38,6 @@ def interleave_backbones(items: Sequence[T], backbone_of: Callable[[T], Hashable
     for index, item in zip(slots, dealt, strict=True):
         out[index] = item
     return out
-
-
-_GAP = object()
 
 
 def fine_tuned_backbone(item) -> str | None:

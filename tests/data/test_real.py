@@ -45,6 +45,17 @@ def _features(classes: int):
 _TEXT = ("The quick brown fox jumps over the lazy dog. " * 4 + "Numbers are written one two three four. ") * 3
 
 
+def _image_folder(root: Path, sizes: dict[str, int], classes: int, *, seed: int) -> Path:
+    """An imagefolder: ``root/<split>/class<k>/<i>.png``, image ``i`` of each split in class ``i mod classes``."""
+    rng = np.random.default_rng(seed)
+    for split, n in sizes.items():
+        for i in range(n):
+            folder = root / split / f"class{i % classes}"
+            folder.mkdir(parents=True, exist_ok=True)
+            _pattern_image(i % classes, rng).save(folder / f"{i}.png")
+    return root
+
+
 def _write_formats(root: Path) -> dict[str, tuple[str, Path]]:
     """One small dataset per supported format: key → (task key, path)."""
     out = {}
@@ -52,13 +63,7 @@ def _write_formats(root: Path) -> dict[str, tuple[str, Path]]:
                                "test": datasets.Dataset.from_dict(_image_rows(16, 4, 1), features=_features(4))})
     dd.save_to_disk(str(root / "saved"))
     out["save_to_disk"] = ("images", root / "saved")
-    rng = np.random.default_rng(2)
-    for split, n in (("train", 64), ("test", 16)):
-        for i in range(n):
-            folder = root / "imagefolder" / split / f"class{i % 4}"
-            folder.mkdir(parents=True, exist_ok=True)
-            _pattern_image(i % 4, rng).save(folder / f"{i}.png")
-    out["imagefolder"] = ("images", root / "imagefolder")
+    out["imagefolder"] = ("images", _image_folder(root / "imagefolder", {"train": 64, "test": 16}, 4, seed=2))
     datasets.Dataset.from_dict(_image_rows(80, 4, 3), features=_features(4)).to_parquet(str(root / "images.parquet"))
     out["parquet"] = ("images", root / "images.parquet")
     # A dataset repository's snapshot in the local hub cache: parquet shards named by split, in a sub-folder.
@@ -371,12 +376,7 @@ def test_a_corrupt_image_is_named_by_file_and_row(tmp_path):
 def test_a_corrupt_image_in_an_imagefolder_stops_the_session_before_any_cell(pytester, tmp_path):
     """An imagefolder with one truncated file: the session stops at its start (usage error) naming that file,
     not in every cell with an error that names none."""
-    rng = np.random.default_rng(3)
-    for split, n in (("train", 12), ("test", 4)):
-        for i in range(n):
-            folder = tmp_path / "folder" / split / f"class{i % 2}"
-            folder.mkdir(parents=True, exist_ok=True)
-            _pattern_image(i % 2, rng).save(folder / f"{i}.png")
+    _image_folder(tmp_path / "folder", {"train": 12, "test": 4}, 2, seed=3)
     bad = tmp_path / "folder" / "train" / "class1" / "7.png"
     bad.write_bytes(bad.read_bytes()[:30])
     grid = Path(__file__).parents[2] / "benchmarks" / "test_real_grid.py"
