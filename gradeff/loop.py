@@ -9,6 +9,7 @@ micro-batches per step.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,12 +112,21 @@ class TrainState:
     history: list[EpochStats] = field(default_factory=list)
     # Seconds spent getting micro-batches (gather + move to the device) since the epoch began.
     data_seconds: float = 0.0
+    # The dataset's targets per sample as Python ints: a step's weights are then sums on the host, not kernels.
+    _targets: tuple[Dataset, list[int]] | None = field(default=None, repr=False)
 
     @property
     def divergence_check_every(self) -> int:
         if self.check_every is not None:
             return self.check_every
         return GPU_CHECK_EVERY if self.device.type == "cuda" else 1
+
+    def targets_of(self, indices: torch.Tensor) -> int:
+        """The loss targets of the samples at ``indices`` (summed on the host, from a list read once)."""
+        if self._targets is None or self._targets[0] is not self.dataset:
+            self._targets = (self.dataset, self.dataset.targets.tolist())
+        targets = self._targets[1]
+        return sum(targets[i] for i in indices.tolist())
 
     def step_groups(self, epoch: int) -> list[list[torch.Tensor]]:
         """This epoch's sample indices: micro-batches, grouped by optimizer step."""
@@ -146,12 +156,12 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[torch.
         the group.
     """
     model, optimizer, data = state.model, state.optimizer, state.dataset
-    counts = [int(data.targets[idx].sum()) for idx in group]
+    counts = [state.targets_of(idx) for idx in group]
     total = sum(counts)
     if state.ranks is not None:
         # This process's slices; each loss is still weighted by the whole step's targets.
         group = [state.ranks.local(idx) for idx in group]
-        counts = [int(data.targets[idx].sum()) for idx in group]
+        counts = [state.targets_of(idx) for idx in group]
     calls = 0
 
     def closure():
@@ -165,10 +175,13 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[torch.
             waited = time.perf_counter()
             batch = move_batch(data.batch(idx), state.device)
             state.data_seconds += time.perf_counter() - waited
-            # transformers losses are means over a micro-batch's targets; weighting each by its
-            # share of the step's targets makes the accumulated gradient the gradient of the
-            # mean over all k·b samples' targets, exactly as one large batch would give.
-            loss = model(**batch).loss * (count / total)
+            loss = model(**batch).loss
+            if count != total:
+                # transformers losses are means over a micro-batch's targets; weighting each by its
+                # share of the step's targets makes the accumulated gradient the gradient of the
+                # mean over all k·b samples' targets, exactly as one large batch would give. (A whole
+                # step's micro-batch has weight 1: multiplying by it would change no bit, only cost a kernel.)
+                loss = loss * (count / total)
             (loss if state.scaler is None else state.scaler.scale(loss)).backward()
             step_loss += loss.detach()
         return step_loss if state.ranks is None else state.ranks.total(step_loss)
@@ -194,6 +207,13 @@ def _check_finite(pending: list[tuple[int, torch.Tensor]], epoch: int) -> None:
     """
     if not pending:
         return
+    if len(pending) == 1:
+        # The CPU's every-step check: one read of one value, not four kernels to stack and test it.
+        step, loss = pending[0]
+        value = float(loss)
+        if not math.isfinite(value):
+            raise Diverged(step=step, epoch=epoch, loss=value)
+        return
     losses = torch.stack([loss for _, loss in pending])
     finite = torch.isfinite(losses)
     if bool(finite.all()):
@@ -210,8 +230,10 @@ def train_epoch(state: TrainState) -> EpochStats:
     """
     epoch = state.epoch
     closure_calls = 0
-    # Summed on the device in float64 (as Python floats would be) and read once, at the epoch's end.
-    loss_sum = torch.zeros((), dtype=torch.float64, device=state.device)
+    # Each step's loss stays on the device until the epoch's end, where all are read at once and summed in
+    # float64, weighted by their targets, in step order.
+    step_losses: list[torch.Tensor] = []
+    step_targets: list[int] = []
     pending: list[tuple[int, torch.Tensor]] = []
     targets_seen = 0
     samples_seen = 0
@@ -231,7 +253,8 @@ def train_epoch(state: TrainState) -> EpochStats:
             pending = []
         if state.scheduler is not None:
             state.scheduler.step()
-        loss_sum += loss.double() * total
+        step_losses.append(loss)
+        step_targets.append(total)
         targets_seen += total
         samples_seen += sum(len(idx) for idx in group)
         if state.pause is not None and index + 1 < len(groups) and state.global_step % state.pause.every == 0:
@@ -245,7 +268,10 @@ def train_epoch(state: TrainState) -> EpochStats:
             paused += time.perf_counter() - stopped
     _check_finite(pending, epoch)
     sync(state.device)
-    stats = EpochStats(epoch=epoch, loss=float(loss_sum) / targets_seen, seconds=time.perf_counter() - start - paused,
+    loss_sum = 0.0
+    for value, total in zip(torch.stack(step_losses).double().tolist() if step_losses else [], step_targets):
+        loss_sum += value * total
+    stats = EpochStats(epoch=epoch, loss=loss_sum / targets_seen, seconds=time.perf_counter() - start - paused,
                        optimizer_steps=steps, closure_calls=closure_calls, samples=samples_seen,
                        targets=targets_seen, data_seconds=state.data_seconds)
     state.history.append(stats)
