@@ -10,6 +10,9 @@ import torch
 
 from gradeff.optim.cg import BETA_RULES, ConjugateGradient
 
+# torch on the session's --gradeff-threads, as a cell trains, never one thread per core beside another worker.
+pytestmark = pytest.mark.usefixtures("gradeff_threads")
+
 DIMENSIONS = (10, 25, 50, 100)
 TOLERANCE = 1e-6
 

@@ -14,6 +14,9 @@ import torch
 
 from gradeff.optim.cg import BETA_RULES, ConjugateGradient
 
+# torch on the session's --gradeff-threads, as a cell trains, never one thread per core beside another worker.
+pytestmark = pytest.mark.usefixtures("gradeff_threads")
+
 DIMENSIONS = (2, 10, 20, 100)
 GTOL = 1e-5
 # scipy.optimize.minimize(rosen, x0, method="CG", jac=rosen_der).nfev at gtol = 1e-5, measured with

@@ -39,6 +39,9 @@ from gradeff.loop import train_epoch, warm_up
 from gradeff.metering import EpochMetering, aggregate
 from gradeff.runner import RunConfig, prepare_state
 
+# torch on the session's --gradeff-threads, as a cell trains, never one thread per core beside another worker.
+pytestmark = pytest.mark.usefixtures("gradeff_threads")
+
 ROUNDS = 20
 EPOCHS_PER_BLOCK = 3
 METER_TARGET = 0.01

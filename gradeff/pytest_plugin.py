@@ -289,6 +289,21 @@ def gradeff_seed(request: pytest.FixtureRequest) -> int:
     return request.config.stash[_CONFIG].seed
 
 
+@pytest.fixture
+def gradeff_threads(request: pytest.FixtureRequest):
+    """torch's intra-op threads set to the session's ``--gradeff-threads`` for a test that trains outside a cell.
+
+    A cell sets its own count; a benchmark that runs torch itself (the measurement overhead, CG's test problems)
+    would otherwise take torch's default, one thread per core: under ``-n 2`` that is three busy threads on two
+    cores, and torch's workers spin waiting for the core the other worker holds. Yields the count.
+    """
+    from gradeff.runner import intra_op_threads
+
+    threads = request.config.stash[_CONFIG].threads
+    with intra_op_threads(threads):
+        yield threads
+
+
 def run_config(config: pytest.Config, seed: int):
     """The runner's settings for a cell of this session with ``seed`` (the grid's cells and the public fixtures')."""
     from gradeff.metering import MeterSettings

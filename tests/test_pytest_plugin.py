@@ -158,3 +158,18 @@ def test_baseline_gate_fails_the_session_on_a_regression(grid_pytester):
     worse = grid_pytester.runpytest_subprocess(*args, f"--gradeff-baseline={better}")
     assert worse.ret == pytest.ExitCode.TESTS_FAILED
     worse.stdout.fnmatch_lines(["*gradeff compare with*: REGRESSION*", "*final_loss*regression*"])
+
+
+def test_a_benchmark_outside_a_cell_trains_on_the_sessions_thread_count(pytester):
+    """``gradeff_threads`` gives a test torch's --gradeff-threads for its duration (not one thread per core)."""
+    pytester.makepyfile(test_threads="""
+        import pytest
+        import torch
+
+        pytestmark = pytest.mark.usefixtures("gradeff_threads")
+
+        def test_inside(gradeff_threads, pytestconfig):
+            assert torch.get_num_threads() == gradeff_threads == pytestconfig.getoption("gradeff_threads")
+    """)
+    for threads in ("1", "3"):
+        pytester.runpytest_subprocess(*PLUGIN, "--gradeff-threads", threads).assert_outcomes(passed=1)
