@@ -252,14 +252,20 @@ def _usage(option: str, value: object, problem: str) -> pytest.UsageError:
 
 
 def _writable_file(option: str, path: Path) -> Path:
-    """A file path that can be created or appended to: not a folder, its folder creatable and writable."""
+    """A file path that can be created or appended to: not a folder, its folder creatable and writable.
+
+    Checked without creating anything: the plugin configures every pytest session of an environment gradeff is
+    installed in, and a project's own unit tests must not leave a results folder behind. The writers create the
+    folder when they first write.
+    """
     if path.is_dir():
         raise _usage(option, path, "is a folder; give a file path")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _usage(option, path, f"cannot create its folder ({exc.strerror})") from None
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    existing = path.parent.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise _usage(option, path, f"cannot create its folder ({existing} is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise _usage(option, path, "not writable")
     return path
 

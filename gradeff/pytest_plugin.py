@@ -1,7 +1,9 @@
 """The gradeff pytest plugin: options, markers, the cell fixture and the terminal summary.
 
-Loaded by the root ``conftest.py`` (``pytest_plugins``) or with ``-p gradeff.pytest_plugin``.
-Importing it must stay light: collecting the grid never imports transformers.
+Loaded in every pytest session of an environment gradeff is installed in, by its ``pytest11`` entry point
+(named ``gradeff.pytest_plugin``, like the module, so ``-p gradeff.pytest_plugin`` is the same plugin; ``-p
+no:gradeff.pytest_plugin`` turns it off). Importing it must stay light: collecting the grid never imports
+transformers.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from gradeff.results import FINAL_STATUSES, append_record, read_records
 from gradeff.shard import ShardPlan
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
+# --gradeff-list (`gradeff list`): the registries after this session's registrations.
+pytest_plugins = ["gradeff.listing"]
 _SESSION_KEY = "gradeff_session"
 _CONFIG = pytest.StashKey[Settings]()
 
