@@ -473,8 +473,35 @@ def _data_sources(config: pytest.Config) -> tuple:
     return tuple(sources)
 
 
+# pytest-benchmark's options that store its timings: under pytest-xdist it stores nothing.
+_BENCHMARK_STORAGE = (("benchmark_json", "--benchmark-json"), ("benchmark_save", "--benchmark-save"),
+                      ("benchmark_autosave", "--benchmark-autosave"))
+
+
+def _benchmark_storage_under_xdist(config: pytest.Config) -> None:
+    """Refuse pytest-benchmark's storage options under pytest-xdist, which would otherwise write nothing.
+
+    pytest-benchmark switches itself off when xdist distributes tests (its own test: the ``dist`` option, set by
+    ``-n``), because cells timed side by side on shared cores are not benchmarks; ``--benchmark-json`` then
+    writes no file and a later ``pytest-benchmark compare`` fails on it. Said before any cell runs instead.
+    """
+    if getattr(config, "workerinput", None) is not None or config.getoption("dist", "no") == "no":
+        return
+    if config.getoption("benchmark_disable", False) or config.getoption("benchmark_skip", False):
+        return
+    given = [flag for name, flag in _BENCHMARK_STORAGE if config.getoption(name, None)]
+    if given:
+        workers = config.getoption("numprocesses", None)
+        raise pytest.UsageError(
+            f"{given[0]}: pytest-benchmark switches itself off under pytest-xdist (-n {workers}): epochs timed while "
+            f"other workers share the cores are not benchmarks, so it would write nothing. Run without -n (one cell "
+            f"at a time) to keep {given[0]}, or keep -n and read every epoch's seconds from the results file "
+            f"(--gradeff-results; `gradeff report RESULTS -o table.csv`, or gradeff.load)")
+
+
 def read_settings(config: pytest.Config) -> Settings:
     """Every gradeff option, validated (a ``pytest.UsageError`` names the first bad one)."""
+    _benchmark_storage_under_xdist(config)
     device = config.getoption("gradeff_device")
     try:
         validate_device(device)

@@ -461,10 +461,30 @@ def _incomplete_output(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
-    """--gradeff-baseline: run the regression gate on this session's cells; a regression fails the session."""
+    """Write the session's own records and selection (``last-session.*``); with --gradeff-baseline, run the regression
+    gate on them: a regression fails the session."""
     config = session.config
     settings = config.stash.get(_CONFIG, None)
-    if settings is None or settings.baseline is None or getattr(config, "workerinput", None) is not None:
+    if settings is None or getattr(config, "workerinput", None) is not None:
+        return
+    from gradeff.gate import current_records, session_files
+
+    records, _ = _session_records(config)
+    records = current_records(records, settings.results, settings.settled)
+    selection = config.stash.get(_SELECTED, [])
+    ran_nothing = config.option.collectonly or config.getoption("gradeff_dry_run") is not None
+    if settings.baseline is None and (ran_nothing or not (records or selection)):
+        # No cell selected (a project's own unit tests) or none meant to run: the last session's files stay.
+        return
+    current, selected = session_files(settings.results)
+    # This session's records and the cells it was asked to run, as files of their own: what `gradeff compare
+    # BASELINE results/last-session.jsonl` reads. The gate below judges them in memory, so a disk too full to keep
+    # them still gets a verdict. (No grid test selected, e.g. only hand-written cells: every baseline cell is
+    # expected.)
+    _write_session_file(config, current, "".join(r.to_json() + "\n" for r in records))
+    _write_session_file(config, selected, "".join(f"{cell}\n" for cell in selection))
+    if settings.baseline is None:
+        _incomplete_output(config)
         return
     import contextlib
     import io
@@ -472,18 +492,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     from gradeff.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE
     from gradeff.compare import main as compare_main
-    from gradeff.gate import current_records, session_files
 
-    records, _ = _session_records(config)
-    records = current_records(records, settings.results, settings.settled)
-    current, selected = session_files(settings.results)
-    # This session's records and the cells it was asked to run, as files of their own: handy artifacts, and
-    # what `gradeff compare` reruns the gate with. The gate itself judges them in memory, so a disk too full
-    # to keep them still gets a verdict. (No grid test selected, e.g. only hand-written cells: every baseline
-    # cell is expected.)
-    selection = config.stash.get(_SELECTED, [])
-    _write_session_file(config, current, "".join(r.to_json() + "\n" for r in records))
-    _write_session_file(config, selected, "".join(f"{cell}\n" for cell in selection))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = compare_main([str(settings.baseline), str(current), *shlex.split(settings.compare_args)],

@@ -106,6 +106,8 @@ def test_a_project_of_ones_own_runs_from_a_wheel(installed, tmp_path):
     records = {(r.grid, r.cell): r for r in read_records(results)}
     assert set(records) == {("main", "llm-rmsprop-standard"), ("custom", "llm-rmsprop-my_step")}, sorted(records)
     assert all(r.status == "ok" and r.optimizer == "rmsprop" and len(r.epochs) == 1 for r in records.values())
+    # The session's own records beside the results, for `gradeff compare BASELINE results/last-session.jsonl`.
+    assert {r.cell for r in read_records(project / "results" / "last-session.jsonl")} == {c for _, c in records}
 
     listing = _run([gradeff, "list"], project)
     assert listing.returncode == 0, listing.stderr[-3000:]
