@@ -472,10 +472,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     records, _ = _session_records(config)
     records = current_records(records, settings.results, settings.settled)
     selection = config.stash.get(_SELECTED, [])
-    ran_nothing = config.option.collectonly or config.getoption("gradeff_dry_run") is not None
-    if settings.baseline is None and (ran_nothing or not (records or selection)):
-        # No cell selected (a project's own unit tests) or none meant to run: the last session's files stay.
-        return
+    if config.option.collectonly or config.getoption("gradeff_dry_run") is not None:
+        return  # no cell was meant to run: nothing to judge, and the last session's files stay
+    if settings.baseline is None and not (records or selection):
+        return  # no cell selected (a project's own unit tests): nothing of gradeff's to leave behind
     current, selected = session_files(settings.results)
     # This session's records and the cells it was asked to run, as files of their own: what `gradeff compare
     # BASELINE results/last-session.jsonl` reads. The gate below judges them in memory, so a disk too full to keep

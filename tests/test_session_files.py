@@ -33,3 +33,21 @@ def test_benchmark_storage_under_xdist_is_refused_with_the_reason(grid_pytester,
     off = grid_pytester.runpytest(*PLUGIN, "-n", "2", flag, "--benchmark-disable", "-k", "llm-adam-standard",
                                   "--collect-only", "-q")
     assert off.ret == pytest.ExitCode.OK
+
+
+def test_collecting_with_a_baseline_runs_no_gate_and_keeps_the_last_session(grid_pytester, tmp_path):
+    """--collect-only (what the docs' commands test does) and --gradeff-dry-run run no cell: no verdict on cells
+    that were never meant to run, and the previous session's files stay as they were."""
+    results = tmp_path / "r.jsonl"
+    last = tmp_path / "last-session.jsonl"
+    last.write_text("kept\n")
+    baseline = grid_pytester.path.parent / "baseline.jsonl"
+    from tests.conftest import build_record
+
+    baseline.write_text(build_record("llm-adam-standard").to_json() + "\n")
+    for extra in (("--collect-only",), ("--gradeff-dry-run",)):
+        outcome = grid_pytester.runpytest(*PLUGIN, "-k", "llm-adam-standard", f"--gradeff-results={results}",
+                                          f"--gradeff-baseline={baseline}", *extra)
+        assert outcome.ret == pytest.ExitCode.OK, outcome.stdout.str()[-2000:]
+        assert "gradeff compare with" not in outcome.stdout.str()
+    assert last.read_text() == "kept\n" and not (tmp_path / "last-session.cells").exists()
