@@ -152,7 +152,7 @@ def _plan(where: str, argv: list[str]) -> tuple[str, list[str]] | None:
         return None
     if program == "gradeff" and args[:1] == ["launch"]:
         return "launch", args
-    if program == "gradeff" and args[:1] in (["report"], ["compare"], ["list"]):
+    if program == "gradeff" and args[:1] in (["report"], ["compare"], ["list"], ["--version"]):
         return "gradeff", args
     raise AssertionError(f"{where}: no rule for {argv}; add one to tests/test_docs_commands.py")
 
@@ -172,3 +172,26 @@ def test_every_bash_block_of_the_readme_and_docs_works(scratch):
               for (where, _), (kind, argv, code, tail) in zip(planned, results, strict=True) if code != 0]
     assert not failed, "\n\n".join(failed)
     print(f"{len(planned)} commands from {len(_blocks())} blocks checked in {time.perf_counter() - started:.1f} s")
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens (code spans' text kept)."""
+    headings = re.findall(r"^#+ (.+)$", BLOCK.sub("", page.read_text(encoding="utf-8")), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_link_of_the_readme_and_docs_resolves():
+    """A page moved or a heading renamed breaks no link: every relative link names a file, every anchor a heading."""
+    broken = []
+    for page in PAGES:
+        for target in LINK.findall(page.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists() or (anchor and anchor not in _anchors(linked)):
+                broken.append(f"{page.name}: {target}")
+    assert not broken, broken
