@@ -26,6 +26,9 @@ EXIT_FAILED = 1  # launch: a shard failed
 EXIT_BAD_INPUT = 2  # the same code argparse uses for a bad command line: "fix what you gave me"
 EXIT_OUTPUT = 74  # gradeff.outputs.EXIT_INCOMPLETE_OUTPUT (kept literal: `gradeff list` imports nothing heavy)
 
+# `gradeff report` formats; a table format is also chosen by the output's suffix.
+_FORMATS = ("html", "csv", "parquet")
+_TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet"}
 # The registries `gradeff list` prints (gradeff.listing.AXES; kept literal: --help imports nothing heavy).
 _AXES = ("models", "optimizers", "strategies", "methods", "datasets")
 
@@ -38,13 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     report = commands.add_parser(
-        "report", help="render results files as a self-contained HTML report (or a CSV table)",
+        "report", help="render results files as a self-contained HTML report (or a CSV or parquet table)",
         description="Merge one or more JSON-lines results files (a later record of a cell replaces an earlier "
-                    "one) and write an HTML report with inline figures, or a flat CSV table.")
+                    "one) and write an HTML report with inline figures, or a flat table: CSV, or parquet (the "
+                    "same columns, typed; what gradeff.load returns as a pandas DataFrame).")
     report.add_argument("results", nargs="+", metavar="RESULTS", help="results file(s) written by the grid")
-    report.add_argument("-o", "--output", help="output file, '-' for stdout (default: report.html / report.csv)")
-    report.add_argument("--format", choices=("html", "csv"),
-                        help="output format (default: csv if the output ends in .csv, else html)")
+    report.add_argument("-o", "--output",
+                        help="output file, '-' for stdout (default: report.html / report.csv / report.parquet)")
+    report.add_argument("--format", choices=_FORMATS,
+                        help="output format (default: by the output's suffix, .csv or .parquet, else html)")
     report.add_argument("--title", default="gradeff report", help="page title of the HTML report")
     report.add_argument("--templates", metavar="DIR",
                         help="folder of Jinja templates searched before the packaged ones: a template there "
@@ -194,12 +199,17 @@ def _run_report(args: argparse.Namespace) -> int:
     # Imported here: `gradeff list` and `--help` should not load jinja2 and the analysis.
     from gradeff.loading import ResultsFileError, load_results
 
-    suffix_csv = bool(args.output) and args.output.lower().endswith(".csv")
-    if args.format == "html" and suffix_csv:
-        _error(f"{args.output} ends in .csv but --format is html; pass --format csv or another name")
+    from pathlib import Path
+
+    by_suffix = _TABLE_SUFFIXES.get(Path(args.output).suffix.lower()) if args.output else None
+    if args.format == "html" and by_suffix:
+        _error(f"{args.output} ends in .{by_suffix} but --format is html; pass --format {by_suffix} or another name")
         return EXIT_BAD_INPUT
-    fmt = args.format or ("csv" if suffix_csv else "html")
+    fmt = args.format or by_suffix or "html"
     output = args.output or f"report.{fmt}"
+    if fmt == "parquet" and output == "-":
+        _error("parquet is a binary file: give -o FILE.parquet, or --format csv for stdout")
+        return EXIT_BAD_INPUT
     templates = None
     if fmt == "html":
         from gradeff.report.render import resolve_template_folder
@@ -244,9 +254,14 @@ def _run_report(args: argparse.Namespace) -> int:
 def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templates: Path | None) -> None:
     from pathlib import Path
 
+    path = Path(output)
+    if fmt == "parquet":
+        from gradeff.dataframe import write_parquet
+
+        write_parquet(loaded.records, path)
+        return
     from gradeff.report import write_report
 
-    path = Path(output)
     if fmt == "csv" and path.suffix.lower() != ".csv":
         # write_report picks CSV by suffix; an explicit --format csv wins over the file name.
         from gradeff.outputs import write_with
