@@ -474,8 +474,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     selection = config.stash.get(_SELECTED, [])
     if config.option.collectonly or config.getoption("gradeff_dry_run") is not None:
         return  # no cell was meant to run: nothing to judge, and the last session's files stay
-    if settings.baseline is None and not (records or selection):
-        return  # no cell selected (a project's own unit tests): nothing of gradeff's to leave behind
+    if settings.baseline is None and (not (records or selection) or config.stash.get(_SHARD, None) is not None):
+        # No cell selected (a project's own unit tests): nothing of gradeff's to leave behind. A shard is one part of
+        # a run, whose records are its own results file: the shards of `gradeff launch` share a folder, and one
+        # shard's last-session files would replace another's.
+        return
     current, selected = session_files(settings.results)
     # This session's records and the cells it was asked to run, as files of their own: what `gradeff compare
     # BASELINE results/last-session.jsonl` reads. The gate below judges them in memory, so a disk too full to keep
