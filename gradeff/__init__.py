@@ -1,3 +1,14 @@
 """gradeff: which optimizer and which memory strategy for your model on your hardware."""
 
 __version__ = "0.1.0"
+__all__ = ["__version__", "load"]
+
+
+def __getattr__(name: str):
+    # gradeff.load(paths) -> pandas.DataFrame; imported on first use, so `import gradeff` (every pytest session of
+    # an environment with gradeff installed loads its plugin) does not import pandas.
+    if name == "load":
+        from gradeff.dataframe import load
+
+        return load
+    raise AttributeError(f"module 'gradeff' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """The ``gradeff`` command: ``gradeff report RESULTS… -o report.html``, ``gradeff compare``, ``gradeff list``,
-``gradeff launch N [pytest args]``.
+``gradeff launch N [pytest args]``, ``gradeff --version``.
 
 Exit codes: 0 success; 2 a results file is missing, unreadable or has no readable record, or the
 command line is wrong (argparse's convention); 74 (``EX_IOERR``) an output could not be written (disk full, I/O
@@ -26,32 +26,45 @@ EXIT_FAILED = 1  # launch: a shard failed
 EXIT_BAD_INPUT = 2  # the same code argparse uses for a bad command line: "fix what you gave me"
 EXIT_OUTPUT = 74  # gradeff.outputs.EXIT_INCOMPLETE_OUTPUT (kept literal: `gradeff list` imports nothing heavy)
 
-_AXES = ("models", "optimizers", "strategies")
+# `gradeff report` formats; a table format is also chosen by the output's suffix.
+_FORMATS = ("html", "csv", "parquet")
+_TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet"}
+# The registries `gradeff list` prints (gradeff.listing.AXES; kept literal: --help imports nothing heavy).
+_AXES = ("models", "optimizers", "strategies", "methods", "datasets")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand; each sets ``func`` to the function that runs it."""
     parser = argparse.ArgumentParser(
         prog="gradeff", description="Which optimizer and memory strategy for your model: reports on benchmark results.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     report = commands.add_parser(
-        "report", help="render results files as a self-contained HTML report (or a CSV table)",
+        "report", help="render results files as a self-contained HTML report (or a CSV or parquet table)",
         description="Merge one or more JSON-lines results files (a later record of a cell replaces an earlier "
-                    "one) and write an HTML report with inline figures, or a flat CSV table.")
+                    "one) and write an HTML report with inline figures, or a flat table: CSV, or parquet (the "
+                    "same columns, typed; what gradeff.load returns as a pandas DataFrame).")
     report.add_argument("results", nargs="+", metavar="RESULTS", help="results file(s) written by the grid")
-    report.add_argument("-o", "--output", help="output file, '-' for stdout (default: report.html / report.csv)")
-    report.add_argument("--format", choices=("html", "csv"),
-                        help="output format (default: csv if the output ends in .csv, else html)")
+    report.add_argument("-o", "--output",
+                        help="output file, '-' for stdout (default: report.html / report.csv / report.parquet)")
+    report.add_argument("--format", choices=_FORMATS,
+                        help="output format (default: by the output's suffix, .csv or .parquet, else html)")
     report.add_argument("--title", default="gradeff report", help="page title of the HTML report")
     report.add_argument("--templates", metavar="DIR",
                         help="folder of Jinja templates searched before the packaged ones: a template there "
                              "replaces the packaged one of the same name (default: $GRADEFF_TEMPLATES)")
     report.set_defaults(func=_run_report)
 
-    listing = commands.add_parser("list", help="list the registries' keys (models, optimizers, strategies)")
+    listing = commands.add_parser(
+        "list", help="list every registry (models, optimizers, strategies, methods, datasets) and where each entry "
+        "came from", description="Every registry's entries with their names and where each came from: built-in, "
+        "an installed package's entry point, or the conftest or plugin whose pytest_gradeff_register hook added it. "
+        "The registrations are those a pytest session in the current directory makes (its conftest files and "
+        "plugins); pytest arguments after -- add to them (e.g. -- -p myplugin, -- --gradeff-model-path DIR).")
     listing.add_argument("axis", nargs="?", choices=_AXES,
                          help="print only this axis's keys, one per line (default: every axis, with names)")
+    listing.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="arguments for pytest's configuration")
     listing.set_defaults(func=_run_list)
 
     compare = commands.add_parser(
@@ -161,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The gate parses its own options, --help included; argparse's REMAINDER would not pass
         # an option-looking first argument through.
         return _run_compare(argparse.Namespace(arguments=argv[1:]))
-    if argv[:1] == ["launch"] and "--" in argv:
-        # Launch's own options may follow N; everything after the first -- belongs to pytest.
+    if argv[:1] in (["launch"], ["list"]) and "--" in argv:
+        # Their own options may come first; everything after the first -- belongs to pytest.
         cut = argv.index("--")
         args = build_parser().parse_args(argv[:cut])
         args.pytest_args = argv[cut + 1:]
@@ -186,12 +199,17 @@ def _run_report(args: argparse.Namespace) -> int:
     # Imported here: `gradeff list` and `--help` should not load jinja2 and the analysis.
     from gradeff.loading import ResultsFileError, load_results
 
-    suffix_csv = bool(args.output) and args.output.lower().endswith(".csv")
-    if args.format == "html" and suffix_csv:
-        _error(f"{args.output} ends in .csv but --format is html; pass --format csv or another name")
+    from pathlib import Path
+
+    by_suffix = _TABLE_SUFFIXES.get(Path(args.output).suffix.lower()) if args.output else None
+    if args.format == "html" and by_suffix:
+        _error(f"{args.output} ends in .{by_suffix} but --format is html; pass --format {by_suffix} or another name")
         return EXIT_BAD_INPUT
-    fmt = args.format or ("csv" if suffix_csv else "html")
+    fmt = args.format or by_suffix or "html"
     output = args.output or f"report.{fmt}"
+    if fmt == "parquet" and output == "-":
+        _error("parquet is a binary file: give -o FILE.parquet, or --format csv for stdout")
+        return EXIT_BAD_INPUT
     templates = None
     if fmt == "html":
         from gradeff.report.render import resolve_template_folder
@@ -236,9 +254,14 @@ def _run_report(args: argparse.Namespace) -> int:
 def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templates: Path | None) -> None:
     from pathlib import Path
 
+    path = Path(output)
+    if fmt == "parquet":
+        from gradeff.dataframe import write_parquet
+
+        write_parquet(loaded.records, path)
+        return
     from gradeff.report import write_report
 
-    path = Path(output)
     if fmt == "csv" and path.suffix.lower() != ".csv":
         # write_report picks CSV by suffix; an explicit --format csv wins over the file name.
         from gradeff.outputs import write_with
@@ -262,28 +285,18 @@ def _write_stdout(fmt: str, title: str, loaded: LoadedResults, templates: Path |
     sys.stdout.write(render_html(view, templates=templates))
 
 
+def _version() -> str:
+    from gradeff import __version__
+
+    return __version__
+
+
 def _run_list(args: argparse.Namespace) -> int:
     import pytest
 
-    from gradeff.extend import register_installed
-    from gradeff.models import MODELS
-    from gradeff.optim import OPTIMIZERS
-    from gradeff.strategies import STRATEGIES
-
-    try:
-        # Installed packages' entries (entry points) are listed with the built-in ones; a conftest's need pytest.
-        register_installed()
-    except pytest.UsageError as exc:
-        print(f"gradeff list: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    registries = dict(zip(_AXES, (MODELS, OPTIMIZERS, STRATEGIES), strict=True))
-    if args.axis:
-        print("\n".join(registries[args.axis]))
-        return EXIT_OK
-    for axis, registry in registries.items():
-        print(f"{axis}:")
-        width = max(map(len, registry))
-        for key, spec in registry.items():
-            source = registry.source(key)
-            print(f"  {key:<{width}}  {spec.name}" + (f"  ({source})" if source else ""))
-    return EXIT_OK
+    # The registrations a pytest session here makes (conftest hooks, plugins, entry points), listed by
+    # gradeff.listing's --gradeff-list. Named with -p so that a session without plugin autoloading lists too
+    # (the entry point bears the module's name: never a second copy). No cache directory left behind.
+    code = pytest.main(["-p", "gradeff.pytest_plugin", "-p", "no:cacheprovider", "--capture=no",
+                        f"--gradeff-list={args.axis or 'all'}", *args.pytest_args])
+    return EXIT_OK if code == 0 else EXIT_BAD_INPUT

@@ -16,7 +16,7 @@ Defaults, and why:
   ``changed: better`` when the figure improved. A seeded run of the same code on the same
   numerics environment repeats them, so any change means the code's behaviour changed: a
   learning rate 1 % off that happens to lower the losses must fail as surely as one that raises
-  them, until the baseline is refreshed on purpose (README, "The committed baseline"). Sampled
+  them, until the baseline is refreshed on purpose (docs/gate.md, "The committed baseline"). Sampled
   figures (time, RSS, allocator and NVML peaks) stay one-sided: better is an improvement.
 * ``final_loss``, ``mean_loss``: ``rtol=1e-6``, ``atol=1e-7``. A CPU cell with the same seed,
   torch and transformers versions is deterministic (seeded weights, data and order, no
@@ -253,7 +253,7 @@ class TimeRule:
     (1.9) caps the allowance.
 
     What this can and cannot do was measured with ``scripts/calibrate_gate.sh`` (the CI slice, 5
-    unchanged and 5 ×2-slowed runs against a baseline of the same machine, README "How far time
+    unchanged and 5 ×2-slowed runs against a baseline of the same machine, docs/gate.md "How far time
     can be trusted"): quiet, 0 of 120 unchanged cells flagged and 0 of 120 slowed ones let through;
     on a 2-core machine shared with other test runs, unchanged reruns moved by ×0.16 to ×6.4 per
     cell (best to best), and no per-cell threshold separates that from ×2, hence the environment

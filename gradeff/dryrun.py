@@ -38,7 +38,7 @@ __all__ = ["DEFAULT_MFU", "DEVICE_MEMORY", "CellPlan", "Target", "add_options", 
            "pretraining_seconds", "target_for"]
 
 # An assumption, not a measurement: the paper-profile llm cell measured 0.33 (standard) and 0.27 (checkpoint) in
-# bf16 on an H200 (README, Scale out); small vision models at batch 64 rarely do better.
+# bf16 on an H200 (docs/scale-out.md); small vision models at batch 64 rarely do better.
 DEFAULT_MFU = 0.3
 # Device memory by name fragment (first match wins), in bytes: what nvidia-smi reports as total for each
 # (H200 "141 GB": 143,771 MiB; H100 "80 GB": 81,559 MiB), not the datasheet's rounded figure.

@@ -41,7 +41,7 @@ from gradeff.registry import Registry, open_for_registration, validate_key
 from gradeff.strategies import STRATEGIES, StrategySpec
 
 __all__ = ["ENTRY_POINT_GROUPS", "AxisRegistry", "Registries", "add_options", "check_state_law", "dump_registered",
-           "load_registered", "model_path_spec", "register_all", "register_installed", "reset"]
+           "load_registered", "model_path_spec", "register_all", "reset"]
 
 # axis → (registry, spec class, entry-point group, grids a new entry joins by default)
 _AXES: dict[str, tuple[Registry, type, str, tuple[str, ...]]] = {
@@ -409,16 +409,6 @@ def _register_entry_points() -> None:
     for axis, group in ENTRY_POINT_GROUPS.items():
         for source, spec in _entry_point_specs(installed, group):
             getattr(Registries(source), axis).register(spec)
-
-
-def register_installed() -> None:
-    """Register the installed packages' entry points outside pytest (``gradeff list``).
-
-    Raises:
-        pytest.UsageError: a bad entry, as in a pytest session.
-    """
-    with open_for_registration(_all_registries()):
-        _register_entry_points()
 
 
 def register_all(config: pytest.Config) -> list[tuple[str, str]]:

@@ -17,13 +17,13 @@ from gradeff.results import CellRecord, read_records
 __all__ = ["LAST_SESSION_CELLS", "LAST_SESSION_RECORDS", "cell_of_nodeid", "cells_of_items", "current_records",
            "path_conflicts", "session_files"]
 
-# What a session with a baseline leaves beside its results file: its own records (the gate's "current") and
-# the cells it selected.
+# What a session that selected or ran cells leaves beside its results file: its own records (the gate's "current",
+# what `gradeff compare BASELINE results/last-session.jsonl` reads) and the cells it selected.
 LAST_SESSION_RECORDS, LAST_SESSION_CELLS = "last-session.jsonl", "last-session.cells"
 
 
 def session_files(results: Path) -> tuple[Path, Path]:
-    """Where a session with ``--gradeff-baseline`` writes its records and its selection."""
+    """Where a session writes its own records and its selection (beside its results file)."""
     return results.with_name(LAST_SESSION_RECORDS), results.with_name(LAST_SESSION_CELLS)
 
 
@@ -68,14 +68,14 @@ def path_conflicts(*, results: Path, report: Path | None, baseline: Path | None,
     if baseline is not None and colliding_outputs({"b": baseline, "r": results}):
         return [f"--gradeff-baseline {baseline} is this session's own --gradeff-results file: the session's records "
                 "would be compared with themselves and always pass; give a baseline recorded before"]
-    paths = {"--gradeff-results": results, "--gradeff-report": report}
+    records, cells = session_files(results)
+    paths = {"--gradeff-results": results, "--gradeff-report": report,
+             f"the session's records ({LAST_SESSION_RECORDS}, beside --gradeff-results)": records,
+             f"the session's selection ({LAST_SESSION_CELLS}, beside --gradeff-results)": cells}
     if baseline is None:
         return colliding_outputs(paths)
-    records, cells = session_files(results)
     options = _compare_options(compare_args)
-    paths |= {f"the session's records ({LAST_SESSION_RECORDS}, beside --gradeff-results)": records,
-              f"the session's selection ({LAST_SESSION_CELLS}, beside --gradeff-results)": cells,
-              "--output of --gradeff-compare-args": options.output, "--gradeff-baseline": baseline,
+    paths |= {"--output of --gradeff-compare-args": options.output, "--gradeff-baseline": baseline,
               "its perturbation runs": options.perturbed or perturbed_path(baseline)}
     return colliding_outputs(paths) or _unreadable_baseline(baseline, compare_args)
 

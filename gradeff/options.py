@@ -252,14 +252,20 @@ def _usage(option: str, value: object, problem: str) -> pytest.UsageError:
 
 
 def _writable_file(option: str, path: Path) -> Path:
-    """A file path that can be created or appended to: not a folder, its folder creatable and writable."""
+    """A file path that can be created or appended to: not a folder, its folder creatable and writable.
+
+    Checked without creating anything: the plugin configures every pytest session of an environment gradeff is
+    installed in, and a project's own unit tests must not leave a results folder behind. The writers create the
+    folder when they first write.
+    """
     if path.is_dir():
         raise _usage(option, path, "is a folder; give a file path")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _usage(option, path, f"cannot create its folder ({exc.strerror})") from None
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    existing = path.parent.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise _usage(option, path, f"cannot create its folder ({existing} is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise _usage(option, path, "not writable")
     return path
 
@@ -467,8 +473,35 @@ def _data_sources(config: pytest.Config) -> tuple:
     return tuple(sources)
 
 
+# pytest-benchmark's options that store its timings: under pytest-xdist it stores nothing.
+_BENCHMARK_STORAGE = (("benchmark_json", "--benchmark-json"), ("benchmark_save", "--benchmark-save"),
+                      ("benchmark_autosave", "--benchmark-autosave"))
+
+
+def _benchmark_storage_under_xdist(config: pytest.Config) -> None:
+    """Refuse pytest-benchmark's storage options under pytest-xdist, which would otherwise write nothing.
+
+    pytest-benchmark switches itself off when xdist distributes tests (its own test: the ``dist`` option, set by
+    ``-n``), because cells timed side by side on shared cores are not benchmarks; ``--benchmark-json`` then
+    writes no file and a later ``pytest-benchmark compare`` fails on it. Said before any cell runs instead.
+    """
+    if getattr(config, "workerinput", None) is not None or config.getoption("dist", "no") == "no":
+        return
+    if config.getoption("benchmark_disable", False) or config.getoption("benchmark_skip", False):
+        return
+    given = [flag for name, flag in _BENCHMARK_STORAGE if config.getoption(name, None)]
+    if given:
+        workers = config.getoption("numprocesses", None)
+        raise pytest.UsageError(
+            f"{given[0]}: pytest-benchmark switches itself off under pytest-xdist (-n {workers}): epochs timed while "
+            f"other workers share the cores are not benchmarks, so it would write nothing. Run without -n (one cell "
+            f"at a time) to keep {given[0]}, or keep -n and read every epoch's seconds from the results file "
+            f"(--gradeff-results; `gradeff report RESULTS -o table.csv`, or gradeff.load)")
+
+
 def read_settings(config: pytest.Config) -> Settings:
     """Every gradeff option, validated (a ``pytest.UsageError`` names the first bad one)."""
+    _benchmark_storage_under_xdist(config)
     device = config.getoption("gradeff_device")
     try:
         validate_device(device)

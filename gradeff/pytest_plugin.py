@@ -1,7 +1,9 @@
 """The gradeff pytest plugin: options, markers, the cell fixture and the terminal summary.
 
-Loaded by the root ``conftest.py`` (``pytest_plugins``) or with ``-p gradeff.pytest_plugin``.
-Importing it must stay light: collecting the grid never imports transformers.
+Loaded in every pytest session of an environment gradeff is installed in, by its ``pytest11`` entry point
+(named ``gradeff.pytest_plugin``, like the module, so ``-p gradeff.pytest_plugin`` is the same plugin; ``-p
+no:gradeff.pytest_plugin`` turns it off). Importing it must stay light: collecting the grid never imports
+transformers.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from gradeff.results import FINAL_STATUSES, append_record, read_records
 from gradeff.shard import ShardPlan
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
+# --gradeff-list (`gradeff list`): the registries after this session's registrations.
+pytest_plugins = ["gradeff.listing"]
 _SESSION_KEY = "gradeff_session"
 _CONFIG = pytest.StashKey[Settings]()
 
@@ -472,10 +476,33 @@ def _incomplete_output(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
-    """--gradeff-baseline: run the regression gate on this session's cells; a regression fails the session."""
+    """Write the session's own records and selection (``last-session.*``); with --gradeff-baseline, run the regression
+    gate on them: a regression fails the session."""
     config = session.config
     settings = config.stash.get(_CONFIG, None)
-    if settings is None or settings.baseline is None or getattr(config, "workerinput", None) is not None:
+    if settings is None or getattr(config, "workerinput", None) is not None:
+        return
+    from gradeff.gate import current_records, session_files
+
+    records, _ = _session_records(config)
+    records = current_records(records, settings.results, settings.settled)
+    selection = config.stash.get(_SELECTED, [])
+    if config.option.collectonly or config.getoption("gradeff_dry_run") is not None:
+        return  # no cell was meant to run: nothing to judge, and the last session's files stay
+    if settings.baseline is None and (not (records or selection) or config.stash.get(_SHARD, None) is not None):
+        # No cell selected (a project's own unit tests): nothing of gradeff's to leave behind. A shard is one part of
+        # a run, whose records are its own results file: the shards of `gradeff launch` share a folder, and one
+        # shard's last-session files would replace another's.
+        return
+    current, selected = session_files(settings.results)
+    # This session's records and the cells it was asked to run, as files of their own: what `gradeff compare
+    # BASELINE results/last-session.jsonl` reads. The gate below judges them in memory, so a disk too full to keep
+    # them still gets a verdict. (No grid test selected, e.g. only hand-written cells: every baseline cell is
+    # expected.)
+    _write_session_file(config, current, "".join(r.to_json() + "\n" for r in records))
+    _write_session_file(config, selected, "".join(f"{cell}\n" for cell in selection))
+    if settings.baseline is None:
+        _incomplete_output(config)
         return
     import contextlib
     import io
@@ -483,18 +510,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     from gradeff.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE
     from gradeff.compare import main as compare_main
-    from gradeff.gate import current_records, session_files
 
-    records, _ = _session_records(config)
-    records = current_records(records, settings.results, settings.settled)
-    current, selected = session_files(settings.results)
-    # This session's records and the cells it was asked to run, as files of their own: handy artifacts, and
-    # what `gradeff compare` reruns the gate with. The gate itself judges them in memory, so a disk too full
-    # to keep them still gets a verdict. (No grid test selected, e.g. only hand-written cells: every baseline
-    # cell is expected.)
-    selection = config.stash.get(_SELECTED, [])
-    _write_session_file(config, current, "".join(r.to_json() + "\n" for r in records))
-    _write_session_file(config, selected, "".join(f"{cell}\n" for cell in selection))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = compare_main([str(settings.baseline), str(current), *shlex.split(settings.compare_args)],

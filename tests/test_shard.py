@@ -117,3 +117,5 @@ def test_a_shard_runs_under_xdist(grid_pytester):
     outcome.assert_outcomes(passed=2)
     # By count, sorted ids: accum → shard 1, checkpoint → shard 2, standard → shard 1.
     assert sorted(r.cell for r in read_records(results)) == ["vit-sgd-accum", "vit-sgd-standard"]
+    # Shards of one run share a folder: none leaves last-session files for another to replace.
+    assert sorted(p.name for p in grid_pytester.path.iterdir() if p.name.startswith("last-session")) == []

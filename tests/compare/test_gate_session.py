@@ -175,6 +175,11 @@ def test_serial_and_two_workers_record_the_same_numbers(grid_pytester):
         grid_pytester.runpytest_subprocess(*PLUGIN, *cells, *extra, f"--gradeff-results={results}").assert_outcomes(
             passed=2)
         runs[name] = {r.cell: r for r in read_records(results)}
+        # Without a baseline too, the session leaves its own records and selection for `gradeff compare`.
+        assert [r.to_json() for r in read_records(grid_pytester.path / "last-session.jsonl")] == [
+            r.to_json() for r in read_records(results)]
+        cells_file = (grid_pytester.path / "last-session.cells").read_text().split()
+        assert sorted(cells_file) == ["llm-cgd-standard", "vit-cgd-accum"]
 
     def numbers(record):
         return ([e.loss for e in record.epochs], [e.heldout_loss for e in record.epochs], record.summary.final_loss,

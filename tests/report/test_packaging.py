@@ -44,7 +44,7 @@ print(templates)
 
 @pytest.fixture(scope="module")
 def source_copy(tmp_path_factory) -> Path:
-    """What a build reads, copied: pyproject.toml, README.md, gradeff/ and reports/templates/."""
+    """What a build reads, copied: pyproject.toml, README.md, gradeff/, reports/templates/ and benchmarks/."""
     root = tmp_path_factory.mktemp("source") / "gradeff-src"
     root.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -52,6 +52,7 @@ def source_copy(tmp_path_factory) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(CHECKOUT / "gradeff", root / "gradeff", ignore=ignore)
     shutil.copytree(TEMPLATES, root / "reports" / "templates", ignore=ignore)
+    shutil.copytree(CHECKOUT / "benchmarks", root / "benchmarks", ignore=ignore)
     return root
 
 
@@ -84,8 +85,9 @@ def test_pyproject_lists_every_package():
     setuptools = tomllib.loads((CHECKOUT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     on_disk = {".".join(init.parent.relative_to(CHECKOUT).parts) for init in (CHECKOUT / "gradeff").rglob("__init__.py")
                if "__pycache__" not in init.parts}
-    assert set(setuptools["packages"]) == on_disk | {"gradeff.report.templates"}
-    assert setuptools["package-dir"] == {"gradeff.report.templates": "reports/templates"}
+    assert set(setuptools["packages"]) == on_disk | {"gradeff.report.templates", "gradeff.benchmarks"}
+    assert setuptools["package-dir"] == {"gradeff.report.templates": "reports/templates",
+                                         "gradeff.benchmarks": "benchmarks"}
     assert setuptools["package-data"] == {"gradeff.report.templates": ["*.j2"], "gradeff": ["tuned_rates.json"]}
     assert sorted(p.name for p in TEMPLATES.glob("*.j2")) == list(TEMPLATE_NAMES)
 
