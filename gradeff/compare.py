@@ -52,7 +52,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
@@ -257,15 +257,8 @@ def paired_runs(baseline: list[CellRecord], current: list[CellRecord]) -> tuple[
     baseline of another seed is still refused as a mismatch rather than silently not compared.
     """
     runs = latest_by_run(baseline), latest_by_run(current)
-    seeds: dict[str, set[int]] = defaultdict(set)
-    for side in runs:
-        for cell, seed in side:
-            seeds[cell].add(seed)
-    counts = [defaultdict(int) for _ in runs]
-    for side, count in zip(runs, counts):
-        for cell, _ in side:
-            count[cell] += 1
-    repeated = {cell for cell in seeds if any(count[cell] > 1 for count in counts)}
+    # Each side holds one record per (cell, seed): a cell counted more than once on a side ran several seeds there.
+    repeated = {cell for side in runs for cell, n in Counter(cell for cell, _ in side).items() if n > 1}
     return tuple({f"{cell}-seed{seed}" if cell in repeated else cell: record for (cell, seed), record in side.items()}
                  for side in runs)
 

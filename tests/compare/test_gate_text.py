@@ -39,7 +39,7 @@ QUIET = Row(cell="llm-adam-standard", metric="mean_loss", before="1.75", after="
 def test_the_text_table_whole():
     """Columns padded to their widest cell, environment and numerics lines first with a blank line after them, cells
     of one side and warnings after a blank line, the total last."""
-    comparison = Comparison(rows=(ROW, QUIET), only_in_baseline=("a", "b"), only_in_current=("c",),
+    comparison = Comparison(rows=(ROW, QUIET), only_in_baseline=("a", "b"), only_in_current=("c", "d"),
                             warnings=("w1",), environment=("cpu differs: X (baseline) vs Y (current)",),
                             numerics=("numerics line",), cells_compared=1)
     assert format_table(comparison) == (
@@ -51,10 +51,10 @@ def test_the_text_table_whole():
         "llm-adam-standard  final_loss  1.5     1.6    +6.67%  regression  tolerance ±1.6e-06\n"
         "\n"
         "only in baseline: a, b\n"
-        "only in current: c\n"
+        "only in current: c, d\n"
         "warning: w1\n"
         "\n"
-        "1 regression in 1 cell, 0 improvements, 1 cell compared, 2 only in baseline, 1 only in current\n")
+        "1 regression in 1 cell, 0 improvements, 1 cell compared, 2 only in baseline, 2 only in current\n")
 
 
 def test_the_markdown_table_whole():
@@ -96,6 +96,12 @@ def test_groups_show_three_cells_then_an_ellipsis(files):
 @pytest.fixture
 def files(tmp_path):
     return lambda before, after: (write(tmp_path / "b.jsonl", *before), write(tmp_path / "c.jsonl", *after))
+
+
+def test_another_gpu_of_the_same_kind_is_no_warning():
+    """cuda:0 in the baseline, cuda:1 now: one kind of device, so no warning on either side's index."""
+    assert compare_records([record(device="cuda:0")], [record(device="cuda:1")]).warnings == ()
+    assert compare_records([record(device="cuda:1")], [record(device="cuda")]).warnings == ()
 
 
 # --- environments and tolerances -------------------------------------------------------------------------------
@@ -151,6 +157,11 @@ def test_compare_records_refuses_another_experiment_by_default():
                                                                                              profile="small")])
     assert str(caught.value) == ("refusing to compare: profile differs: tiny (baseline) vs small (current) (2 cells: "
                                  "llm-adam-standard, vit-sgd-accum) (pass --allow-mismatch to compare anyway)")
+    with pytest.raises(MismatchError) as caught:
+        compare_records([record()], [record(profile="small", hparams={"precision": "bf16"})])
+    assert str(caught.value) == ("refusing to compare: profile differs: tiny (baseline) vs small (current) (1 cell: "
+                                 "llm-adam-standard); precision differs: fp32 (baseline) vs bf16 (current) (1 cell: "
+                                 "llm-adam-standard) (pass --allow-mismatch to compare anyway)")
     with pytest.raises(MismatchError) as caught:
         compare_records([record(environment={"cpu": "A", "torch": "1"})], [record(environment={"cpu": "B",
                                                                                                 "torch": "2"})],

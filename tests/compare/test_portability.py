@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 
 from gradeff.compare import compare_records, main
-from gradeff.portability import (NUMERICS_KEYS, PERTURBATIONS, Band, Sensitivity, deviation, numerics,
-                                 numerics_differences, perturbations, perturbed_path, sensitivities)
+from gradeff.portability import (NUMERICS_KEYS, PERTURBATIONS, Band, Sensitivity, deviation, memory_deviation,
+                                 numerics, numerics_differences, perturbations, perturbed_path, sensitivities)
 from gradeff.results import EpochRecord, Summary, append_record
 from tests.compare.test_compare_cli import record
 
@@ -83,6 +83,25 @@ def test_deviation_is_the_largest_relative_change_of_any_loss():
     assert deviation(empty, empty) is None
     zero = replace(run(), epochs=(), summary=replace(Summary.of([], 1.0), final_loss=0.0, mean_loss=2.0))
     assert deviation(zero, replace(zero, summary=replace(zero.summary, final_loss=1.0, mean_loss=2.5))) == 0.25
+
+
+def test_memory_deviation_measures_only_figures_both_ok_runs_counted():
+    """The largest relative change of a counted figure; a failed run, a figure absent on either side or zero in the
+    reference (an SGD cell's optimizer state), and a record without meters give nothing to measure, never a crash."""
+    def counted(**figures):
+        return {"memory": figures}
+
+    reference = run(meters=counted(peak_bytes=1000, activation_bytes=400, optimizer_state_bytes=0))
+    assert memory_deviation(reference, run(meters=counted(peak_bytes=950, activation_bytes=440,
+                                                          optimizer_state_bytes=0))) == pytest.approx(0.1)
+    assert memory_deviation(reference, run(meters=counted(peak_bytes=1000, optimizer_state_bytes=64))) == 0.0
+    assert memory_deviation(run(meters=counted(optimizer_state_bytes=0)),
+                            run(meters=counted(optimizer_state_bytes=64))) is None
+    assert memory_deviation(run(meters=counted(peak_bytes=None)), run(meters=counted(peak_bytes=1000))) is None
+    assert memory_deviation(reference, run(status="diverged", meters=counted(peak_bytes=2000))) is None
+    assert memory_deviation(run(status="oom", meters=counted(peak_bytes=2000)), reference) is None
+    for meters in (None, [], {"memory": None}):  # a results file someone else wrote
+        assert memory_deviation(run(meters=meters), reference) is None
 
 
 def test_sensitivity_is_pooled_over_the_optimizers_cells():
