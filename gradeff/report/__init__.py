@@ -31,10 +31,12 @@ from gradeff.formatting import NA
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
+from gradeff.analysis import memory as memory_analysis
 from gradeff.analysis import peft as peft_analysis
 from gradeff.report import context, figures, tables
 from gradeff.report.answer import build_answer_view, build_real_view
 from gradeff.report.claims import build_claims_view
+from gradeff.report.columns import hide_unmeasured_everywhere
 from gradeff.report.memory import build_memory_view
 from gradeff.report.peft import build_peft_view
 from gradeff.report.render import TEMPLATE, jinja_environment, render_html
@@ -106,7 +108,9 @@ def build_view(
     recommended, wins = tables.recommendation_table(models, runs_by_model)
     claims = build_claims_view(kept)
     cells = analysis.by_cell(kept)
-    return ReportView(
+    # Columns nothing measured on this run (GPU meters on a CPU run) are left out everywhere, each table's note
+    # naming them: a column of n/a takes the width a measured one needs.
+    return hide_unmeasured_everywhere(ReportView(
         title=title,
         generated_at=generated_at or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         sections=SECTIONS, section_by_id={section.id: section for section in SECTIONS},
@@ -131,7 +135,7 @@ def build_view(
         runs=context.runs_table(kept), environments=context.environment_tables(kept),
         hparams=_hparams_tables(kept),
         methods=context.methods(kept),
-    )
+    ))
 
 
 def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded: int,
@@ -150,6 +154,7 @@ def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded:
         ("device", distinct_text(r.device for r in records) if records else NA),
         ("inference cost", _inference_text(records)),
         ("claims", _claims_text(claims)),
+        *((("budgets out of reach", findings),) if (findings := _findings_text(records)) else ()),
         ("superseded records", str(superseded)),
         ("unreadable lines", str(len(skipped_lines))),
     )
@@ -209,10 +214,21 @@ def _notices(records: Sequence[CellRecord], superseded: int, skipped_lines: Sequ
         notices.append(f"{superseded} earlier record(s) of re-run cells were replaced by the later ones.")
     if skipped_lines:
         notices.append(f"{len(skipped_lines)} unreadable line(s) were skipped: see 'Unreadable lines'.")
-    failed = sum(r.status != "ok" for r in records)
+    # A budget cell refused as oom is what the memory study measures (see _findings_text), not a fault to flag.
+    failed = sum(r.status != "ok" and not memory_analysis.expected_oom(r) for r in records)
     if failed:
-        notices.append(f"{failed} run(s) did not end ok: their numbers are replaced by their status.")
+        notices.append(f"{failed} run(s) did not end ok: their numbers are replaced by their status "
+                       "(see 'Failed and skipped cells').")
     return tuple(notices)
+
+
+def _findings_text(records: Sequence[CellRecord]) -> str:
+    refused = [r for r in records if memory_analysis.expected_oom(r)]
+    if not refused:
+        return ""
+    return (f"{len(refused)} budget cell(s) ended oom by design: even the most frugal checkpointing plan does not "
+            "fit their memory budget, so they were refused before training; which budgets are out of reach is "
+            "the finding (see 'Memory strategies')")
 
 
 def write_report(
