@@ -307,7 +307,7 @@ def run_config(config: pytest.Config, seed: int):
 
 
 @pytest.fixture
-def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
+def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     """Run a cell (a :class:`~gradeff.grid.Cell`, or its keys: ``gradeff_cell(model, optimizer, strategy,
     method=, dataset=, grid=)``): time each epoch with ``benchmark``, append the record, return it.
 
@@ -326,7 +326,13 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
     callspec = getattr(request.node, "callspec", None)
     own = callspec.params.get("cell") if callspec is not None else None
 
+    used: dict[str, object] = {}
+
     def timer(epoch_fn, rounds, after_epoch):
+        # pytest-benchmark's fixture is requested here, when a cell times its epochs: a cell that ends before
+        # training (a budget out of reach, a failed build) would leave it unused, which it warns about.
+        benchmark = used["benchmark"] = request.getfixturevalue("benchmark")
+        benchmark.group = used["group"]
         if benchmark.disabled:
             # Disabled (--benchmark-disable, or under xdist) pedantic runs its target once:
             # hand it all epochs, timed by the loop.
@@ -348,7 +354,7 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
         if (cell.id, gradeff_seed) in settings.settled:
             pytest.skip(f"--gradeff-resume: already recorded as {settings.settled[cell.id, gradeff_seed]} "
                         f"in {settings.results}")
-        benchmark.group = cell.model
+        used["group"] = cell.model
         if cell == own:
             setup = request.getfixturevalue("_gradeff_setup")
             meters = request.getfixturevalue("gradeff_meters") if "gradeff_meters" in request.fixturenames else None
@@ -364,7 +370,8 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
         if record.status == "interrupted":
             # The running cell is on file; now stop the session the way Ctrl-C always does.
             raise KeyboardInterrupt
-        benchmark.extra_info.update(cell=record.cell, status=record.status, record=record.to_json())
+        if "benchmark" in used:
+            used["benchmark"].extra_info.update(cell=record.cell, status=record.status, record=record.to_json())
         return record
 
     return run

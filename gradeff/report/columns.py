@@ -47,20 +47,27 @@ def hide_unmeasured(table: Table) -> Table:
     columns = len(table.rows[0].cells)
     if any(len(row.cells) != columns for row in table.rows) or len(table.header) != columns + 1:
         return table  # ragged or unlabelled: no column to name in a note
-    hidden = [c for c in range(columns) if all(is_unmeasured(row.cells[c]) for row in table.rows)]
-    if not hidden or len(hidden) == columns:
+    # A column with nothing written in any row (the Answer's notes when no line has one) goes without a word.
+    blank = {c for c in range(columns) if all(not row.cells[c].text and not row.cells[c].sub for row in table.rows)}
+    hidden = [c for c in range(columns) if c not in blank and all(is_unmeasured(row.cells[c]) for row in table.rows)]
+    if len(hidden) + len(blank) == columns:
         return table
-    kept = [c for c in range(columns) if c not in hidden]
+    if not hidden:
+        return _without(table, blank) if blank else table
     reasons = _reasons([row.cells[c] for row in table.rows for c in hidden])
     why = f" ({'; '.join(reasons[:2])})" if reasons else ""
     names = ", ".join(table.header[c + 1] or f"column {c + 1}" for c in hidden)
     gpu = " A run without a GPU has no GPU meters." if "GPU" in names else ""
     note = (f"{HIDDEN_PREFIX}{names}: n/a in every row on this run{why}.{gpu} The CSV export keeps every "
             "column.")
+    return dataclasses.replace(_without(table, blank | set(hidden)), note=f"{table.note} {note}" if table.note else note)
+
+
+def _without(table: Table, columns: set[int]) -> Table:
+    kept = [c for c in range(len(table.header) - 1) if c not in columns]
     return dataclasses.replace(
         table, header=(table.header[0], *(table.header[c + 1] for c in kept)),
-        rows=tuple(dataclasses.replace(row, cells=tuple(row.cells[c] for c in kept)) for row in table.rows),
-        note=f"{table.note} {note}" if table.note else note)
+        rows=tuple(dataclasses.replace(row, cells=tuple(row.cells[c] for c in kept)) for row in table.rows))
 
 
 def hide_unmeasured_everywhere(value):

@@ -124,6 +124,8 @@ def test_reasons_statuses_and_all_na_tables_stay():
     assert hide_unmeasured(status) == status
     nothing = _table(("loss", (na, na)), ("time", (na, na)))
     assert hide_unmeasured(nothing) == nothing
+    blank = _table(("loss", (Cell(text="1"), na)), ("note", (Cell(text=""), Cell(text=""))))
+    assert hide_unmeasured(blank).header == ("cell", "loss") and hide_unmeasured(blank).note == "Means."
 
 
 def test_gpu_columns_of_a_cpu_run_are_not_on_the_page(make_record, make_meters):
