@@ -367,6 +367,7 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
         if meters is not None:
             meters._recorded(record)
         append_record(settings.results, record)
+        _tell_progress(request.node, record)
         if record.status == "interrupted":
             # The running cell is on file; now stop the session the way Ctrl-C always does.
             raise KeyboardInterrupt
@@ -375,6 +376,17 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
         return record
 
     return run
+
+
+def _tell_progress(node: pytest.Item, record) -> None:
+    """The record's status, and a pretraining it ran, for the progress lines (user_properties reach the
+    controller under pytest-xdist too)."""
+    from gradeff.progress import PRETRAINED, STATUS
+
+    node.user_properties.append((STATUS, record.status))
+    info = record.weights.get("pretraining") if isinstance(record.weights, dict) else None
+    if isinstance(info, dict) and info.get("reused") is False and isinstance(info.get("seconds"), (int, float)):
+        node.user_properties.append((PRETRAINED, {"model": record.model, "seconds": float(info["seconds"])}))
 
 
 _SESSION_RECORDS = pytest.StashKey[tuple[list, list[str]]]()
@@ -441,6 +453,14 @@ _UNWRITTEN = pytest.StashKey[list[str]]()
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_SESSION] = session
     session.config.stash[_UNWRITTEN] = []
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if (reporter is not None and reporter.isatty() and getattr(session.config, "workerinput", None) is None
+            and session.config.getoption("gradeff_dry_run") is None):
+        from gradeff.progress import CellProgress
+
+        # A line per finished cell on a terminal (one rewritten line under xdist); a log keeps pytest's own.
+        compact = bool(getattr(session.config.option, "numprocesses", None))
+        session.config.pluginmanager.register(CellProgress(reporter, compact=compact), "gradeff-progress")
 
 
 def _write_session_file(config: pytest.Config, path: Path, text: str) -> None:
@@ -513,7 +533,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if not records:
         return
     from gradeff.safe_text import one_line
-    from gradeff.summary import summary_lines
+    from gradeff.summary import answer_lines, summary_lines
 
     def write(line: str) -> None:
         # Cell ids, failure messages and paths come from records: one line each, control characters visible.
@@ -521,7 +541,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
     terminalreporter.section(one_line(f"gradeff: {len(records)} cells, profile {settings.profile}, "
                                       f"results in {settings.results}"))
-    for line in summary_lines(records):
+    for line in summary_lines(records, width=config.get_terminal_writer().fullwidth, answer=False):
         write(line)
     for message in errors:
         write(f"unreadable line skipped: {message}")
@@ -542,6 +562,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         verdict = {0: "no regression", 1: "REGRESSION", 2: "unusable input"}.get(code, "no regression")
         terminalreporter.section(one_line(f"gradeff compare with {settings.baseline}: {verdict}"))
         for line in text.rstrip().splitlines():
+            write(line)
+    # The verdicts last: what a reader of the terminal sees without scrolling back.
+    verdicts = answer_lines(records)
+    if verdicts:
+        terminalreporter.section("gradeff: the answer")
+        for line in verdicts:
             write(line)
     if config.stash.get(_UNWRITTEN, []):
         write(f"gradeff: incomplete output: {len(config.stash[_UNWRITTEN])} file(s) not written (exit 74)")
