@@ -110,6 +110,11 @@ def _stop_like_ctrl_c() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "benchmark_disable") and (config.getoption("dist", "no") != "no"
+                                                         or os.environ.get("PYTEST_XDIST_WORKER")):
+        # pytest-benchmark cannot time under xdist and warns so at the end of every run; the loop times every
+        # epoch itself, so it is switched off here, before its own configure (--benchmark-enable still wins).
+        config.option.benchmark_disable = True
     if not config.getoption("gradeff_allow_hub"):
         # Models are built from configs or local folders; nothing may reach for a hub mid-run.
         for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):

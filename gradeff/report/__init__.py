@@ -36,7 +36,6 @@ from gradeff.analysis import peft as peft_analysis
 from gradeff.report import context, figures, tables
 from gradeff.report.answer import build_answer_view, build_real_view
 from gradeff.report.claims import build_claims_view
-from gradeff.report.columns import hide_unmeasured_everywhere
 from gradeff.report.memory import build_memory_view
 from gradeff.report.peft import build_peft_view
 from gradeff.report.render import TEMPLATE, jinja_environment, render_html
@@ -108,9 +107,7 @@ def build_view(
     recommended, wins = tables.recommendation_table(models, runs_by_model)
     claims = build_claims_view(kept)
     cells = analysis.by_cell(kept)
-    # Columns nothing measured on this run (GPU meters on a CPU run) are left out everywhere, each table's note
-    # naming them: a column of n/a takes the width a measured one needs.
-    return hide_unmeasured_everywhere(ReportView(
+    return ReportView(
         title=title,
         generated_at=generated_at or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         sections=SECTIONS, section_by_id={section.id: section for section in SECTIONS},
@@ -135,7 +132,7 @@ def build_view(
         runs=context.runs_table(kept), environments=context.environment_tables(kept),
         hparams=_hparams_tables(kept),
         methods=context.methods(kept),
-    ))
+    )
 
 
 def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded: int,

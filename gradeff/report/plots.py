@@ -195,16 +195,18 @@ def accuracy_panels_svg(panels: Sequence[Sequence[CurvePanel]], *, title: str, u
                     ax.set_axis_off()
                     continue
                 panel = panels[r][c]
+                where = f"p{r}-{c}"  # ids are unique in a page: the panel names its series
                 for k, curve in enumerate(panel.curves):
                     color = colors[curve.color_index % len(colors)]
                     (line,) = ax.plot(curve.epochs, curve.values, marker="o", markersize=3, linewidth=1.2,
-                                      color=color, gid=f"series-{k}")
+                                      color=color, gid=f"{where}-series-{k}")
                     entries.setdefault(curve.label, line)
                     if curve.failed and curve.epochs:
                         ax.plot([curve.epochs[-1]], [curve.values[-1]], marker="x", markersize=8, color=color,
-                                linestyle="", gid=f"series-{k}-end")
+                                linestyle="", gid=f"{where}-series-{k}-end")
                 if panel.ceiling is not None:
-                    ax.axhline(panel.ceiling, color="black", linestyle="--", linewidth=1, gid="reference-ceiling")
+                    ax.axhline(panel.ceiling, color="black", linestyle="--", linewidth=1,
+                               gid=f"{where}-reference-ceiling")
                 if not panel.curves:
                     ax.text(0.5, 0.5, "n/a", transform=ax.transAxes, ha="center", va="center", color="#656d76")
                     ax.set_xticks([])  # no data: ticks would suggest a scale that was measured
@@ -478,13 +480,13 @@ def heatmap_grid_svg(panels: Sequence[Sequence[HeatPanel]], *, uid: str, title: 
         for r, row in enumerate(panels):
             for c in range(n_cols):
                 if c < len(row):
-                    _draw_heat_panel(axes[r][c], row[c])
+                    _draw_heat_panel(axes[r][c], row[c], f"p{r}-{c}")
                 else:
                     axes[r][c].set_axis_off()
         return _to_svg(fig, uid, title)
 
 
-def _draw_heat_panel(ax, panel: HeatPanel) -> None:
+def _draw_heat_panel(ax, panel: HeatPanel, where: str) -> None:
     import numpy as np
     from matplotlib import colormaps
 
@@ -495,7 +497,7 @@ def _draw_heat_panel(ax, panel: HeatPanel) -> None:
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     # pcolormesh draws vector quads; imshow would embed a raster image in the SVG.
     ax.pcolormesh(np.ma.masked_invalid(data), cmap=cmap, vmin=low, vmax=high if high > low else low + 1,
-                  edgecolors="white", linewidth=1, gid="series-0")
+                  edgecolors="white", linewidth=1, gid=f"{where}-series-0")
     for i, row in enumerate(panel.texts):
         for j, text in enumerate(row):
             value = data[i, j]
