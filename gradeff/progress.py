@@ -76,6 +76,9 @@ class CellProgress:
         self.total = 0
         self.done = 0
         self._setup: dict[str, float] = {}
+        # The cells' lines stand for pytest's file names and dots (a file name would start every line again).
+        if hasattr(reporter, "showfspath"):
+            reporter.showfspath = False
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -123,8 +126,8 @@ class CellProgress:
         styled = {_STATUS_STYLES[status]: True} if status in _STATUS_STYLES else {}
         if self.compact and not keep:
             self.reporter.rewrite(line, erase=True, **styled)
-        else:
-            self.reporter.write_line(line, **styled)
+            return
+        self.reporter.write_line(line, **styled)
 
 
 def _property(report: pytest.TestReport, key: str):

@@ -527,6 +527,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     _incomplete_output(config)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the Answer is the last thing printed
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     """One table per grid of the cells this session ran (see :mod:`gradeff.summary`), then report and gate."""
     if getattr(config, "workerinput", None) is not None:
