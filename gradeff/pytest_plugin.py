@@ -114,6 +114,11 @@ def _stop_like_ctrl_c() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "benchmark_disable") and (config.getoption("dist", "no") != "no"
+                                                         or os.environ.get("PYTEST_XDIST_WORKER")):
+        # pytest-benchmark cannot time under xdist and warns so at the end of every run; the loop times every
+        # epoch itself, so it is switched off here, before its own configure (--benchmark-enable still wins).
+        config.option.benchmark_disable = True
     if not config.getoption("gradeff_allow_hub"):
         # Models are built from configs or local folders; nothing may reach for a hub mid-run.
         for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
@@ -326,7 +331,7 @@ def run_config(config: pytest.Config, seed: int):
 
 
 @pytest.fixture
-def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
+def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     """Run a cell (a :class:`~gradeff.grid.Cell`, or its keys: ``gradeff_cell(model, optimizer, strategy,
     method=, dataset=, grid=)``): time each epoch with ``benchmark``, append the record, return it.
 
@@ -345,7 +350,13 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
     callspec = getattr(request.node, "callspec", None)
     own = callspec.params.get("cell") if callspec is not None else None
 
+    used: dict[str, object] = {}
+
     def timer(epoch_fn, rounds, after_epoch):
+        # pytest-benchmark's fixture is requested here, when a cell times its epochs: a cell that ends before
+        # training (a budget out of reach, a failed build) would leave it unused, which it warns about.
+        benchmark = used["benchmark"] = request.getfixturevalue("benchmark")
+        benchmark.group = used["group"]
         if benchmark.disabled:
             # Disabled (--benchmark-disable, or under xdist) pedantic runs its target once:
             # hand it all epochs, timed by the loop.
@@ -367,7 +378,7 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
         if (cell.id, gradeff_seed) in settings.settled:
             pytest.skip(f"--gradeff-resume: already recorded as {settings.settled[cell.id, gradeff_seed]} "
                         f"in {settings.results}")
-        benchmark.group = cell.model
+        used["group"] = cell.model
         if cell == own:
             setup = request.getfixturevalue("_gradeff_setup")
             meters = request.getfixturevalue("gradeff_meters") if "gradeff_meters" in request.fixturenames else None
@@ -380,13 +391,26 @@ def gradeff_cell(request: pytest.FixtureRequest, benchmark, gradeff_seed: int):
         if meters is not None:
             meters._recorded(record)
         append_record(settings.results, record)
+        _tell_progress(request.node, record)
         if record.status == "interrupted":
             # The running cell is on file; now stop the session the way Ctrl-C always does.
             raise KeyboardInterrupt
-        benchmark.extra_info.update(cell=record.cell, status=record.status, record=record.to_json())
+        if "benchmark" in used:
+            used["benchmark"].extra_info.update(cell=record.cell, status=record.status, record=record.to_json())
         return record
 
     return run
+
+
+def _tell_progress(node: pytest.Item, record) -> None:
+    """The record's status, and a pretraining it ran, for the progress lines (user_properties reach the
+    controller under pytest-xdist too)."""
+    from gradeff.progress import PRETRAINED, STATUS
+
+    node.user_properties.append((STATUS, record.status))
+    info = record.weights.get("pretraining") if isinstance(record.weights, dict) else None
+    if isinstance(info, dict) and info.get("reused") is False and isinstance(info.get("seconds"), (int, float)):
+        node.user_properties.append((PRETRAINED, {"model": record.model, "seconds": float(info["seconds"])}))
 
 
 _SESSION_RECORDS = pytest.StashKey[tuple[list, list[str]]]()
@@ -453,6 +477,14 @@ _UNWRITTEN = pytest.StashKey[list[str]]()
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_SESSION] = session
     session.config.stash[_UNWRITTEN] = []
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if (reporter is not None and reporter.isatty() and getattr(session.config, "workerinput", None) is None
+            and session.config.getoption("gradeff_dry_run") is None):
+        from gradeff.progress import CellProgress
+
+        # A line per finished cell on a terminal (one rewritten line under xdist); a log keeps pytest's own.
+        compact = bool(getattr(session.config.option, "numprocesses", None))
+        session.config.pluginmanager.register(CellProgress(reporter, compact=compact), "gradeff-progress")
 
 
 def _write_session_file(config: pytest.Config, path: Path, text: str) -> None:
@@ -526,6 +558,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     _incomplete_output(config)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the Answer is the last thing printed
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     """One table per grid of the cells this session ran (see :mod:`gradeff.summary`), then report and gate."""
     if getattr(config, "workerinput", None) is not None:
@@ -537,7 +570,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if not records:
         return
     from gradeff.safe_text import one_line
-    from gradeff.summary import summary_lines
+    from gradeff.summary import answer_lines, summary_lines
 
     def write(line: str) -> None:
         # Cell ids, failure messages and paths come from records: one line each, control characters visible.
@@ -545,7 +578,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
     terminalreporter.section(one_line(f"gradeff: {len(records)} cells, profile {settings.profile}, "
                                       f"results in {settings.results}"))
-    for line in summary_lines(records):
+    for line in summary_lines(records, width=config.get_terminal_writer().fullwidth, answer=False):
         write(line)
     for message in errors:
         write(f"unreadable line skipped: {message}")
@@ -566,6 +599,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         verdict = {0: "no regression", 1: "REGRESSION", 2: "unusable input"}.get(code, "no regression")
         terminalreporter.section(one_line(f"gradeff compare with {settings.baseline}: {verdict}"))
         for line in text.rstrip().splitlines():
+            write(line)
+    # The verdicts last: what a reader of the terminal sees without scrolling back.
+    verdicts = answer_lines(records)
+    if verdicts:
+        terminalreporter.section("gradeff: the answer")
+        for line in verdicts:
             write(line)
     if config.stash.get(_UNWRITTEN, []):
         write(f"gradeff: incomplete output: {len(config.stash[_UNWRITTEN])} file(s) not written (exit 74)")

@@ -14,7 +14,8 @@ counts forward+backward passes (a closure of an accumulation step runs one per m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import io
+from collections.abc import Callable, Iterable, Sequence
 
 from gradeff.analysis import metrics
 from gradeff.analysis.answer import answer, line_text
@@ -23,9 +24,13 @@ from gradeff.formatting import as_number, format_value
 from gradeff.grid import GRIDS
 from gradeff.results import CellRecord
 
-__all__ = ["answer_lines", "summary_lines", "target_text"]
+__all__ = ["ID_WIDTH", "WIDTH", "answer_lines", "summary_lines", "table_lines", "target_text"]
 
 _MIB = 2**20
+# A cell id longer than this is cut with an ellipsis (the full id is in the results file and the report).
+ID_WIDTH = 44
+# The width tables are laid out for when the terminal's is not known (a log file, a pipe): wide, never cut.
+WIDTH = 200
 
 
 def _fmt(value, spec: str) -> str:
@@ -67,36 +72,33 @@ def target_text(summary) -> str:
     return "not reached" if summary.target_reached is False else "n/a"
 
 
-def _loss_row(r: CellRecord, name: str) -> str:
+def _loss_row(r: CellRecord) -> list[str]:
     s = r.summary
     memory, ram, energy = (_section(r, k) for k in ("memory", "ram", "energy"))
-    loss = f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}"
-    return (f"{name:<30} {r.status:<9} {_quality_text(r):>8} {loss:>20} {_fmt(r.loss_floor, '.3f'):>7} "
-            f"{target_text(s):>12} {_fmt(s.mean_epoch_seconds, '.3f'):>8} {s.optimizer_steps:>6} "
-            f"{_fmt(metrics.forward_backward_passes(r), 'd'):>5} "
-            f"{_fmt(_mib(memory.get('activation_bytes')), '.2f'):>8} "
-            f"{_fmt(_mib(memory.get('optimizer_state_bytes')), '.2f'):>9} "
-            f"{_fmt(_mib(ram.get('peak_rss_bytes')), '.0f'):>8} {_fmt(energy.get('joules'), '.1f'):>7}")
+    return [r.status, _quality_text(r), f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}",
+            _fmt(r.loss_floor, '.3f'), target_text(s), _fmt(s.mean_epoch_seconds, '.3f'), str(s.optimizer_steps),
+            _fmt(metrics.forward_backward_passes(r), 'd'), _fmt(_mib(memory.get('activation_bytes')), '.2f'),
+            _fmt(_mib(memory.get('optimizer_state_bytes')), '.2f'), _fmt(_mib(ram.get('peak_rss_bytes')), '.0f'),
+            _fmt(energy.get('joules'), '.1f')]
 
 
-_LOSS_HEADER = (f"{'cell':<30} {'status':<9} {'test':>8} {'train loss first → last':>20} {'floor':>7} "
-                f"{'to target':>12} {'s/epoch':>8} {'steps':>6} {'f+b':>5} {'act MiB':>8} {'state MiB':>9} "
-                f"{'RSS MiB':>8} {'J':>7}")
+_LOSS_HEADER = ("cell", "status", "test", "train loss first → last", "floor", "to target", "s/epoch", "steps", "f+b",
+                "act MiB", "state MiB", "RSS MiB", "J")
 
 
-def _accuracy_row(r: CellRecord, name: str) -> str:
+def _accuracy_row(r: CellRecord) -> list[str]:
     s, parameters = r.summary, r.parameters if isinstance(r.parameters, dict) else {}
     accuracy = metrics.metric_value(r, "heldout_accuracy")
     bayes = r.task.get("bayes_accuracy") if isinstance(r.task, dict) else None
-    trained = f"{_count(parameters.get('trainable'))}/{_count(parameters.get('total'))}"
-    return (f"{name:<34} {r.status:<7} {_fmt(accuracy, '.1f'):>6} {_fmt(bayes and 100 * bayes, '.1f'):>6} "
-            f"{_fmt(metrics.metric_value(r, 'test_loss'), '.3f'):>7} {trained:>15} "
-            f"{_fmt(_mib(_train_memory(r)), '.2f'):>8} "
-            f"{_fmt(s.mean_epoch_seconds, '.3f'):>8} {_fmt(_section(r, 'energy').get('joules'), '.1f'):>7}")
+    return [r.status, _fmt(accuracy, '.1f'), _fmt(bayes and 100 * bayes, '.1f'),
+            _fmt(metrics.metric_value(r, 'test_loss'), '.3f'),
+            f"{_count(parameters.get('trainable'))}/{_count(parameters.get('total'))}",
+            _fmt(_mib(_train_memory(r)), '.2f'), _fmt(s.mean_epoch_seconds, '.3f'),
+            _fmt(_section(r, 'energy').get('joules'), '.1f')]
 
 
-_ACCURACY_HEADER = (f"{'cell':<34} {'status':<7} {'acc %':>6} {'bayes':>6} {'test loss':>7} {'trainable/total':>15} "
-                    f"{'mem MiB':>8} {'s/epoch':>8} {'J':>7}")
+_ACCURACY_HEADER = ("cell", "status", "acc %", "bayes", "test loss", "trainable/total", "mem MiB", "s/epoch", "J")
+
 
 def _plan_text(plan: dict) -> str:
     fraction, blocks = as_number(plan.get("activation_memory_budget")), as_number(plan.get("checkpointed_layers"))
@@ -108,21 +110,21 @@ def _plan_text(plan: dict) -> str:
     return "-"
 
 
-def _memory_row(r: CellRecord, name: str) -> str:
+def _memory_row(r: CellRecord) -> list[str]:
     plan = r.plan if isinstance(r.plan, dict) else {}
     memory = _section(r, "memory")
     budget, predicted = (_mib(as_number(plan.get(k))) for k in ("budget_bytes", "predicted_peak_bytes"))
-    return (f"{name:<26} {r.status:<7} {_plan_text(plan):>11} {_fmt(budget, '.2f'):>8} {_fmt(predicted, '.2f'):>9} "
-            f"{_fmt(_mib(as_number(memory.get('peak_bytes'))), '.2f'):>9} {_fmt(r.summary.mean_epoch_seconds, '.3f'):>8} "
-            f"{_fmt(as_number(_section(r, 'energy').get('joules')), '.1f'):>7}")
+    return [r.status, _plan_text(plan), _fmt(budget, '.2f'), _fmt(predicted, '.2f'),
+            _fmt(_mib(as_number(memory.get('peak_bytes'))), '.2f'), _fmt(r.summary.mean_epoch_seconds, '.3f'),
+            _fmt(as_number(_section(r, 'energy').get('joules')), '.1f')]
 
 
-_MEMORY_HEADER = (f"{'cell':<26} {'status':<7} {'plan':>11} {'budget':>8} {'predicted':>9} {'peak MiB':>9} "
-                  f"{'s/epoch':>8} {'J':>7}")
+_MEMORY_HEADER = ("cell", "status", "plan", "budget", "predicted", "peak MiB", "s/epoch", "J")
+
 
 # How each grid's cells read: the main study by loss, the PEFT study by held-out accuracy, the memory
 # study by peak memory against time.
-_TABLES: dict[str, tuple[str, Callable[[CellRecord, str], str]]] = {
+_TABLES: dict[str, tuple[tuple[str, ...], Callable[[CellRecord], list[str]]]] = {
     "loss": (_LOSS_HEADER, _loss_row), "accuracy": (_ACCURACY_HEADER, _accuracy_row),
     "memory": (_MEMORY_HEADER, _memory_row)}
 
@@ -156,7 +158,7 @@ _OVER_SEEDS: dict[str, tuple[tuple[str, Callable[[CellRecord], float | None], st
 }
 
 
-def _over_seeds_lines(records: list[CellRecord], focus: str) -> list[str]:
+def _over_seeds_lines(records: list[CellRecord], focus: str, width: int) -> list[str]:
     """Each cell's mean ± 95 % t-interval half-width over its ok seeds."""
     from gradeff.analysis.stats import interval
 
@@ -165,20 +167,47 @@ def _over_seeds_lines(records: list[CellRecord], focus: str) -> list[str]:
     for r in records:
         if r.status == "ok":
             ok.setdefault(r.cell, []).append(r)
-    lines = ["over seeds: mean ± half-width of the 95 % Student-t interval, n = seeds that ended ok",
-             f"{'cell':<30} {'n':>2} " + " ".join(f"{title:>19}" for title, _, _ in columns)]
+    rows = []
     for cell in dict.fromkeys(r.cell for r in records):
         runs = ok.get(cell, [])
-        texts = []
+        texts = [cell, str(len(runs))]
         for _, value, spec in columns:
             values = [v for v in (value(r) for r in runs) if v is not None]
-            if not values:
-                texts.append(f"{'n/a':>19}")
-                continue
-            found = interval(values)
-            texts.append(f"{format(found.mean, spec) + ' ± ' + format(found.half_width, spec):>19}")
-        lines.append(f"{cell:<30} {len(runs):>2} " + " ".join(texts))
-    return lines
+            found = interval(values) if values else None
+            texts.append("n/a" if found is None else f"{format(found.mean, spec)} ± {format(found.half_width, spec)}")
+        rows.append(texts)
+    return ["over seeds: mean ± half-width of the 95 % Student-t interval, n = seeds that ended ok",
+            *table_lines(("cell", "n", *(title for title, _, _ in columns)), rows, width=width)]
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *, width: int = WIDTH) -> list[str]:
+    """A table laid out by rich, as plain lines: the first column (the cell id) left-aligned and cut with an
+    ellipsis past :data:`ID_WIDTH` characters, the others right-aligned and never cut; no cell wraps onto a
+    second line, so row ``i`` is line ``i + 1``.
+
+    Args:
+        header: column titles.
+        rows: the cells' texts, one list per row.
+        width: the terminal's width; a table that needs more keeps its natural width (a number is never cut: the
+            terminal wraps the line instead).
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 1), header_style="", highlight=False)
+    widths = [max([len(title), *(len(row[index]) for row in rows)]) for index, title in enumerate(header)]
+    for index, title in enumerate(header):
+        if index == 0:
+            table.add_column(title, no_wrap=True, overflow="ellipsis", max_width=ID_WIDTH)
+        else:
+            table.add_column(title, no_wrap=True, min_width=widths[index], justify="left" if index == 1 else "right")
+    for row in rows:
+        table.add_row(*row)
+    natural = min(widths[0], ID_WIDTH) + sum(widths[1:]) + 2 * len(widths)
+    console = Console(file=io.StringIO(), width=max(width, natural), color_system=None, force_terminal=False,
+                      highlight=False, legacy_windows=False, emoji=False, markup=False)
+    console.print(table)
+    return [line.rstrip() for line in console.file.getvalue().splitlines()]
 
 
 _ANSWER_FOOTER = ("answer: per model (backbone · dataset), the best cell on the study's quality metric (test loss, "
@@ -211,12 +240,17 @@ def _protocol_lines(records: list[CellRecord]) -> list[str]:
     return lines
 
 
-def summary_lines(records: Iterable[CellRecord]) -> list[str]:
+def summary_lines(records: Iterable[CellRecord], *, width: int = WIDTH, answer: bool = True) -> list[str]:
     """The summary table(s) of ``records``: one per grid, rows sorted by cell id, then the statuses line.
 
     Columns of the accuracy table: final held-out top-1 (%), the Bayes classifier's on the same
     split, final held-out loss, trainable/total parameters, training memory (the live peak of one
     step, else parameters + gradients + optimizer state + activations), seconds per epoch, joules.
+
+    Args:
+        records: the session's records.
+        width: the terminal's width (see :func:`table_lines`).
+        answer: end with :func:`answer_lines` (the plugin prints them itself, after the report and the gate).
     """
     records, _ = canonical(records)
     lines: list[str] = []
@@ -227,14 +261,16 @@ def summary_lines(records: Iterable[CellRecord]) -> list[str]:
         header, row = _TABLES[focus]
         if len(grids) > 1:
             lines.append(f"[{grid}] {GRIDS[grid].name if grid in GRIDS else grid}")
-        lines.append(header)
         repeated = _repeated_cells(group)
-        for record in group:
-            lines.append(row(record, f"{record.cell}-seed{record.seed}" if record.cell in repeated else record.cell))
+        table = table_lines(header, [[f"{r.cell}-seed{r.seed}" if r.cell in repeated else r.cell, *row(r)]
+                                     for r in group], width=width)
+        lines.append(table[0])
+        for record, text in zip(group, table[1:], strict=True):
+            lines.append(text)
             if record.status not in ("ok", "skipped"):
-                lines.append(f"    {record.detail[:150]}")
+                lines.append(f"    {record.detail[:150]}")  # why it failed, under its row
         if repeated:
-            lines += _over_seeds_lines(group, focus)
+            lines += _over_seeds_lines(group, focus, width)
     counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
     span = max(r.finished_at for r in records) - min(r.started_at for r in records)
     lines.append(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")
@@ -254,4 +290,4 @@ def summary_lines(records: Iterable[CellRecord]) -> list[str]:
     sources = sorted({_section(r, "energy").get("source", "none") for r in records if r.meters})
     if sources:
         lines.append(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")
-    return lines + answer_lines(records)
+    return lines + (answer_lines(records) if answer else [])

@@ -114,3 +114,18 @@ def test_time_to_target_reads_steps_not_reached_or_na_and_protocols_are_named():
     lines = summary_lines([tuned, shared])
     assert "not reached" in lines[1]
     assert "learning rates: protocol tuned — shared 1, tuned table 1" in lines  # cells in the registry order
+
+
+def test_long_ids_are_cut_with_an_ellipsis_and_columns_stay_aligned():
+    """A 60-character model key: its id is cut to ID_WIDTH with '…', every row's status starts in one column, and
+    no number is cut even on a narrow terminal."""
+    from gradeff.summary import ID_WIDTH
+
+    long_model = "x" * 60
+    lines = summary_lines([_record("llm-adam-standard"), _record(f"{long_model}-adam-standard", model=long_model)],
+                          width=60, answer=False)
+    header, short, cut = lines[0], lines[1], lines[2]
+    assert cut.startswith("x" * (ID_WIDTH - 1) + "…") and f"{long_model}-adam" not in cut
+    assert {line.index(" ok ") for line in (short, cut)} == {header.index("status") - 1}
+    assert short.split()[-6:] == cut.split()[-6:] == ["8", "8", "2.00", "2.00", "n/a", "n/a"]
+    assert not [line for line in lines if line.startswith("answer:")]

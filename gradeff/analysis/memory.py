@@ -31,7 +31,7 @@ from gradeff.strategies import BUDGET_KINDS, STRATEGIES
 __all__ = [
     "ADAPTIVE", "COMPILER", "DEVICE_MEMORY", "MEMORY_FOCUS", "PEAK", "STANDARD", "Change", "GroupKey",
     "LevelClaim", "Studies", "Verdict", "budget_kind", "budget_level", "checkpointed_blocks", "compared",
-    "device_memory_bytes", "epoch_range", "group_cells", "host_copies_bytes", "is_compiled", "is_offload",
+    "device_memory_bytes", "epoch_range", "expected_oom", "group_cells", "host_copies_bytes", "is_compiled", "is_offload",
     "level_claims", "merge_levels", "peft_budget_changes", "plan_key", "plan_number", "plan_of", "ratio_of",
     "sort_memory", "split_studies", "verdict",
 ]
@@ -81,6 +81,13 @@ def budget_kind(record: CellRecord) -> str | None:
         return kind
     spec = _spec(record)
     return spec.budget if spec is not None else None
+
+
+def expected_oom(record: CellRecord) -> bool:
+    """A budget cell that ended ``oom``: even its most frugal plan misses the budget, so it is refused before
+    training by design (:mod:`gradeff.strategies.budget`). Its status is the finding about that budget, not a
+    fault of the run."""
+    return record.status == "oom" and budget_kind(record) is not None
 
 
 def budget_level(record: CellRecord) -> float | None:

@@ -21,6 +21,7 @@ from gradeff.data import TASKS
 from gradeff.formatting import as_number, format_loss, format_percent, format_value
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
 from gradeff.report import plots
 from gradeff.report.view import FigureView, config_label, display_name, first_word, short_label
 from gradeff.results import FAILED_STATUSES
@@ -58,15 +59,17 @@ def loss_curves_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optim
             empty.append(f"{short_label(record)} ({cell_runs.status})")
             continue
         failed = not cell_runs.ok
-        suffix = "" if not failed else f" ({cell_runs.status})"  # the step is in the tables
+        # A panel per optimizer, a curve per strategy: the legend names strategies once for every panel.
         series.append(plots.Series(
-            label=short_label(record) + suffix, color_index=optimizers.index(record.optimizer),
+            label=record.strategy, color_index=optimizers.index(record.optimizer),
             style_index=strategies.index(record.strategy), epochs=tuple(float(e + 1) for e, _ in points),
-            losses=tuple(float(v) for _, v in points), failed=failed and record.status in FAILED_STATUSES))
+            losses=tuple(float(v) for _, v in points), failed=failed and record.status in FAILED_STATUSES,
+            panel=display_name(OPTIMIZERS, record.optimizer)))
     records = [r for cell_runs in runs.values() for r in cell_runs.runs]
     floors = sorted({f for f in (as_number(r.loss_floor) for r in records) if f is not None})
     floor = floors[0] if len(floors) == 1 else None
-    notes = ["Training loss, a diagnostic (the answer reads the test split); mean over the seeds that ended ok."]
+    notes = ["Training loss, a diagnostic (the answer reads the test split); mean over the seeds that ended ok. "
+             "One panel per optimizer, all on the same axes; a cross marks a cell that stopped early."]
     if floor is not None:
         notes.append(f"Dashed line: the task's loss floor, {format_loss(floor)}.")
     elif floors:
@@ -75,7 +78,7 @@ def loss_curves_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optim
         notes.append("Loss floor unknown for this task: no floor drawn.")
     if empty:
         notes.append("No completed epoch: " + ", ".join(empty) + ".")
-    caption = f"{name}: training loss per epoch, every cell"
+    caption = f"{name}: training loss per epoch, a panel per optimizer, a line per strategy"
     svg = plots.loss_curves_svg(series, loss_floor=floor, title=caption, uid=f"{slug}-curves") \
         if series else None
     return FigureView(id=f"{slug}-curves", caption=caption, svg=Markup(svg) if svg else None, note=" ".join(notes))
@@ -112,7 +115,9 @@ def pareto_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optimizers
                                   y=y if quality.goal == "min" else -y, on_front=record.cell in front))
     axis = quality.label.lower() if quality.goal == "min" else f"minus {quality.label.lower()}"
     caption = f"{name}: {axis} vs time per epoch (means over seeds)"
-    svg = plots.pareto_svg(points, title=caption, uid=f"{slug}-pareto", ylabel=axis) if points else None
+    svg = plots.pareto_svg(points, title=caption, uid=f"{slug}-pareto", ylabel=axis,
+                           colors_named=[display_name(OPTIMIZERS, o) for o in optimizers],
+                           markers_named=list(strategies)) if points else None
     note = ("Ringed points joined by the staircase are Pareto-optimal: no other cell is both faster per epoch and "
             "better on the test split." + (" Accuracy is drawn negated, so lower is better on both axes."
                                            if quality.goal == "max" else ""))

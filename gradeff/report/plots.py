@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "Bar", "Curve", "CurvePanel", "HeatPanel", "Point", "Series", "TradeoffSeries", "accuracy_panels_svg",
-    "heatmap_grid_svg", "loss_curves_svg", "memory_bars_svg", "pareto_svg", "tradeoff_svg",
+    "DECADES_FOR_LOG", "MAX_SERIES", "heatmap_grid_svg", "loss_curves_svg", "memory_bars_svg", "pareto_svg",
+    "place_labels", "tradeoff_svg",
 ]
 
 # Text stays text (no embedded glyph outlines: the tiny grid's page is 1.8x smaller, and searchable); no mathtext,
@@ -32,6 +33,10 @@ _RC = {
     "axes.spines.top": False,
     "axes.spines.right": False,
 }
+# At most this many data series share one axes: more are split into small multiples.
+MAX_SERIES = 6
+# The ratio of the largest to the smallest value from which an axis is logarithmic: two decades.
+DECADES_FOR_LOG = 100.0
 _STRATEGY_STYLES = (("-", "o"), ("-.", "s"), (":", "^"), ((0, (1, 1)), "D"), ((0, (5, 1, 1, 1)), "v"))
 _MEMORY_PARTS = (("parameters", "#4c72b0"), ("gradients", "#dd8452"), ("optimizer state", "#55a868"),
                  ("activations", "#c44e52"))
@@ -72,12 +77,13 @@ class Series:
     """One cell's per-epoch loss curve.
 
     Attributes:
-        label: legend text.
+        label: legend text (the same label in several panels is one legend entry).
         color_index: index of the cell's optimizer (same colour for one optimizer everywhere).
-        style_index: index of the cell's strategy (line style and marker).
+        style_index: index of the cell's strategy (line style, marker and, within a panel, colour).
         epochs: x values (1-based epoch numbers).
         losses: y values (non-finite losses already dropped).
         failed: the cell stopped early (diverged, oom, error): its last point gets a cross.
+        panel: the small multiple it is drawn in (its optimizer); ``""``: one panel.
     """
 
     label: str
@@ -86,6 +92,7 @@ class Series:
     epochs: tuple[float, ...]
     losses: tuple[float, ...]
     failed: bool = False
+    panel: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,16 +195,18 @@ def accuracy_panels_svg(panels: Sequence[Sequence[CurvePanel]], *, title: str, u
                     ax.set_axis_off()
                     continue
                 panel = panels[r][c]
-                for curve in panel.curves:
+                where = f"p{r}-{c}"  # ids are unique in a page: the panel names its series
+                for k, curve in enumerate(panel.curves):
                     color = colors[curve.color_index % len(colors)]
                     (line,) = ax.plot(curve.epochs, curve.values, marker="o", markersize=3, linewidth=1.2,
-                                      color=color)
+                                      color=color, gid=f"{where}-series-{k}")
                     entries.setdefault(curve.label, line)
                     if curve.failed and curve.epochs:
                         ax.plot([curve.epochs[-1]], [curve.values[-1]], marker="x", markersize=8, color=color,
-                                linestyle="")
+                                linestyle="", gid=f"{where}-series-{k}-end")
                 if panel.ceiling is not None:
-                    ax.axhline(panel.ceiling, color="black", linestyle="--", linewidth=1)
+                    ax.axhline(panel.ceiling, color="black", linestyle="--", linewidth=1,
+                               gid=f"{where}-reference-ceiling")
                 if not panel.curves:
                     ax.text(0.5, 0.5, "n/a", transform=ax.transAxes, ha="center", va="center", color="#656d76")
                     ax.set_xticks([])  # no data: ticks would suggest a scale that was measured
@@ -265,21 +274,23 @@ def tradeoff_svg(series: Sequence[TradeoffSeries], *, title: str, uid: str, xlab
     with _figure(uid, (7.6, 4.2), _LEGEND_RIGHT) as fig:
         ax = fig.subplots()
         colors = _colors()
-        handles, drawn = [], 0
+        handles, drawn, labels = [], 0, []
+        # The one-point strategies (standard, checkpoint, offload) are one series of labelled points; each kind of
+        # budget, a line through its levels, is a series of its own.
+        numbers = iter(range(1, len(series) + 1))
         for s in series:
+            k = 0 if len(s.points) == 1 and not s.joined else next(numbers)
             color = colors[s.style_index % len(colors)]
             marker = _TRADEOFF_MARKERS[s.style_index % len(_TRADEOFF_MARKERS)]
             if s.joined and len(s.points) > 1:
                 ax.plot([x for x, _ in s.points], [y for _, y in s.points], color=color, linewidth=1.1, alpha=0.7,
-                        zorder=2)
-            for index, ((x, y), text) in enumerate(zip(s.points, s.texts, strict=True)):
+                        zorder=2, gid=f"series-{k}-line")
+            for (x, y), text in zip(s.points, s.texts, strict=True):
                 ax.plot([x], [y], marker=marker, markersize=6, linestyle="", color=color, zorder=3,
-                        gid=f"point-{drawn}")
+                        gid=f"series-{k}-point-{drawn}")
                 drawn += 1
                 if text:
-                    # Alternate above/below along a line: levels with the same memory would overprint.
-                    ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, -11 if index % 2 else 4),
-                                fontsize=7)
+                    labels.append((x, y, text))
             handles.append(Line2D([], [], color=color, marker=marker, linestyle="-" if s.joined else "",
                                   label=s.label))
         # The reference's own lines: left of x = 1 is faster, below y = 1 holds less.
@@ -295,11 +306,19 @@ def tradeoff_svg(series: Sequence[TradeoffSeries], *, title: str, uid: str, xlab
         ax.grid(True, alpha=0.3)
         if handles:
             ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        left_out = place_labels(fig, ax, labels)
+        if left_out:
+            # No free place by its point: the label goes in a list under the legend instead of over other text.
+            fig.text(0.755, 0.12, "not labelled for space:\n" + "\n".join(left_out), fontsize=6.5, va="bottom")
         return _to_svg(fig, uid, title)
 
 
 def loss_curves_svg(series: Sequence[Series], *, loss_floor: float | None, title: str, uid: str) -> str:
-    """Per-epoch loss of every cell of one model, with the task's loss floor dashed (paper Figure 2).
+    """Per-epoch loss of every cell of one model, a small multiple per optimizer on shared axes, the task's loss
+    floor dashed in each (paper Figure 2).
+
+    One panel per :attr:`Series.panel` (at most :data:`MAX_SERIES` curves each: a larger group is split), three
+    panels a row; within a panel a curve's colour and style say its strategy, the same in every panel.
 
     Args:
         series: the curves.
@@ -310,67 +329,129 @@ def loss_curves_svg(series: Sequence[Series], *, loss_floor: float | None, title
     Returns:
         An ``<svg>`` element.
     """
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
-    with _figure(uid, (7.6, 3.9), _LEGEND_RIGHT) as fig:
-        ax = fig.subplots()
+    panels = _small_multiples(series, lambda s: s.panel)
+    n_cols = min(3, max(len(panels), 1))
+    n_rows = max(1, math.ceil(len(panels) / n_cols))
+    width, height = 7.6, 0.85 + 1.75 * n_rows
+    margins = dict(left=0.65 / width, right=0.98, bottom=0.45 / height, top=1 - 0.6 / height, wspace=0.12,
+                   hspace=0.4)
+    with _figure(uid, (width, height), margins) as fig:
+        axes = fig.subplots(n_rows, n_cols, squeeze=False, sharex=True, sharey=True)
         colors = _colors()
-        for s in series:
-            line, marker = _STRATEGY_STYLES[s.style_index % len(_STRATEGY_STYLES)]
-            color = colors[s.color_index % len(colors)]
-            ax.plot(s.epochs, s.losses, linestyle=line, marker=marker, markersize=3, linewidth=1.2,
-                    color=color, label=s.label)
-            if s.failed and s.epochs:
-                ax.plot([s.epochs[-1]], [s.losses[-1]], marker="x", markersize=8, color=color, linestyle="")
+        entries: dict[str, object] = {}
+        drawn = 0
+        for index in range(n_rows * n_cols):
+            ax = axes[index // n_cols][index % n_cols]
+            if index >= len(panels):
+                ax.set_axis_off()
+                continue
+            name, members = panels[index]
+            for s in members:
+                line, marker = _STRATEGY_STYLES[s.style_index % len(_STRATEGY_STYLES)]
+                color = colors[s.style_index % len(colors)]
+                (drawn_line,) = ax.plot(s.epochs, s.losses, linestyle=line, marker=marker, markersize=3,
+                                        linewidth=1.2, color=color, gid=f"series-{drawn}")
+                entries.setdefault(s.label, drawn_line)
+                if s.failed and s.epochs:
+                    ax.plot([s.epochs[-1]], [s.losses[-1]], marker="x", markersize=8, color=color, linestyle="",
+                            gid=f"series-{drawn}-end")
+                    entries.setdefault("stopped early", Line2D([], [], marker="x", color="#444444", linestyle=""))
+                drawn += 1
+            if loss_floor is not None:
+                ax.axhline(loss_floor, color="black", linestyle="--", linewidth=1, gid=f"reference-floor-{index}")
+            ax.set_title(name, fontsize=8)
+            ax.grid(True, alpha=0.3)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+            if index % n_cols == 0:
+                ax.set_ylabel("cross-entropy / target")
+            if index // n_cols == n_rows - 1 or index + n_cols >= len(panels):
+                ax.set_xlabel("epoch")
+                ax.xaxis.set_tick_params(labelbottom=True)  # sharex hides it on panels above an empty slot
         values = [v for s in series for v in s.losses] + ([loss_floor] if loss_floor is not None else [])
+        _fit_y(axes[0][0], values)  # shared: one scale for every panel; the floor kept off the bottom spine
         if loss_floor is not None:
-            ax.axhline(loss_floor, color="black", linestyle="--", linewidth=1, label="loss floor (Bayes-optimal)")
-        _fit_y(ax, values)  # the floor is often below every curve: keep it off the bottom spine
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("mean cross-entropy per target")
-        ax.grid(True, alpha=0.3)
-        if series or loss_floor is not None:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, ncols=1)
+            entries["loss floor (Bayes-optimal)"] = Line2D([], [], color="black", linestyle="--", linewidth=1)
+        if entries:
+            fig.legend(list(entries.values()), list(entries), loc="upper center", bbox_to_anchor=(0.5, 1.0),
+                       ncols=min(len(entries), 5), frameon=False)
         return _to_svg(fig, uid, title)
 
 
-def pareto_svg(points: Sequence[Point], *, title: str, uid: str, ylabel: str = "final loss") -> str:
+def _small_multiples(items: Sequence, panel_of) -> list[tuple[str, list]]:
+    """Items grouped by panel in first-seen order, a group of more than :data:`MAX_SERIES` split in parts."""
+    groups: dict[str, list] = {}
+    for item in items:
+        groups.setdefault(panel_of(item), []).append(item)
+    panels = []
+    for name, members in groups.items():
+        parts = [members[i:i + MAX_SERIES] for i in range(0, len(members), MAX_SERIES)]
+        for number, part in enumerate(parts):
+            panels.append((name if len(parts) == 1 else f"{name} ({number + 1}/{len(parts)})", part))
+    return panels
+
+
+def pareto_svg(points: Sequence[Point], *, title: str, uid: str, ylabel: str = "final loss",
+               colors_named: Sequence[str] = (), markers_named: Sequence[str] = ()) -> str:
     """A quality (lower is better) against time per epoch, Pareto-optimal cells ringed and joined (paper Figure 4).
+
+    One marker series per strategy (a point's colour is its optimizer), so the plot holds a few series whatever
+    the number of optimizers; the legend names colours and markers once. Only the Pareto-optimal points are
+    labelled, each where its text overlaps no other text (see :func:`place_labels`).
 
     Args:
         points: one per comparable cell.
         title: what the figure shows: the SVG's accessible label (the page's figcaption prints it).
         uid: unique id prefix for this figure's SVG ids.
         ylabel: the vertical axis's title.
+        colors_named: the legend's name of each colour index (the optimizers).
+        markers_named: the legend's name of each marker index (the strategies).
 
     Returns:
         An ``<svg>`` element.
     """
+    from matplotlib.lines import Line2D
+
     with _figure(uid, (7.6, 3.9), _LEGEND_RIGHT) as fig:
         ax = fig.subplots()
         colors = _colors()
+        by_style: dict[int, list[Point]] = {}
         for p in points:
-            _, marker = _STRATEGY_STYLES[p.style_index % len(_STRATEGY_STYLES)]
-            ax.scatter([p.x], [p.y], marker=marker, s=70 if p.on_front else 28, zorder=3,
-                       color=colors[p.color_index % len(colors)],
-                       edgecolors="black" if p.on_front else "none", linewidths=1.2, label=p.label)
+            by_style.setdefault(p.style_index, []).append(p)
+        for k, (style, members) in enumerate(sorted(by_style.items())):
+            _, marker = _STRATEGY_STYLES[style % len(_STRATEGY_STYLES)]
+            ax.scatter([p.x for p in members], [p.y for p in members], marker=marker, zorder=3,
+                       s=[70 if p.on_front else 28 for p in members],
+                       color=[colors[p.color_index % len(colors)] for p in members],
+                       edgecolors=["black" if p.on_front else "none" for p in members], linewidths=1.2,
+                       gid=f"series-{k}")
         front = sorted((p for p in points if p.on_front), key=lambda p: (p.x, p.y))
         if front:
             # The front as a staircase: everything above and to the right of it is dominated.
             ax.step([p.x for p in front], [p.y for p in front], where="post", color="black", linewidth=1,
-                    alpha=0.6, zorder=2, label="Pareto frontier")
-            for index, p in enumerate(front):
-                # Alternate above/below: neighbours on a flat stretch of the front would overprint.
-                ax.annotate(p.label, (p.x, p.y), textcoords="offset points", xytext=(5, 4 if index % 2 else -10),
-                            fontsize=7)
-        if _wide_positive_range([p.y for p in points]):
+                    alpha=0.6, zorder=2, gid=f"series-{len(by_style)}")
+        if _spans_decades([p.y for p in points]):
             _log_y(ax)
         ax.set_xlabel("time per epoch (s)")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        if points:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        handles, labels = [], []
+        used_colors = sorted({p.color_index for p in points})
+        for index in used_colors:
+            handles.append(Line2D([], [], marker="o", linestyle="", color=colors[index % len(colors)]))
+            labels.append(colors_named[index] if index < len(colors_named) else f"colour {index}")
+        for style in sorted(by_style):
+            _, marker = _STRATEGY_STYLES[style % len(_STRATEGY_STYLES)]
+            handles.append(Line2D([], [], marker=marker, linestyle="", color="#555555"))
+            labels.append(markers_named[style] if style < len(markers_named) else f"marker {style}")
+        if front:
+            handles.append(Line2D([], [], color="black", alpha=0.6, linewidth=1))
+            labels.append("Pareto frontier")
+        if handles:
+            ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        place_labels(fig, ax, [(p.x, p.y, p.label) for p in front])
         return _to_svg(fig, uid, title)
 
 
@@ -399,13 +480,13 @@ def heatmap_grid_svg(panels: Sequence[Sequence[HeatPanel]], *, uid: str, title: 
         for r, row in enumerate(panels):
             for c in range(n_cols):
                 if c < len(row):
-                    _draw_heat_panel(axes[r][c], row[c])
+                    _draw_heat_panel(axes[r][c], row[c], f"p{r}-{c}")
                 else:
                     axes[r][c].set_axis_off()
         return _to_svg(fig, uid, title)
 
 
-def _draw_heat_panel(ax, panel: HeatPanel) -> None:
+def _draw_heat_panel(ax, panel: HeatPanel, where: str) -> None:
     import numpy as np
     from matplotlib import colormaps
 
@@ -416,7 +497,7 @@ def _draw_heat_panel(ax, panel: HeatPanel) -> None:
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     # pcolormesh draws vector quads; imshow would embed a raster image in the SVG.
     ax.pcolormesh(np.ma.masked_invalid(data), cmap=cmap, vmin=low, vmax=high if high > low else low + 1,
-                  edgecolors="white", linewidth=1)
+                  edgecolors="white", linewidth=1, gid=f"{where}-series-0")
     for i, row in enumerate(panel.texts):
         for j, text in enumerate(row):
             value = data[i, j]
@@ -456,7 +537,9 @@ def memory_bars_svg(bars: Sequence[Bar], *, title: str, uid: str) -> str:
         unit, scale = ("GiB", 2**30) if max((sum(b.parts) for b in bars), default=0) > 4 * 2**30 else ("MiB", 2**20)
         for index, (name, color) in enumerate(_MEMORY_PARTS):
             widths = [bar.parts[index] / scale for bar in bars]
-            ax.barh(positions, widths, left=left, color=color, label=name, height=0.7)
+            bars_drawn = ax.barh(positions, widths, left=left, color=color, label=name, height=0.7)
+            for number, patch in enumerate(bars_drawn.patches):
+                patch.set_gid(f"series-{index}-bar-{number}")
             left = [a + b for a, b in zip(left, widths, strict=True)]
         ax.set_yticks(positions, [bar.label for bar in bars], fontsize=7)
         ax.invert_yaxis()
@@ -464,6 +547,51 @@ def memory_bars_svg(bars: Sequence[Bar], *, title: str, uid: str) -> str:
         ax.grid(True, axis="x", alpha=0.3)
         ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, frameon=False)
         return _to_svg(fig, uid, title)
+
+
+# Where a label may sit around its point, in points (dx, dy), tried in order: right above, right below, left above…
+# Beyond the first ring a thin leader line joins the label to its point.
+_LABEL_OFFSETS = ((5, 4), (5, -10), (-5, 4), (-5, -10), (0, 8), (0, -14), (8, -3), (-8, -3), (12, 14), (-12, 14),
+                  (12, -20), (-12, -20), (16, 26), (-16, 26), (16, -32), (-16, -32), (20, 38), (-20, 38))
+_LEADER_FROM = 12
+
+
+def place_labels(fig, ax, items: Sequence[tuple[float, float, str]], *, fontsize: float = 7) -> list[str]:
+    """Write each ``(x, y, text)`` next to its point where it overlaps no other text of the figure and stays inside
+    the axes: the first free place of :data:`_LABEL_OFFSETS` (greedy, in the order given).
+
+    The figure is laid out once first, so tick labels, titles and the legend are obstacles too.
+
+    Returns:
+        The texts that found no free place (not drawn): the caller names them in the figure's note.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    if not items:
+        return []
+    # Text extents need a renderer; an Agg canvas gives one (savefig still writes SVG with its own).
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    taken = [t.get_window_extent(renderer) for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    inside = ax.get_window_extent(renderer)
+    left_out = []
+    for x, y, text in items:
+        for dx, dy in _LABEL_OFFSETS:
+            leader = dict(arrowstyle="-", linewidth=0.5, color="#888888", shrinkA=0, shrinkB=3) \
+                if abs(dy) > _LEADER_FROM else None
+            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=fontsize,
+                                ha="left" if dx > 0 else "right" if dx < 0 else "center", annotation_clip=False,
+                                arrowprops=leader)
+            box = label.get_window_extent(renderer)
+            fits = (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1)
+            if fits and not any(box.overlaps(other) for other in taken):
+                taken.append(box)
+                break
+            label.remove()
+        else:
+            left_out.append(text)
+    return left_out
 
 
 def _colors() -> list[str]:
@@ -477,7 +605,7 @@ def _fit_y(ax, values: Sequence[float]) -> None:
     if not values:
         return
     low, high = min(values), max(values)
-    if _wide_positive_range(values):
+    if _spans_decades(values):
         _log_y(ax)
         ax.set_ylim(low / 1.25, high * 1.25)
     else:
@@ -485,10 +613,11 @@ def _fit_y(ax, values: Sequence[float]) -> None:
         ax.set_ylim(low - pad, high + pad)
 
 
-def _wide_positive_range(values: Sequence[float]) -> bool:
-    # A log axis once values span > 30x (a CGD run at 996 next to Adadelta at 15 flattens a linear one).
+def _spans_decades(values: Sequence[float]) -> bool:
+    # A log axis only once positive values span two decades (a diverging CGD run at 996 next to a floor at 0.06):
+    # below that a linear axis keeps the curves' differences readable, where a log one squeezes them in one band.
     values = [v for v in values if v is not None and math.isfinite(v)]
-    return bool(values) and min(values) > 0 and max(values) / min(values) > 30
+    return bool(values) and min(values) > 0 and max(values) / min(values) >= DECADES_FOR_LOG
 
 
 _PROLOG = re.compile(r"^.*?(?=<svg\b)", re.DOTALL)

@@ -163,10 +163,14 @@ def render_html(view: object, template: str = TEMPLATE, *, templates: str | os.P
         templates: the user's template folder (default ``$GRADEFF_TEMPLATES``, else none).
 
     Returns:
-        The HTML page.
+        The HTML page, without the columns that are ``n/a`` in every row (:mod:`gradeff.report.columns`).
 
     Raises:
         jinja2.UndefinedError: the template uses a field the view does not have.
         NotADirectoryError: the template folder named does not exist.
     """
-    return jinja_environment(templates).get_template(template).render(view=view)
+    from gradeff.report.columns import hide_unmeasured_everywhere
+
+    # The view keeps every column; the page leaves out those nothing measured on this run (GPU meters on a CPU
+    # run), each table's note naming them: a column of n/a takes the width a measured one needs.
+    return jinja_environment(templates).get_template(template).render(view=hide_unmeasured_everywhere(view))

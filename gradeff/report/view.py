@@ -21,12 +21,16 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "SECTIONS", "AnswerGroupView", "AnswerView", "BaselinesView", "Cell", "ClaimGroupView", "ClaimsView",
+    "SECTIONS", "SORTABLE_ROWS", "AnswerGroupView", "AnswerView", "BaselinesView", "Cell", "ClaimGroupView", "ClaimsView",
     "FigureView", "MemoryGroupView", "MemoryView",
     "ModelView", "PeftGroupView", "PeftView", "RealView", "ReportView", "Row", "Section",
     "Table", "config_label", "display_name", "distinct_text", "energy_sources", "first_word", "html_id",
     "short_label", "status_text", "text_or_na",
 ]
+
+
+# Tables with more rows than this get a filter box and sortable headers (the page reads the same without them).
+SORTABLE_ROWS = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,11 @@ class Table:
     header: tuple[str, ...]
     rows: tuple[Row, ...]
     note: str = ""
+
+    @property
+    def sortable(self) -> bool:
+        """Long enough that a reader looks for rows: the page's script makes it sortable and filterable."""
+        return len(self.rows) > SORTABLE_ROWS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

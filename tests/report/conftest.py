@@ -93,3 +93,13 @@ def self_contained_page(html: str) -> Page:
     assert all(re.fullmatch(r"[A-Za-z0-9_.:-]+", i) for i in page.ids), [i for i in page.ids if "<" in i]
     assert all(url.startswith("#") for url in page.urls), [u for u in page.urls if not u.startswith("#")]
     return page
+
+
+_OWN_SCRIPT = re.compile(r"<script>\n// A few lines, no network.*?</script>", re.S)
+
+
+def without_own_script(html: str) -> str:
+    """The page without its one script of its own (sortable tables): what is left must hold no ``<script``."""
+    stripped, found = _OWN_SCRIPT.subn("", html)
+    assert found == 1, "the page's own script is missing or doubled"
+    return stripped

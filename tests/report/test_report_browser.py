@@ -123,3 +123,53 @@ def test_hostile_names_and_non_finite_values_render_safely(grid_records, make_re
     assert re.search(r'<th scope="row" title="x{10000}[^"]*">', dom)  # the full name on hover
     assert re.search(r'<td class="nonfinite" title="measured, but not a finite number[^"]*">NaN</td>', dom)
     assert re.search(r'<td class="nonfinite" title="measured, but not a finite number[^"]*">inf</td>', dom)
+
+
+# Measures what a reader sees before scrolling or expanding anything: where the Answer's first table starts,
+# whether the page is wider than the window, and how many tables are rendered (not inside a closed <details>).
+_FIRST_SCREEN_PROBE = """<script>
+window.addEventListener('load', () => {
+  const answer = document.querySelector('#answer table');
+  const box = answer ? answer.getBoundingClientRect() : null;
+  // checkVisibility: false inside a closed <details>, whose content keeps boxes but is not rendered.
+  const shown = [...document.querySelectorAll('table')].filter((t) => t.checkVisibility()).length;
+  const probe = document.createElement('pre');
+  probe.id = 'first-screen-probe';
+  probe.textContent = JSON.stringify({answerTop: box && box.top, answerHeight: box && box.height,
+                                      height: window.innerHeight, width: window.innerWidth,
+                                      pageWidth: document.documentElement.scrollWidth, tables: shown});
+  document.body.appendChild(probe);
+});
+</script>"""
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+def test_first_screen_shows_the_answer_without_horizontal_overflow(grid_records, make_peft_record, width, tmp_path):
+    """At 1400 and 800 px the Answer's table starts on the first screen, no table pushes the page wider than the
+    window, and at most 25 tables are rendered before any section is expanded."""
+    import json
+    import re
+
+    peft = [make_peft_record(model=b, method=m) for b in ("vit_s", "tinyvit")
+            for m in ("full", "lora", "adalora", "qlora", "bitfit")]
+    page = write_report([*grid_records, *peft], tmp_path / "report.html", sources=["results.jsonl"])
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", _FIRST_SCREEN_PROBE + "</body>"),
+                      encoding="utf-8")
+    args = [str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}", "--enable-logging=stderr",
+            "--v=0", f"--window-size={width},900", "--dump-dom", probed.as_uri()]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not [line for line in proc.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    seen = json.loads(re.search(r'<pre id="first-screen-probe">(.*?)</pre>', proc.stdout).group(1)
+                      .replace("&quot;", '"'))
+    assert seen["width"] == width, seen
+    assert seen["answerTop"] is not None and 0 < seen["answerTop"] < seen["height"] * 0.6, seen
+    assert seen["pageWidth"] <= seen["width"], seen
+    assert 0 < seen["tables"] <= 25, seen
+    shot = tmp_path / f"first-screen-{width}.png"
+    subprocess.run([str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'chromium-shot'}",
+                    f"--screenshot={shot}", f"--window-size={width},900", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    assert _png_size(shot) == (width, 900)
+    shutil.copyfile(shot, Path(f"/tmp/gradeff-report-first-screen-{width}.png"))  # a stable place to look at it
