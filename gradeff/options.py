@@ -24,7 +24,8 @@ from gradeff.models import MODELS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
-__all__ = ["DEFAULT_RESULTS", "MAX_SEED", "Settings", "add_options", "default_threads", "parse_seeds", "read_settings"]
+__all__ = ["DEFAULT_RESULTS", "MAX_SEED", "Settings", "add_options", "benchmark_storage_given", "default_threads",
+           "parse_seeds", "read_settings"]
 
 DEFAULT_RESULTS = "results/results.jsonl"
 # A sampler faster than this spends more time reading /proc and NVML than the cell spends training.
@@ -478,6 +479,11 @@ _BENCHMARK_STORAGE = (("benchmark_json", "--benchmark-json"), ("benchmark_save",
                       ("benchmark_autosave", "--benchmark-autosave"))
 
 
+def benchmark_storage_given(config: pytest.Config) -> list[str]:
+    """The pytest-benchmark storage options given on the command line (``--benchmark-json`` …), as flags."""
+    return [flag for name, flag in _BENCHMARK_STORAGE if config.getoption(name, None)]
+
+
 def _benchmark_storage_under_xdist(config: pytest.Config) -> None:
     """Refuse pytest-benchmark's storage options under pytest-xdist, which would otherwise write nothing.
 
@@ -489,7 +495,7 @@ def _benchmark_storage_under_xdist(config: pytest.Config) -> None:
         return
     if config.getoption("benchmark_disable", False) or config.getoption("benchmark_skip", False):
         return
-    given = [flag for name, flag in _BENCHMARK_STORAGE if config.getoption(name, None)]
+    given = benchmark_storage_given(config)
     if given:
         workers = config.getoption("numprocesses", None)
         raise pytest.UsageError(

@@ -22,7 +22,7 @@ from gradeff.fixtures import (_gradeff_setup, gradeff_data, gradeff_meters, grad
                               gradeff_model, gradeff_optimizer)
 from gradeff.grid import GRIDS, PLURALS, cells
 from gradeff.models import MODELS
-from gradeff.options import DEFAULT_RESULTS, Settings, add_options, read_settings
+from gradeff.options import DEFAULT_RESULTS, Settings, add_options, benchmark_storage_given, read_settings
 from gradeff.results import FINAL_STATUSES, append_record, read_records
 from gradeff.shard import ShardPlan
 
@@ -114,10 +114,11 @@ def _stop_like_ctrl_c() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config.option, "benchmark_disable") and (config.getoption("dist", "no") != "no"
-                                                         or os.environ.get("PYTEST_XDIST_WORKER")):
+    if (hasattr(config.option, "benchmark_disable") and not benchmark_storage_given(config)
+            and (config.getoption("dist", "no") != "no" or os.environ.get("PYTEST_XDIST_WORKER"))):
         # pytest-benchmark cannot time under xdist and warns so at the end of every run; the loop times every
         # epoch itself, so it is switched off here, before its own configure (--benchmark-enable still wins).
+        # Asked to store its timings, it is left on, so that the settings refuse that request with the reason.
         config.option.benchmark_disable = True
     if not config.getoption("gradeff_allow_hub"):
         # Models are built from configs or local folders; nothing may reach for a hub mid-run.
