@@ -9,7 +9,9 @@ and never counted in a cell's timings. The head is not saved: fine-tuning starts
 for the new dataset's classes.
 
 Concurrent sessions (pytest-xdist workers) share the cache through a file lock: one pretrains,
-the others wait and load.
+the others wait and load. Before its first cell a session's process pretrains, one by one, the backbones its
+cells need that no other process has claimed (:func:`pretrain_ahead`), so workers pretrain side by side instead
+of waiting on each other; the pretraining task's samples are drawn once and cached too (:mod:`gradeff.data.cache`).
 
 A cached folder is trusted only when its files match the sha256 manifest written last (``checksums.sha256``,
 ``sha256sum`` format, flushed to disk before the folder is renamed into place): a folder cut short by a full disk,
@@ -27,12 +29,12 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 __all__ = ["FORMAT", "MANIFEST", "CacheRebuiltWarning", "StartingWeights", "cache_root", "pretrain",
-           "pretrained_folder", "starting_weights", "verify_folder"]
+           "pretrain_ahead", "pretrained_folder", "starting_weights", "verify_folder"]
 
 # Bump when what a pretraining produces changes, so that old caches are not reused.
 FORMAT = 2
@@ -142,20 +144,75 @@ def starting_weights(model: str, profile: str, seed: int, *, local: Mapping[str,
 
     folder = pretrained_folder(model, profile, seed, cache_dir)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    reused = True
     with FileLock(str(folder) + ".lock"):
-        if folder.exists() and (problem := verify_folder(folder)) is not None:
-            warnings.warn(f"pretrained cache {folder}: {problem}; pretraining it again", CacheRebuiltWarning,
-                          stacklevel=2)
-            shutil.rmtree(folder)
-        if not (folder / _INFO).is_file():
-            pretrain(model, profile, seed, folder, device=device)
-            reused = False
+        pretrained_now = _fill(folder, model, profile, seed, device=device, cache_dir=cache_dir)
+    # The first cell of the process that pretrained a backbone (now, or ahead of the cells) says so.
+    reused = not (pretrained_now or _take_ahead(folder))
     info = json.loads((folder / _INFO).read_text(encoding="utf-8")) | {"reused": reused}
     return StartingWeights(source="pretrained", path=str(folder), pretraining=info, stand_in=_PRETRAINED_STAND_IN)
 
 
-def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str = "cpu") -> dict:
+def _fill(folder: Path, model: str, profile: str, seed: int, *, device: str, cache_dir) -> bool:
+    """Pretrain into ``folder`` unless it holds a sound copy (the caller holds its lock); ``True`` if it pretrained."""
+    if folder.exists() and (problem := verify_folder(folder)) is not None:
+        warnings.warn(f"pretrained cache {folder}: {problem}; pretraining it again", CacheRebuiltWarning,
+                      stacklevel=3)
+        shutil.rmtree(folder)
+    if (folder / _INFO).is_file():
+        return False
+    pretrain(model, profile, seed, folder, device=device, cache_dir=cache_dir)
+    return True
+
+
+# Folders this process pretrained ahead of its cells (:func:`pretrain_ahead`), until a cell loads them.
+_AHEAD: set[str] = set()
+
+
+def _take_ahead(folder: Path) -> bool:
+    if str(folder) in _AHEAD:
+        _AHEAD.discard(str(folder))
+        return True
+    return False
+
+
+def pretrain_ahead(backbones: Iterable[tuple[str, int]], profile: str, *, local: Mapping[str, str] | None = None,
+                   cache_dir: str | Path | None = None, device: str = "cpu") -> list[str]:
+    """Pretrain the session's backbones before its cells, each by whichever process claims it first.
+
+    ``backbones``: (model, seed) pairs in the order the cells need them. A backbone another process is
+    pretraining (its lock is held) is left to it rather than waited for: pytest-xdist workers pretrain different
+    backbones side by side and then go on to their cells, instead of one pretraining while the others wait on
+    the same lock. A model the user gave weights for, one that trains from scratch, or one whose pretraining
+    fails here is left to its cells (which record the failure). Returns the models pretrained here.
+    """
+    from filelock import FileLock, Timeout
+
+    from gradeff.models import MODELS
+
+    done = []
+    for model, seed in dict.fromkeys(backbones):
+        if (local and model in local) or model not in MODELS or not MODELS[model].fine_tunes:
+            continue
+        folder = pretrained_folder(model, profile, seed, cache_dir)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(folder) + ".lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        try:
+            if _fill(folder, model, profile, seed, device=device, cache_dir=cache_dir):
+                _AHEAD.add(str(folder))
+                done.append(model)
+        except Exception:  # noqa: BLE001 - the cells pretrain it again and record what went wrong
+            continue
+        finally:
+            lock.release()
+    return done
+
+
+def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str = "cpu",
+             cache_dir: str | Path | None = None) -> dict:
     """Pretrain ``model`` on the source task and save it (without its head) to ``folder``.
 
     The folder appears complete or not at all: it is written next to its final place and renamed.
@@ -165,6 +222,7 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     """
     import torch
 
+    from gradeff.data.cache import cached
     from gradeff.data.standins import source_task
     from gradeff.evaluation import evaluate
     from gradeff.hparams import HPARAMS, PRETRAIN_HPARAMS
@@ -174,8 +232,10 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
 
     hp = PRETRAIN_HPARAMS[profile]
     image_size = HPARAMS[(model, profile)].image_size
-    data = source_task(num_classes=hp.num_classes, image_size=image_size, num_samples=hp.train_samples, seed=seed,
-                       heldout_samples=hp.heldout_samples)
+    sizes = dict(num_classes=hp.num_classes, image_size=image_size, num_samples=hp.train_samples, seed=seed,
+                 heldout_samples=hp.heldout_samples)
+    # Every backbone of a profile pretrains on the same samples: drawn once, next to the backbones.
+    data = cached("gradeff.data.standins:source_task", sizes, lambda: source_task(**sizes), root=cache_root(cache_dir))
     target = torch.device(device)
     torch.manual_seed(seed)
     network = build_model(model, profile, num_labels=hp.num_classes).to(target)

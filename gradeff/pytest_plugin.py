@@ -251,6 +251,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     config = session.config
     named = config.getoption("gradeff_dry_run")
     if named is None:
+        _pretrain_ahead(session)
         return None
     from gradeff.dryrun import dry_run_lines, plan_cell, pretraining_seconds, target_for
 
@@ -268,6 +269,29 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     for line in dry_run_lines(plans, target, profile=settings.profile, pretraining=pretraining):
         reporter.write_line(line)
     return True
+
+
+def _pretrain_ahead(session: pytest.Session) -> None:
+    """Pretrain the selected cells' backbones before the first cell, each by the process that claims it first
+    (:func:`gradeff.pretrain.pretrain_ahead`): under pytest-xdist the workers pretrain side by side. Not on
+    xdist's controller (it runs no cell), nor in a session that runs none."""
+    config = session.config
+    if config.option.collectonly or config.pluginmanager.get_plugin("dsession") is not None or not session.items:
+        return
+    from gradeff.devices import resolve_device
+    from gradeff.pretrain import pretrain_ahead
+    from gradeff.runner import intra_op_threads
+    from gradeff.schedule import fine_tuned_backbone
+
+    settings = config.stash[_CONFIG]
+    needed = [(model, item.callspec.params.get("gradeff_seed", settings.seed)) for item in session.items
+              if (model := fine_tuned_backbone(item)) is not None]
+    if not needed:
+        return
+    # The cells' thread count: it is part of a pretraining's recipe (see gradeff.pretrain).
+    with intra_op_threads(settings.threads):
+        pretrain_ahead(needed, settings.profile, local=dict(settings.weights), cache_dir=settings.cache_dir,
+                       device=str(resolve_device(settings.device)))
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:

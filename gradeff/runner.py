@@ -121,15 +121,25 @@ _OUT_OF_MEMORY = (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded, BudgetUnrea
 _EVAL_BATCHES = 4
 
 
-def _dataset(task: str, hp: HParams, seed: int) -> Dataset:
+def _dataset(task: str, hp: HParams, seed: int, cache_dir: str | None = None) -> Dataset:
     """The task's data for these sizes: cells of one model share it, whatever their rate or epochs."""
-    return _sized_dataset(task, data_sizes(task, hp), seed)
+    return _sized_dataset(task, data_sizes(task, hp), seed, cache_dir)
 
 
 @lru_cache(maxsize=8)
-def _sized_dataset(task: str, sizes: tuple, seed: int) -> Dataset:
-    # Built once per session and process: a tuning search's trials at other rates reuse it too.
-    return TASKS[task].build(seed=seed, **dict(sizes))
+def _sized_dataset(task: str, sizes: tuple, seed: int, cache_dir: str | None) -> Dataset:
+    # Built once per process (a tuning search's trials at other rates reuse it too), drawn once per machine.
+    from gradeff.data.cache import cached
+    from gradeff.pretrain import cache_root
+
+    spec = TASKS[task]
+
+    def draw() -> Dataset:
+        return spec.build(seed=seed, **dict(sizes))
+
+    if not isinstance(spec.builder, str):
+        return draw()
+    return cached(spec.builder, {"seed": seed, **dict(sizes), **spec.options}, draw, root=cache_root(cache_dir))
 
 
 @lru_cache(maxsize=8)
@@ -149,7 +159,7 @@ def _cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HPa
 
     source = source_for(cell.dataset, config.data)
     if source is None:
-        return _dataset(cell.dataset, hp, config.seed), hp
+        return _dataset(cell.dataset, hp, config.seed, config.cache_dir), hp
     from gradeff.pretrain import cache_root
 
     # The caps come from the profile alone, so every cell of a session asks for (and caches) the same tensors.

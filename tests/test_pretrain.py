@@ -158,3 +158,39 @@ def test_the_cache_is_keyed_by_the_thread_count(tmp_path):
         assert pretrained_folder("vit_s", "tiny", 0, tmp_path) != one
     finally:
         torch.set_num_threads(threads)
+
+
+def test_pretraining_ahead_leaves_a_claimed_backbone_to_its_claimant(tmp_path, quick_recipe):
+    """A backbone another process is pretraining (its lock held) is skipped, not waited for; the next is taken.
+    The first cell of the process that pretrained ahead says it was pretrained in this session, later ones reused."""
+    from filelock import FileLock
+
+    from gradeff.pretrain import pretrain_ahead
+
+    busy = pretrained_folder("vit_s", "tiny", 0, tmp_path)
+    busy.parent.mkdir(parents=True)
+    with FileLock(str(busy) + ".lock"):
+        done = pretrain_ahead([("vit_s", 0), ("mambavision_t", 0), ("vit_s", 0)], "tiny", cache_dir=tmp_path)
+    assert done == ["mambavision_t"]
+    assert not busy.exists()
+    first = starting_weights("mambavision_t", "tiny", 0, cache_dir=tmp_path)
+    again = starting_weights("mambavision_t", "tiny", 0, cache_dir=tmp_path)
+    assert first.pretraining["reused"] is False and again.pretraining["reused"] is True
+    # Nothing left to claim: a second pass pretrains nothing (vit_s is pretrained by its cell, as before).
+    assert pretrain_ahead([("mambavision_t", 0)], "tiny", cache_dir=tmp_path) == []
+
+
+def test_pretraining_ahead_skips_given_weights_scratch_models_and_failures(tmp_path, quick_recipe, monkeypatch):
+    from gradeff import pretrain as module
+
+    assert module.pretrain_ahead([("vit", 0), ("llm", 0)], "tiny", cache_dir=tmp_path) == []
+    assert module.pretrain_ahead([("vit_s", 0)], "tiny", local={"vit_s": str(tmp_path)}, cache_dir=tmp_path) == []
+    assert not (tmp_path / "pretrained").exists() or not any((tmp_path / "pretrained").iterdir())
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(module, "pretrain", broken)
+    assert module.pretrain_ahead([("vit_s", 0)], "tiny", cache_dir=tmp_path) == []
+    with pytest.raises(RuntimeError, match="out of memory"):  # the cell meets the failure and records it
+        starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path)

@@ -1,5 +1,7 @@
-"""The run order: fine-tuned backbones' cells dealt round-robin, everything else where it was."""
+"""The run order: fine-tuned backbones' cells dealt round-robin, everything else where it was; their backbones
+pretrained ahead of the first cell."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,3 +55,38 @@ def test_a_grid_is_dealt_backbone_by_backbone():
     first = [fine_tuned_backbone(i) for i in out[5:9]]
     assert len(set(first)) == 4 and set(first) == {c.model for c in cells("peft")}
     assert fine_tuned_backbone(SimpleNamespace()) is None
+
+
+_TRIVIAL_GRID = """
+import pytest
+
+@pytest.mark.gradeff_grid("peft")
+def test_cell(cell, gradeff_seed):
+    pass
+"""
+
+
+def _pretrain_calls(pytester, monkeypatch, *args):
+    calls = []
+    monkeypatch.setattr("gradeff.pretrain.pretrain_ahead", lambda backbones, profile, **kw: calls.append(
+        (list(backbones), profile, kw)) or [])
+    pytester.makepyfile(test_grid=_TRIVIAL_GRID)
+    pytester.runpytest_inprocess("-p", "no:randomly", *args)
+    return calls
+
+
+def test_the_selected_backbones_are_pretrained_before_the_first_cell(pytester, monkeypatch):
+    calls = _pretrain_calls(pytester, monkeypatch, "-k", "lora and standard and cifar100 and not adalora",
+                            "--gradeff-seeds", "0,7", "--gradeff-threads", "1")
+    assert len(calls) == 1
+    backbones, profile, settings = calls[0]
+    # Every seed's backbone, in the run's (interleaved) order; the session's settings.
+    assert set(backbones) == {(model, seed) for model in ("vit_s", "tinyvit", "vim_s", "mambavision_t")
+                              for seed in (0, 7)}
+    assert [model for model, _ in dict.fromkeys(backbones)][:4] == ["vit_s", "tinyvit", "vim_s", "mambavision_t"]
+    assert profile == "tiny" and settings["local"] == {} and settings["device"] == "cpu"
+
+
+@pytest.mark.parametrize("args", [("--collect-only",), ("-k", "no_such_cell")])
+def test_nothing_is_pretrained_ahead_of_a_session_that_trains_no_cell(pytester, monkeypatch, args):
+    assert _pretrain_calls(pytester, monkeypatch, *args) == []
