@@ -118,7 +118,7 @@ def _check_optimizer(spec: OptimizerSpec) -> None:
 
 
 def _check_method(spec: MethodSpec) -> None:
-    if not _findable(spec.module):
+    if spec.apply is None and not _findable(spec.module):
         raise RegistrationError(f"missing builder: no module {spec.module!r} (with apply()) on sys.path")
 
 

@@ -9,9 +9,10 @@ warm-up ratio 0.03 for the LLM, sequences of 512 tokens, 224 px images, 128-toke
 The PEFT study's backbones (``vit_s``, ``tinyvit``, ``vim_s``, ``mambavision_t``) are fine-tuned
 with AdamW on a dataset of the study (``cifar100``, ``dtd``), whose own sizes (classes, split
 sizes at the paper profile) are in ``DATASET_HPARAMS``; the fine-tuning methods' settings (LoRA
-rank, alpha, dropout, target modules, AdaLoRA's rank schedule, the 4-bit type) are in
-``METHOD_HPARAMS`` and ``LORA_TARGET_MODULES``. The PEFT paper's abstract gives none of these
-numbers; the values are the methods' published defaults and are recorded with every cell.
+rank, alpha, dropout, AdaLoRA's rank schedule, the 4-bit type) are :class:`MethodHParams`, with a method's own
+values on its spec (``MethodSpec.hparams``) and the linears LoRA adapts on the model's (``ModelSpec.lora_targets``).
+The PEFT paper's abstract gives none of these numbers; the values are the methods' published defaults and are
+recorded with every cell.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ from gradeff.models import MODELS
 from gradeff.profiles import validate_profile
 
 __all__ = [
-    "DATASET_HPARAMS", "HPARAMS", "LORA_TARGET_MODULES", "LR_CENTRES", "MEMORY_BUDGETS", "MEMORY_MARGIN",
-    "METHOD_HPARAMS", "PRETRAIN_HPARAMS", "HParams", "lr_grid",
-    "MethodHParams", "PretrainHParams", "hparams_for", "method_hparams_for",
+    "DATASET_HPARAMS", "HPARAMS", "MEMORY_BUDGETS", "MEMORY_MARGIN", "PRETRAIN_HPARAMS", "HParams", "MethodHParams",
+    "PretrainHParams", "hparams_for", "lr_centre", "lr_grid", "method_hparams_for",
 ]
 
 
@@ -226,50 +226,14 @@ class MethodHParams:
             raise ValueError("adalora_tinit and adalora_tfinal are fractions of the steps with a sum below 1")
 
 
-# Linears LoRA (and AdaLoRA, QLoRA) adapts, by module-name suffix, per model: every attention projection
-# and MLP layer, the usual choice for ViTs in the LoRA and QLoRA papers (adapting all linears comes closest
-# to full fine-tuning). Convolutions (patch embeddings, TinyViT's MBConvs, MambaVision's conv stages) are
-# not linears and stay frozen; the head trains in full.
-LORA_TARGET_MODULES: dict[str, tuple[str, ...]] = {
-    "vit": ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"),
-    "vit_s": ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"),
-    # Fused q/k/v, attention output and MLP: 92 % of TinyViT-21M's weights.
-    "tinyvit": ("qkv", "proj", "fc1", "fc2"),
-    # The mixer's in/out projections, shared by both scan directions (~85 % of a layer's weights). x_proj
-    # and dt_proj are already low-rank bottlenecks (dt rank = width / 16): an adapter adds little there.
-    "vim_s": ("in_proj", "out_proj"),
-    # Attention qkv/proj, the Mamba mixer's in/out projections and the MLPs of the hybrid stages: 99.6 % of
-    # the blocks' linear weights; x_proj and dt_proj left out as in Vim.
-    "mambavision_t": ("qkv", "proj", "in_proj", "out_proj", "fc1", "fc2"),
-    # The baselines' towers, should a method other than their own be asked of them.
-    "clip": ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"),
-    "siglip": ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"),
-    "dinov2": ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"),
-    "smolvlm": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj"),
-    "vlm_prompt": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj",
-                   "down_proj"),
-    "paligemma": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj",
-                  "down_proj"),
-    "modernbert": ("Wqkv", "Wo", "Wi"),
-    "llm": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-    "vlm": ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj"),
-}
-
-# (method, profile) → settings; the learning-rate scale is the one thing that differs by profile.
-METHOD_HPARAMS: dict[tuple[str, str], MethodHParams] = {
-    (method, profile): MethodHParams(lr_scale=scale)
-    for profile in ("tiny", "small", "paper")
-    for method, scale in (("full", 1.0), ("lora", 10.0), ("adalora", 10.0), ("qlora", 10.0), ("bitfit", 10.0),
-                          ("linear_probe", 10.0), ("zero_shot", 1.0))
-}
-
-
 def method_hparams_for(method: str, model: str, profile: str) -> MethodHParams:
-    """The settings of ``method`` on ``model`` at ``profile``, with the model's LoRA targets."""
+    """The settings of ``method`` (its spec's ``hparams``) on ``model`` at ``profile``, with the model's LoRA
+    targets."""
+    from gradeff.methods import METHODS
+
     spec = MODELS[model]
     validate_profile(profile)
-    hp = METHOD_HPARAMS[(method, profile)]
-    return replace(hp, target_modules=LORA_TARGET_MODULES.get(model, spec.lora_targets))
+    return MethodHParams(**METHODS[method].hparams, target_modules=spec.lora_targets)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -326,26 +290,27 @@ MEMORY_BUDGETS: dict[str, int] = {"tiny": 10 * 2**20, "small": 160 * 2**20, "pap
 MEMORY_MARGIN = 0.10
 
 
-# Fair tuning (``--gradeff-tune lr``): each optimizer's learning rate is searched on a log grid around its
-# own centre — the rate its authors or the usual practice start from — instead of sharing one rate across
-# optimizers as the main paper does, which favours the optimizers the shared rate happens to suit.
-LR_CENTRES: dict[str, float] = {
-    "sgd": 1e-1, "sgdm": 3e-2, "adam": 1e-3, "adamw": 1e-3, "adagrad": 1e-2, "adadelta": 1.0, "cgd": 1e-1,
-    "adafactor": 1e-2, "adamw8bit": 1e-3,
-}
-
-
-def lr_grid(optimizer: str, points: int = 5, spread: float = 2.0) -> tuple[float, ...]:
+def lr_grid(centre: float, points: int = 5, spread: float = 2.0) -> tuple[float, ...]:
     """``points`` learning rates spaced evenly in log10 over ``centre × 10^[−spread/2, +spread/2]``.
 
+    Fair tuning (``--gradeff-tune lr``) searches each optimizer's rate around its own centre
+    (:attr:`gradeff.optim.OptimizerSpec.lr_centre`, see :func:`lr_centre`) instead of sharing one rate across
+    optimizers as the main paper does, which favours the optimizers the shared rate happens to suit.
+
     Args:
-        optimizer: optimizer key (its centre from ``LR_CENTRES``).
+        centre: the grid's geometric middle.
         points: how many rates (an odd number keeps the centre on the grid).
         spread: decades the grid spans.
     """
     if points < 1:
         raise ValueError(f"a learning-rate grid needs at least one point, got {points}")
-    centre = LR_CENTRES[optimizer]
     if points == 1:
         return (centre,)
     return tuple(centre * 10 ** (spread * (i / (points - 1) - 0.5)) for i in range(points))
+
+
+def lr_centre(optimizer: str, cell_rate: float) -> float:
+    """Where ``optimizer``'s rate search is centred: its spec's ``lr_centre``, else the cell's own rate."""
+    from gradeff.optim import OPTIMIZERS
+
+    return OPTIMIZERS[optimizer].lr_centre or cell_rate

@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from gradeff.grid import Cell, incompatibility
-from gradeff.hparams import LR_CENTRES, hparams_for, method_hparams_for
+from gradeff.hparams import hparams_for, lr_centre, method_hparams_for
 from gradeff.optim import OPTIMIZERS
 from gradeff.protocols import TunedRate
 from gradeff.tuning import log_grid, search
@@ -35,7 +35,7 @@ class SearchSettings:
         profile: the profile searched (the table's rows are per profile).
         seeds: every rate is trained once per seed; its score is the mean.
         points / spread: the first grid: ``points`` rates over ``spread`` decades around the optimizer's centre
-            (``gradeff.hparams.LR_CENTRES``).
+            (``OptimizerSpec.lr_centre``).
         widen: at most this many rates added beyond the grid's edges (one at a time, past the edge the best sits on).
         epochs: epochs per trial (``None``: the profile's).
         train_samples: training samples per epoch of a trial, at most (``None``: the profile's): with ``epochs``,
@@ -92,7 +92,7 @@ def search_cell(cell: Cell, settings: SearchSettings, search_id: str,
         losses = [trial(cell, settings, lr, seed) for seed in settings.seeds]
         return None if any(loss is None or loss != loss for loss in losses) else sum(losses) / len(losses)
 
-    found = search(score, log_grid(LR_CENTRES[cell.optimizer], settings.points, settings.spread),
+    found = search(score, log_grid(lr_centre(cell.optimizer, shared), settings.points, settings.spread),
                    widen=settings.widen)
     if found.chosen is None:
         raise RuntimeError(f"{cell.id}: no rate of {[t.lr for t in found.trials]} ended ok for every seed")

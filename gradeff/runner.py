@@ -62,7 +62,7 @@ class RunConfig:
         memory_margin: the fraction of the budget the budget strategies keep free.
         weights: model key → a local source to start from (a state-dict file or a folder, resolved and checked
             when the session started; see :mod:`gradeff.weights`).
-        cache_dir: where the suite's pretrained backbones are cached (``None``: the default cache).
+        cache_dir: where the suite's pretrained backbones and drawn data are cached (``None``: the default cache).
         tune: ``"lr"``: search each cell's learning rate (see :func:`run_cell`); ``None``: the protocol's rate.
         tune_points: how many rates the search tries.
         protocol: where a cell's rate comes from (:mod:`gradeff.protocols`): ``tuned`` (the committed table) or
@@ -515,7 +515,7 @@ def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer, metering: Ep
     The trials never read the test split (:attr:`RunConfig.trial`); the reported run is a fresh training at the
     chosen rate. An optimizer with nothing to tune is trained once at the protocol's rate, and its record says why.
     """
-    from gradeff.hparams import lr_grid
+    from gradeff.hparams import lr_centre, lr_grid
     from gradeff.tuning import search
 
     hp, method_hp, rate = _cell_hparams(cell, config)
@@ -543,7 +543,7 @@ def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer, metering: Ep
         return trial.summary.final_validation_loss if trial.status == "ok" else None
 
     try:
-        found = search(score, {*lr_grid(cell.optimizer, config.tune_points), reference})
+        found = search(score, {*lr_grid(lr_centre(cell.optimizer, reference), config.tune_points), reference})
     except KeyboardInterrupt:
         return interrupted[0]  # Ctrl-C in a trial: recorded as the cell's, and the session stops
     seconds = time.perf_counter() - started

@@ -401,3 +401,65 @@ def test_a_model_path_too_small_for_the_datas_vocabulary_says_so(tmp_path):
             spec.builder("tiny", vocab_size=5000)
     finally:
         reset()
+
+
+DORA_AND_RMSPROP = """
+from gradeff.methods import Adapted, MethodSpec
+from gradeff.optim import OptimizerSpec
+
+
+def apply_dora(model, hp, *, total_steps, head=()):
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=hp.lora_r, lora_alpha=hp.lora_alpha, lora_dropout=hp.lora_dropout, use_dora=True,
+                        target_modules=list(hp.target_modules), modules_to_save=list(head) or None)
+    return Adapted(model=get_peft_model(model, config))
+
+
+def pytest_gradeff_register(registries):
+    registries.methods.register(MethodSpec(key="dora", name="DoRA", apply=apply_dora, requires=(("peft", "peft"),),
+                                           hparams={"lr_scale": 10.0, "lora_r": 4}))
+    # No lr_centre: a rate search centres on the cell's own rate.
+    registries.optimizers.register(OptimizerSpec(key="rmsprop", name="RMSprop", target="torch.optim:RMSprop",
+                                                 state_per_param=1, step_counter=True))
+"""
+
+
+def test_a_method_and_an_optimizer_registered_with_their_own_settings_run_tuned(grid_pytester, tmp_path):
+    """A DoRA method (peft's use_dora) and an RMSprop without a search centre, each registered in one conftest,
+    train a tuned cell end to end: the method's settings reach the record, the search centres on the cell's rate."""
+    grid_pytester.makeconftest(DORA_AND_RMSPROP)
+    results = tmp_path / "r.jsonl"
+    outcome = grid_pytester.runpytest_subprocess(
+        *PLUGIN, "-m", "main", "-k", "llm-rmsprop-standard-dora", "--gradeff-methods", "dora",
+        "--gradeff-optimizers", "rmsprop", "--gradeff-tune", "lr", "--gradeff-tune-points", "2",
+        "--gradeff-epochs", "1", "-p", "no:randomly", f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=1)
+    (record,) = read_records(results)
+    assert record.status == "ok", record.detail
+    method = record.hparams["method"]
+    # The chosen rate replaces the model's rate × the method's scale: the record's scale is then 1.
+    assert (method["lr_scale"], method["lora_r"], method["lora_alpha"]) == (1.0, 4, 16)
+    assert record.hparams["lr"] == record.tuning["chosen"]
+    assert method["target_modules"] == list(MODELS["llm"].lora_targets)
+    reference = hparams_for("llm", "tiny").lr * 10.0
+    assert record.tuning["reference"] == pytest.approx(reference)
+    # Two points around the cell's own rate (one decade either side of it), plus the rate itself.
+    assert sorted(t["lr"] for t in record.tuning["trials"]) == pytest.approx([reference / 10, reference, reference * 10])
+
+
+def test_spec_settings_are_checked_when_the_spec_is_made():
+    from gradeff.methods import MethodSpec
+    from gradeff.optim import OptimizerSpec
+
+    with pytest.raises(ValueError, match=r"unknown hparams \['lora_rank'\]; known: adalora_delta_t, .*lora_r, "):
+        MethodSpec(key="mine", name="Mine", module="mine", hparams={"lora_rank": 4})
+    with pytest.raises(ValueError, match="give module=.* or apply=<function>, not both"):
+        MethodSpec(key="mine", name="Mine")
+    with pytest.raises(ValueError, match="not both"):
+        MethodSpec(key="mine", name="Mine", module="mine", apply=len)
+    with pytest.raises(ValueError, match="lr_centre must be > 0, got 0"):
+        OptimizerSpec(key="mine", name="Mine", target="torch.optim:SGD", lr_centre=0)
+    spec = MethodSpec(key="mine", name="Mine", apply=len, hparams={"lora_r": 4})
+    with pytest.raises(TypeError):
+        spec.hparams["lora_r"] = 8  # read-only: a spec is shared by every cell

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from gradeff.grid import Cell, cells
-from gradeff.hparams import LR_CENTRES
+from gradeff.optim import OPTIMIZERS
 from gradeff.rate_search import SearchSettings, search_cell, tunable_cells
 
 
@@ -38,7 +38,7 @@ def test_every_rate_is_trained_once_per_seed_and_scored_by_the_mean():
 def test_the_search_widens_past_an_edge_and_a_seed_that_fails_disqualifies_its_rate():
     """SGD's grid (0.01 … 1) ends below the best rate (3); seed 1 diverges above 5. The search widens to 3.16, then
     to 10, where seed 1 fails, and keeps 3.16, inside the rates tried."""
-    centre = LR_CENTRES["sgd"]
+    centre = OPTIMIZERS["sgd"].lr_centre
     trial = _fake_trial(best=3.0, fail_above=5.0, fail_seed=1)
     row = search_cell(Cell("llm", "sgd", "standard"), SearchSettings(profile="tiny", widen=4), "s1", trial=trial)
     assert max(row.grid) == pytest.approx(centre * 100) and row.lr == pytest.approx(10**0.5)

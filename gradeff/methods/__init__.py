@@ -11,9 +11,10 @@ budget there); the loop itself never branches on the method.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from gradeff.registry import Registry
 
@@ -38,28 +39,52 @@ class MethodSpec:
         requires: importable modules beyond the default install, with the pip extra that brings them.
         trains: whether the method trains anything; a cell of a method that does not (``zero_shot``)
             has no training epochs, only the held-out evaluation.
+        apply: the ``apply`` function itself, instead of ``module`` (a method registered from a conftest).
+        hparams: the method's settings, as :class:`gradeff.hparams.MethodHParams` fields (``{"lr_scale": 10.0,
+            "lora_r": 16}``); unnamed fields keep their defaults, and the LoRA targets are the model's.
     """
 
     key: str
     name: str
-    module: str
+    module: str = ""
     needs_biases: bool = False
     requires: tuple[tuple[str, str], ...] = ()
     trains: bool = True
+    apply: Callable[..., Adapted] | None = None
+    hparams: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if bool(self.module) == (self.apply is not None):
+            raise ValueError(f"method {self.key!r}: give module='package.module' (with apply()) or apply=<function>, "
+                             f"not both")
+        from dataclasses import fields
+
+        from gradeff.hparams import MethodHParams
+
+        known = {f.name for f in fields(MethodHParams)} - {"target_modules"}
+        unknown = sorted(set(self.hparams) - known)
+        if unknown:
+            raise ValueError(f"method {self.key!r}: unknown hparams {unknown}; known: {', '.join(sorted(known))}")
+        object.__setattr__(self, "hparams", MappingProxyType(dict(self.hparams)))
 
 
 METHODS: Registry[MethodSpec] = Registry(
     "method",
     (
         MethodSpec(key="full", name="Full fine-tuning", module="gradeff.methods.full"),
-        MethodSpec(key="lora", name="LoRA", module="gradeff.methods.lora", requires=(("peft", "peft"),)),
-        MethodSpec(key="adalora", name="AdaLoRA", module="gradeff.methods.adalora", requires=(("peft", "peft"),)),
+        # Adapters, biases and a fresh head are few, freshly initialised parameters: they train at 10× the model's
+        # rate, as they usually get.
+        MethodSpec(key="lora", name="LoRA", module="gradeff.methods.lora", requires=(("peft", "peft"),),
+                   hparams={"lr_scale": 10.0}),
+        MethodSpec(key="adalora", name="AdaLoRA", module="gradeff.methods.adalora", requires=(("peft", "peft"),),
+                   hparams={"lr_scale": 10.0}),
         MethodSpec(key="qlora", name="QLoRA (4-bit NF4 + LoRA)", module="gradeff.methods.qlora",
-                   requires=(("peft", "peft"), ("bitsandbytes", "peft"))),
-        MethodSpec(key="bitfit", name="BitFit (biases only)", module="gradeff.methods.bitfit", needs_biases=True),
+                   requires=(("peft", "peft"), ("bitsandbytes", "peft")), hparams={"lr_scale": 10.0}),
+        MethodSpec(key="bitfit", name="BitFit (biases only)", module="gradeff.methods.bitfit", needs_biases=True,
+                   hparams={"lr_scale": 10.0}),
         # The foundation-model baselines' methods: the head alone on frozen features, or nothing at all.
         MethodSpec(key="linear_probe", name="Linear probe (head only, frozen features)",
-                   module="gradeff.methods.linear_probe"),
+                   module="gradeff.methods.linear_probe", hparams={"lr_scale": 10.0}),
         MethodSpec(key="zero_shot", name="Zero-shot (no training)", module="gradeff.methods.zero_shot", trains=False),
     ),
 )
@@ -108,4 +133,5 @@ def apply_method(key: str, model: nn.Module, hp: MethodHParams, *, total_steps: 
         KeyError: unknown method; the message lists the valid ones.
     """
     spec = METHODS[key]
-    return importlib.import_module(spec.module).apply(model, hp, total_steps=total_steps, head=head)
+    apply = spec.apply or importlib.import_module(spec.module).apply
+    return apply(model, hp, total_steps=total_steps, head=head)

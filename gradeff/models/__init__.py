@@ -50,8 +50,7 @@ class ModelSpec:
             evaluated with its own: ``zero_shot``, ``linear_probe``); empty: every method.
         hparams: profile → :class:`gradeff.hparams.HParams` of a registered model; a profile it does
             not give uses the hyper-parameters of the first built-in model of the same task.
-        lora_targets: module-name suffixes LoRA adapts in a registered model (built-in models' are in
-            :data:`gradeff.hparams.LORA_TARGET_MODULES`).
+        lora_targets: module-name suffixes of the linears LoRA (AdaLoRA, QLoRA) adapts.
         hub_id: the hub repository of its published weights, what ``--gradeff-weights KEY=hub`` loads (with
             ``--gradeff-allow-hub``).
         needs_weights: its cells run only from given weights (``--gradeff-weights``) and skip with "needs
@@ -80,30 +79,48 @@ class ModelSpec:
     unavailable: str = ""
 
 
+# Linears LoRA (and AdaLoRA, QLoRA) adapts, by module-name suffix: every attention projection and MLP layer, the
+# usual choice for ViTs in the LoRA and QLoRA papers (adapting all linears comes closest to full fine-tuning).
+# Convolutions (patch embeddings, TinyViT's MBConvs, MambaVision's conv stages) are not linears and stay frozen; the
+# head trains in full.
+_VIT_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2")
+_CLIP_LINEARS = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
+# A vision tower and a Llama-style decoder.
+_VLM_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2", "gate_proj", "up_proj", "down_proj")
+# Fused q/k/v, attention output and MLP: 92 % of TinyViT-21M's weights.
+_TINYVIT_LINEARS = ("qkv", "proj", "fc1", "fc2")
+# The mixer's in/out projections, shared by both scan directions (~85 % of a layer's weights). x_proj and dt_proj
+# are already low-rank bottlenecks (dt rank = width / 16): an adapter adds little there.
+_VIM_LINEARS = ("in_proj", "out_proj")
+# Attention qkv/proj, the Mamba mixer's in/out projections and the MLPs of the hybrid stages: 99.6 % of the blocks'
+# linear weights; x_proj and dt_proj left out as in Vim.
+_MAMBAVISION_LINEARS = ("qkv", "proj", "in_proj", "out_proj", "fc1", "fc2")
+
 MODELS: Registry[ModelSpec] = Registry(
     "model",
     (
         ModelSpec(key="vit", name="ViT (ViT-B/16 style)", family="vision", task="image_classification",
-                  module="gradeff.models.vit", head=("classifier",)),
+                  module="gradeff.models.vit", head=("classifier",), lora_targets=_VIT_LINEARS),
         ModelSpec(key="modernbert", name="ModernBERT (masked LM)", family="encoder", task="masked_lm",
-                  module="gradeff.models.modernbert"),
+                  module="gradeff.models.modernbert", lora_targets=("Wqkv", "Wo", "Wi")),
         ModelSpec(key="llm", name="Llama-3.2-1B-style decoder", family="decoder", task="causal_lm",
-                  module="gradeff.models.llm", has_biases=False),
+                  module="gradeff.models.llm", has_biases=False,
+                  lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
         ModelSpec(key="vlm", name="nanoVLM-style vision-language model", family="multimodal",
-                  task="image_captioning", module="gradeff.models.vlm"),
+                  task="image_captioning", module="gradeff.models.vlm", lora_targets=_VLM_LINEARS),
         # The PEFT study's backbones: two Transformers and two Mamba-based models, fine-tuned.
         ModelSpec(key="vit_s", name="ViT-S/16", family="transformer", task="cifar100",
                   module="gradeff.models.vit_s", fine_tunes=True, head=("classifier",),
-                  hub_id="timm/vit_small_patch16_224.augreg_in21k_ft_in1k"),
+                  hub_id="timm/vit_small_patch16_224.augreg_in21k_ft_in1k", lora_targets=_VIT_LINEARS),
         ModelSpec(key="tinyvit", name="TinyViT", family="transformer", task="cifar100",
                   module="gradeff.models.tinyvit", fine_tunes=True, head=("classifier",), batch_norm=True,
-                  hub_id="timm/tiny_vit_21m_224.dist_in22k_ft_in1k"),
+                  hub_id="timm/tiny_vit_21m_224.dist_in22k_ft_in1k", lora_targets=_TINYVIT_LINEARS),
         ModelSpec(key="vim_s", name="Vision Mamba (Vim-S)", family="mamba", task="cifar100",
                   module="gradeff.models.vim", fine_tunes=True, head=("classifier",),
-                  hub_id="hustvl/Vim-small-midclstok"),
+                  hub_id="hustvl/Vim-small-midclstok", lora_targets=_VIM_LINEARS),
         ModelSpec(key="mambavision_t", name="MambaVision-T", family="mamba", task="cifar100",
                   module="gradeff.models.mambavision", fine_tunes=True, head=("classifier",),
-                  batch_norm=True, hub_id="nvidia/MambaVision-T-1K"),
+                  batch_norm=True, hub_id="nvidia/MambaVision-T-1K", lora_targets=_MAMBAVISION_LINEARS),
         # The PEFT study's foundation-model baselines, used without training or with a linear probe: two
         # zero-shot contrastive VLMs, DINOv2 read by a linear probe, and two autoregressive VLMs prompted
         # to name the class. Only DINOv2 gets the suite's pretraining: the others classify by their class
@@ -111,21 +128,23 @@ MODELS: Registry[ModelSpec] = Registry(
         # unless real ones are given (--gradeff-weights; their records name the stand-in). PaliGemma and MobileVLM,
         # at billions of parameters, run only from given weights.
         ModelSpec(key="clip", name="CLIP ViT-B/16 (zero-shot)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.clip", methods=("zero_shot",), hub_id="openai/clip-vit-base-patch16"),
+                  module="gradeff.baselines.clip", methods=("zero_shot",), hub_id="openai/clip-vit-base-patch16",
+                  lora_targets=_CLIP_LINEARS),
         ModelSpec(key="siglip", name="SigLIP B/16-224 (zero-shot)", family="foundation", task="cifar100",
                   module="gradeff.baselines.siglip", methods=("zero_shot",),
-                  hub_id="google/siglip-base-patch16-224"),
+                  hub_id="google/siglip-base-patch16-224", lora_targets=_CLIP_LINEARS),
         ModelSpec(key="dinov2", name="DINOv2 ViT-B/14 (linear probe)", family="foundation", task="cifar100",
                   module="gradeff.baselines.dinov2", fine_tunes=True, head=("classifier",),
-                  methods=("linear_probe",), hub_id="facebook/dinov2-base"),
+                  methods=("linear_probe",), hub_id="facebook/dinov2-base", lora_targets=_VIT_LINEARS),
         ModelSpec(key="smolvlm", name="SmolVLM (prompted)", family="foundation", task="cifar100",
                   module="gradeff.baselines.smolvlm", methods=("zero_shot",),
-                  hub_id="HuggingFaceTB/SmolVLM-Instruct"),
+                  hub_id="HuggingFaceTB/SmolVLM-Instruct", lora_targets=_VLM_LINEARS),
         ModelSpec(key="vlm_prompt", name="nanoVLM (prompted)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.vlm_prompt", methods=("zero_shot",)),
+                  module="gradeff.baselines.vlm_prompt", methods=("zero_shot",),
+                  lora_targets=_VLM_LINEARS),
         ModelSpec(key="paligemma", name="PaliGemma 3B (prompted)", family="foundation", task="cifar100",
                   module="gradeff.baselines.paligemma", methods=("zero_shot",),
-                  hub_id="google/paligemma-3b-pt-224", needs_weights=True),
+                  hub_id="google/paligemma-3b-pt-224", needs_weights=True, lora_targets=_VLM_LINEARS),
         ModelSpec(key="mobilevlm", name="MobileVLM V2 1.7B (prompted)", family="foundation", task="cifar100",
                   module="gradeff.baselines.mobilevlm", methods=("zero_shot",),
                   hub_id="mtgv/MobileVLM_V2-1.7B", needs_weights=True,

@@ -46,6 +46,8 @@ class OptimizerSpec:
         tuning_free: why the learning rate is no knob of this optimizer (``""``: it is one). A rate search
             skips such an optimizer and its records say why, instead of reporting trials that differ only by
             noise as a search.
+        lr_centre: the centre of its learning-rate search (``--gradeff-tune lr``, ``scripts/tune_rates.py``): the
+            rate its authors or the usual practice start from; ``None``: the cell's own rate (the model's).
     """
 
     key: str
@@ -56,8 +58,11 @@ class OptimizerSpec:
     state_per_param: int | None = 0
     step_counter: bool = False
     tuning_free: str = ""
+    lr_centre: float | None = None
 
     def __post_init__(self) -> None:
+        if self.lr_centre is not None and not self.lr_centre > 0:
+            raise ValueError(f"optimizer {self.key!r}: lr_centre must be > 0, got {self.lr_centre}")
         if self.state_law not in STATE_LAWS:
             raise ValueError(f"optimizer {self.key!r}: unknown state law {self.state_law!r}; "
                              f"known: {', '.join(STATE_LAWS)}")
@@ -164,14 +169,15 @@ OPTIMIZERS: Registry[OptimizerSpec] = Registry(
     (
         # The main paper's six come first; grids list their own keys (gradeff.grid).
         # Plain SGD without momentum, as in the paper's baseline: no state at all.
-        OptimizerSpec(key="sgd", name="SGD", target="torch.optim:SGD"),
-        OptimizerSpec(key="adam", name="Adam", target="torch.optim:Adam", state_per_param=2, step_counter=True),
+        OptimizerSpec(key="sgd", name="SGD", target="torch.optim:SGD", lr_centre=1e-1),
+        OptimizerSpec(key="adam", name="Adam", target="torch.optim:Adam", state_per_param=2, step_counter=True,
+                      lr_centre=1e-3),
         OptimizerSpec(key="adamw", name="AdamW", target="torch.optim:AdamW", kwargs={"weight_decay": 0.01},
-                      state_per_param=2, step_counter=True),
+                      state_per_param=2, step_counter=True, lr_centre=1e-3),
         OptimizerSpec(key="adagrad", name="Adagrad", target="torch.optim:Adagrad", state_per_param=1,
-                      step_counter=True),
+                      step_counter=True, lr_centre=1e-2),
         OptimizerSpec(key="adadelta", name="Adadelta", target="torch.optim:Adadelta", state_per_param=2,
-                      step_counter=True),
+                      step_counter=True, lr_centre=1.0),
         # Nonlinear CG on mini-batches, as CG_DESCENT (Hager & Zhang 2005): Hager-Zhang directions,
         # descent whatever the step, so no Powell restarts; a strong-Wolfe search on the step's own
         # mini-batch with sigma = 0.9, whose first trial usually passes (about 2 closure calls a
@@ -190,15 +196,15 @@ OPTIMIZERS: Registry[OptimizerSpec] = Registry(
         # Adafactor: the second moment of a matrix factored into a row and a column vector,
         # no first moment: (m + n) values for an m × n weight instead of Adam's 2mn.
         OptimizerSpec(key="adafactor", name="Adafactor", target="torch.optim:Adafactor",
-                      state_law="adafactor", state_per_param=None),
+                      state_law="adafactor", state_per_param=None, lr_centre=1e-2),
         # AdamW with m and v quantised to 8 bits in blocks of 256 (bitsandbytes): ≈ 2 bytes a value
         # instead of 8; tensors under min_8bit_size elements stay in 32 bits.
         OptimizerSpec(key="adamw8bit", name="AdamW (8-bit)", target="bitsandbytes.optim:AdamW8bit",
                       kwargs={"weight_decay": 0.01, "min_8bit_size": BNB_MIN_8BIT_SIZE},
-                      state_law="blockwise_8bit", state_per_param=None),
+                      state_law="blockwise_8bit", state_per_param=None, lr_centre=1e-3),
         # SGD with heavy-ball momentum: one momentum buffer per parameter.
         OptimizerSpec(key="sgdm", name="SGD with momentum", target="torch.optim:SGD", kwargs={"momentum": 0.9},
-                      state_per_param=1),
+                      state_per_param=1, lr_centre=3e-2),
     ),
 )
 

@@ -5,7 +5,6 @@ import torch
 from torch import nn
 
 from gradeff.grid import GRIDS
-from gradeff.hparams import LORA_TARGET_MODULES
 from gradeff.models import MODELS, build_model
 
 BACKBONES = list(GRIDS["peft"].models)
@@ -62,7 +61,7 @@ def test_transformers_4bit_loading_quantises_the_targets_and_lora_trains(key, tm
     quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32,
                                llm_int8_skip_modules=list(MODELS[key].head))
     loaded = type(model).from_pretrained(tmp_path, local_files_only=True, quantization_config=quant)
-    targets = LORA_TARGET_MODULES[key]
+    targets = MODELS[key].lora_targets
     types = {type(m) for n, m in loaded.named_modules() if n.rsplit(".", 1)[-1] in targets}
     assert types == {bnb.nn.Linear4bit} and type(loaded.classifier) is nn.Linear
     adapted = peft.get_peft_model(loaded, peft.LoraConfig(r=4, lora_alpha=8, target_modules=list(targets),

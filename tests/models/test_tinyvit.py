@@ -6,9 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from gradeff.hparams import LORA_TARGET_MODULES
 from gradeff.meters import ActivationCounter
-from gradeff.models import tinyvit
+from gradeff.models import MODELS, tinyvit
 from gradeff.models.tinyvit import (
     CONFIGS,
     VARIANTS,
@@ -184,7 +183,7 @@ def test_module_exports_the_suite_interface():
 
     assert set(CONFIGS) == {"tiny", "small", "paper"} and CONFIGS["tiny"]["image_size"] == 32
     assert CONFIGS["small"]["image_size"] == 64
-    assert LORA_TARGET_MODULES["tinyvit"] == ("qkv", "proj", "fc1", "fc2")
+    assert MODELS["tinyvit"].lora_targets == ("qkv", "proj", "fc1", "fc2")
     assert tinyvit.TinyViTConfig.model_type == "gradeff_tinyvit"
     assert TinyViTConfig().num_labels == 1000 and TinyViTConfig(num_labels=10).num_labels == 10
     model = build("small", device="meta")
@@ -194,4 +193,4 @@ def test_module_exports_the_suite_interface():
     assert all(isinstance(b, GradientCheckpointingLayer) for b in blocks)
     # Every linear the blocks hold is a LoRA target, so none is left out by a naming slip.
     linears = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)} - {"classifier"}
-    assert linears == set(LORA_TARGET_MODULES["tinyvit"])
+    assert linears == set(MODELS["tinyvit"].lora_targets)
