@@ -80,7 +80,7 @@ from gradeff.safe_text import one_line
 
 __all__ = [
     "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_INCOMPLETE_OUTPUT", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE",
-    "Comparison", "MismatchError", "UnusableInput", "compare_records", "format_table", "load_results", "main",
+    "Comparison", "MismatchError", "UnusableInput", "build_parser", "compare_records", "format_table", "load_results", "main",
     "read_cells", "summary_line",
 ]
 
@@ -467,7 +467,7 @@ def read_cells(path: str | Path) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
-def _parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser = parser_class(
         prog="gradeff compare", description="Compare two gradeff results files cell by cell and metric by metric; "
         "exit 0 without regression, 1 with one, 2 on unusable input, 74 when --output could not be written.")
@@ -563,7 +563,7 @@ def parse_compare_args(text: str) -> tuple[Rule, ...]:
     Raises:
         ValueError: an unknown option, a bad value or an unknown metric, in argparse's words.
     """
-    args = _parser(_RaisingParser).parse_args(["baseline", "current", *shlex.split(text)])
+    args = build_parser(_RaisingParser).parse_args(["baseline", "current", *shlex.split(text)])
     return _rules(args)
 
 
@@ -603,7 +603,7 @@ def main(argv: list[str] | None = None, *, current_records: list[CellRecord] | N
         0 no regression, 1 regression, 2 unusable input (the reason is on stderr), 74 no regression but
         ``--output`` could not be written (the total line is printed all the same).
     """
-    parser = _parser()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
         try:

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -126,8 +127,12 @@ def _rank_device(device: str, rank: int) -> str:
     return f"cuda:{((resolved.index or 0) + rank) % gpu_count()}"
 
 
-def run_sharded(cell: Cell, config: RunConfig) -> CellRecord:
-    """Train ``cell`` across ``config.world_size`` processes and return its one record (see the module's text)."""
+def run_sharded(cell: Cell, config: RunConfig, run: Callable[[Cell, RunConfig], CellRecord]) -> CellRecord:
+    """Train ``cell`` across ``config.world_size`` processes and return its one record (see the module's text).
+
+    ``run``: what each rank runs once it has joined the group, the cell's ordinary path
+    (:func:`gradeff.runner.run_cell`, a module-level function: the spawned ranks import it by name).
+    """
     import torch
 
     from gradeff.extend import dump_registered
@@ -144,7 +149,7 @@ def run_sharded(cell: Cell, config: RunConfig) -> CellRecord:
                              args=(rank, cell, replace(config, rank=rank, device=_rank_device(config.device, rank),
                                                        isolate=False, tune=None, process="isolated",
                                                        threads=threads),
-                                   backend, init_method, threads, registered, results))
+                                   backend, init_method, threads, registered, results, run))
              for rank in range(size)]
     interrupted = False
     try:
@@ -166,7 +171,7 @@ def run_sharded(cell: Cell, config: RunConfig) -> CellRecord:
 
 
 def _rank_main(rank: int, cell: Cell, config: RunConfig, backend: str, init_method: str, threads: int,
-               registered: bytes, results) -> None:
+               registered: bytes, results, run: Callable[[Cell, RunConfig], CellRecord]) -> None:
     """One rank: join the group, run the cell's ordinary path, send back its record's JSON line (or why not)."""
     try:
         import torch
@@ -183,9 +188,7 @@ def _rank_main(rank: int, cell: Cell, config: RunConfig, backend: str, init_meth
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=config.world_size,
                                 timeout=_COLLECTIVE_TIMEOUT, device_id=device if device.type == "cuda" else None)
         try:
-            from gradeff.runner import run_cell
-
-            line = run_cell(cell, config).to_json()
+            line = run(cell, config).to_json()
         finally:
             dist.destroy_process_group()
         results.put((rank, line))

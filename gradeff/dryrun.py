@@ -272,7 +272,7 @@ def _given_weights(model: str, path: str, profile: str, num_classes: int, seed: 
 
 def _weights_text(cell, config, num_classes: int) -> str:
     from gradeff.models import MODELS
-    from gradeff.pretrain import _INFO, pretrained_folder
+    from gradeff.pretrain import INFO_FILE, pretrained_folder
 
     given = dict(config.weights)
     if cell.model in given:
@@ -282,7 +282,7 @@ def _weights_text(cell, config, num_classes: int) -> str:
         return f"{weights.format} {weights.path}{head}"
     if not MODELS[cell.model].fine_tunes:
         return "random" + (" (stand-in: no weights given)" if MODELS[cell.model].methods else "")
-    cached = (pretrained_folder(cell.model, config.profile, config.seed, config.cache_dir) / _INFO).is_file()
+    cached = (pretrained_folder(cell.model, config.profile, config.seed, config.cache_dir) / INFO_FILE).is_file()
     return "suite pretraining (stand-in), " + ("cached" if cached else _RUNS_FIRST)
 
 
@@ -296,11 +296,11 @@ def _data_text(cell, config) -> str:
 def plan_cell(cell, config, target: Target) -> CellPlan:
     """A cell's plan (see the module docstring); never raises: a cell that cannot be built says why."""
     from gradeff.hparams import MEMORY_BUDGETS, hparams_for
-    from gradeff.runner import _cannot_run
+    from gradeff.runner import cannot_run
     from gradeff.strategies import STRATEGIES, micro_batches_per_step
     from gradeff.strategies.budget import plan as budget_plan
 
-    reason = _cannot_run(cell, config)
+    reason = cannot_run(cell, config)
     if reason is not None:
         return CellPlan(cell=cell.id, status=f"skipped: {reason}")
     hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)

@@ -88,7 +88,7 @@ def _target(value: object, what: str) -> None:
 
 
 def _check_model(spec: ModelSpec) -> None:
-    from gradeff.hparams import HParams, _task_default
+    from gradeff.hparams import HParams, task_default
 
     if spec.builder is None and not spec.module:
         raise RegistrationError("missing builder: give builder=<callable> or module=<module with build()>")
@@ -108,7 +108,7 @@ def _check_model(spec: ModelSpec) -> None:
         raise RegistrationError(f"hparams[{bad[0]!r}] is not a gradeff.hparams.HParams")
     if "tiny" not in given:
         try:
-            _task_default(spec.task, "tiny")
+            task_default(spec.task, "tiny")
         except KeyError as exc:
             raise RegistrationError(str(exc.args[0])) from None
 

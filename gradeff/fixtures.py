@@ -83,7 +83,7 @@ def bench_cell_id(item) -> str | None:
 class _Setup:
     """One benchmark's or grid cell's cell, settings and sizes, shared by the public fixtures of a test.
 
-    Data, model and optimizer are built by the runner's own functions (``_cell_data``, ``build_cell``), and a
+    Data, model and optimizer are built by the runner's own functions (``cell_data``, ``build_cell``), and a
     grid cell's build is the one :func:`gradeff.runner.run_cell` trains: one path from the registries to the
     tensors.
 
@@ -139,10 +139,10 @@ class _Setup:
 
     def data(self):
         if self.dataset is None:
-            from gradeff.runner import _cell_data
+            from gradeff.runner import cell_data
 
             # Real data sets its own sizes (rows, classes): the hyper-parameters follow, as in a cell.
-            self.dataset, self.hp = _cell_data(self.cell, self.config, self.hp)
+            self.dataset, self.hp = cell_data(self.cell, self.config, self.hp)
         return self.dataset
 
     def train_state(self):
@@ -156,9 +156,9 @@ class _Setup:
 
 def cell_setup(config: pytest.Config, cell, seed: int) -> _Setup:
     """The setup of a grid cell (what ``gradeff_cell`` runs): the public fixtures' source in a grid test."""
-    from gradeff.pytest_plugin import _CONFIG, run_config
+    from gradeff.options import SETTINGS, run_config
 
-    return _Setup.of(cell, run_config(config, seed), config.stash[_CONFIG], grid=True)
+    return _Setup.of(cell, run_config(config, seed), config.stash[SETTINGS], grid=True)
 
 
 @pytest.fixture
@@ -189,14 +189,14 @@ def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_me
     from gradeff.grid import Cell, incompatibility
     from gradeff.models import MODELS
     from gradeff.optim import OPTIMIZERS
-    from gradeff.pytest_plugin import _CONFIG, run_config
+    from gradeff.options import SETTINGS, run_config
     from gradeff.registry import UnknownKeyError
 
     cell = _param(request, "cell")
     if isinstance(cell, Cell):
         # A grid test: the fixtures are its cell's, built as the runner trains them.
         return cell_setup(request.config, cell, gradeff_seed)
-    settings = request.config.stash[_CONFIG]
+    settings = request.config.stash[SETTINGS]
     model = _param(request, "gradeff_model")
     if model is None:
         pytest.fail("gradeff_model needs a model key: @pytest.mark.parametrize('gradeff_model', ['llm'], "
@@ -409,13 +409,13 @@ class BenchMeters:
         import torch
 
         from gradeff.meters.flops import compute_record
-        from gradeff.runner import _model_flops
+        from gradeff.runner import model_flops
 
         setup = self._setup
         if setup.state is None:
             return {"not_measured": "the benchmark used no gradeff_model"}
         try:
-            flops = _model_flops(setup.cell, setup.config, setup.state)
+            flops = model_flops(setup.cell, setup.config, setup.state)
         except Exception as exc:  # an op the counter cannot follow costs the figure, never the record
             return {"not_measured": f"{type(exc).__name__}: {exc}"}
         device = setup.device
@@ -429,7 +429,7 @@ class BenchMeters:
         from gradeff.metering import aggregate
         from gradeff.inference import deployed_parameter_counts
         from gradeff.results import CellRecord, EpochRecord, Summary
-        from gradeff.runner import _task_record
+        from gradeff.runner import task_record
 
         setup, config, cell = self._setup, self._setup.config, self._setup.cell
         epochs = tuple(
@@ -454,7 +454,7 @@ class BenchMeters:
             epochs=epochs, summary=Summary.of(list(epochs), finished - self._started, untrained=None,
                                               floor=heldout.loss_floor if heldout is not None else None),
             loss_floor=dataset.loss_floor if dataset is not None else None,
-            task=_task_record(cell, dataset) if dataset is not None else {},
+            task=task_record(cell, dataset) if dataset is not None else {},
             parameters=deployed_parameter_counts(model) if model is not None else {},
             weights=setup.weights.to_record() if setup.weights is not None else {},
             hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for(cell.method, cell.model, config.profile))},

@@ -31,9 +31,9 @@ def _compare_options(compare_args: str):
     """``--gradeff-compare-args`` parsed as `gradeff compare` options (already checked to parse)."""
     import shlex
 
-    from gradeff.compare import _parser
+    from gradeff.compare import build_parser
 
-    return _parser().parse_args(["baseline", "current", *shlex.split(compare_args)])
+    return build_parser().parse_args(["baseline", "current", *shlex.split(compare_args)])
 
 
 def _unreadable_baseline(baseline: Path, compare_args: str) -> list[str]:

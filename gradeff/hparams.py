@@ -17,14 +17,15 @@ recorded with every cell.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
+from gradeff.methods import METHODS, MethodHParams
 from gradeff.models import MODELS
 from gradeff.profiles import validate_profile
 
 __all__ = [
     "DATASET_HPARAMS", "HPARAMS", "MEMORY_BUDGETS", "MEMORY_MARGIN", "PRETRAIN_HPARAMS", "HParams", "MethodHParams",
-    "PretrainHParams", "hparams_for", "lr_centre", "lr_grid", "method_hparams_for",
+    "PretrainHParams", "hparams_for", "lr_centre", "lr_grid", "method_hparams_for", "task_default",
 ]
 
 
@@ -158,7 +159,7 @@ DATASET_HPARAMS: dict[tuple[str, str], dict] = {
 } | {(key, "tiny"): dict(_TINY_REAL) for key in ("images", "text", "mmimdb", "mmimdb_genres")}
 
 
-def _task_default(task: str, profile: str) -> HParams:
+def task_default(task: str, profile: str) -> HParams:
     """The hyper-parameters of the first built-in model of ``task`` (else of its kind): a registered model's default."""
     from gradeff.data import TASKS
 
@@ -179,58 +180,16 @@ def hparams_for(model: str, profile: str, *, epochs: int | None = None, dataset:
     """
     spec = MODELS[model]
     validate_profile(profile)
-    hp = HPARAMS.get((model, profile)) or (spec.hparams or {}).get(profile) or _task_default(spec.task, profile)
+    hp = HPARAMS.get((model, profile)) or (spec.hparams or {}).get(profile) or task_default(spec.task, profile)
     sizes = DATASET_HPARAMS.get((dataset or MODELS[model].task, profile), {})
     if epochs is not None:
         sizes = sizes | {"epochs": epochs}
     return replace(hp, **sizes) if sizes else hp
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MethodHParams:
-    """Settings of a fine-tuning method in one cell; recorded with the cell.
-
-    Attributes:
-        lr_scale: the method's learning rate as a multiple of the model's (adapters and biases
-            are few, freshly initialised parameters and are usually trained at a larger rate).
-        lora_r / lora_alpha / lora_dropout: LoRA rank, scaling numerator (scale = alpha / r) and
-            dropout on the adapter input.
-        target_modules: module-name suffixes of the linears LoRA adapts (per backbone).
-        adalora_init_r / adalora_target_r: AdaLoRA's initial and final average rank per module.
-        adalora_tinit / adalora_tfinal: fractions of the optimizer steps before the rank budget
-            starts shrinking and after it has reached its target (AdaLoRA's warm-up and final
-            fine-tuning phases).
-        adalora_delta_t: optimizer steps between two rank re-allocations.
-        quant_type / double_quant: the 4-bit storage of QLoRA (NF4, quantised scaling constants).
-    """
-
-    lr_scale: float = 1.0
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.1
-    target_modules: tuple[str, ...] = field(default=())
-    adalora_init_r: int = 12
-    adalora_target_r: int = 8
-    adalora_tinit: float = 0.1
-    adalora_tfinal: float = 0.2
-    adalora_delta_t: int = 1
-    quant_type: str = "nf4"
-    double_quant: bool = True
-
-    def __post_init__(self):
-        if self.lr_scale <= 0 or min(self.lora_r, self.lora_alpha, self.adalora_target_r, self.adalora_delta_t) < 1:
-            raise ValueError("lr_scale must be > 0 and ranks, alpha and delta_t >= 1")
-        if self.adalora_target_r > self.adalora_init_r:
-            raise ValueError("AdaLoRA's target rank cannot exceed its initial rank")
-        if min(self.adalora_tinit, self.adalora_tfinal) < 0 or self.adalora_tinit + self.adalora_tfinal >= 1:
-            raise ValueError("adalora_tinit and adalora_tfinal are fractions of the steps with a sum below 1")
-
-
 def method_hparams_for(method: str, model: str, profile: str) -> MethodHParams:
     """The settings of ``method`` (its spec's ``hparams``) on ``model`` at ``profile``, with the model's LoRA
     targets."""
-    from gradeff.methods import METHODS
-
     spec = MODELS[model]
     validate_profile(profile)
     return MethodHParams(**METHODS[method].hparams, target_modules=spec.lora_targets)

@@ -9,6 +9,7 @@ valid. A session then reads its :class:`Settings`, never the raw options.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import re
@@ -24,8 +25,8 @@ from gradeff.models import MODELS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
-__all__ = ["DEFAULT_RESULTS", "MAX_SEED", "Settings", "add_options", "benchmark_storage_given", "default_threads",
-           "parse_seeds", "read_settings"]
+__all__ = ["DEFAULT_RESULTS", "MAX_SEED", "PRECISION", "SETTINGS", "WORLD_SIZE", "Settings", "add_options",
+           "benchmark_storage_given", "default_threads", "parse_seeds", "read_settings", "run_config"]
 
 DEFAULT_RESULTS = "results/results.jsonl"
 # A sampler faster than this spends more time reading /proc and NVML than the cell spends training.
@@ -531,3 +532,27 @@ def read_settings(config: pytest.Config) -> Settings:
         isolate=config.getoption("gradeff_isolate"),
         data=_data_sources(config),
     )
+
+
+# Where the plugin keeps the session's settings, read once from the command line (pytest_configure): the
+# options, the mixed precision (read with the device) and a sharded cell's world size.
+SETTINGS = pytest.StashKey["Settings"]()
+PRECISION = pytest.StashKey[str]()
+WORLD_SIZE = pytest.StashKey[int]()
+
+
+def run_config(config: pytest.Config, seed: int):
+    """The runner's settings for a cell of this session with ``seed`` (the grid's cells and the public fixtures')."""
+    from gradeff.metering import MeterSettings
+    from gradeff.runner import RunConfig
+
+    settings = config.stash[SETTINGS]
+    run = RunConfig(profile=settings.profile, seed=seed, epochs=settings.epochs,
+                    device=settings.device, session=settings.session,
+                    meters=MeterSettings(hz=settings.sample_hz, grid_gco2_per_kwh=settings.grid_intensity,
+                                         peak_tflops=config.getoption("gradeff_peak_tflops")),
+                    memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
+                    weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
+                    tune_points=settings.tune_points, protocol=settings.protocol, isolate=settings.isolate,
+                    data=settings.data, threads=settings.threads)
+    return dataclasses.replace(run, precision=config.stash[PRECISION], world_size=config.stash[WORLD_SIZE])

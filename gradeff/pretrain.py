@@ -30,50 +30,22 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-__all__ = ["FORMAT", "MANIFEST", "CacheRebuiltWarning", "StartingWeights", "cache_root", "pretrain",
+from gradeff.weights import StartingWeights
+
+__all__ = ["FORMAT", "INFO_FILE", "MANIFEST", "CacheRebuiltWarning", "StartingWeights", "cache_root", "pretrain",
            "pretrain_ahead", "pretrained_folder", "starting_weights", "verify_folder"]
 
 # Bump when what a pretraining produces changes, so that old caches are not reused.
 FORMAT = 2
-_INFO = "pretraining.json"
+INFO_FILE = "pretraining.json"
 MANIFEST = "checksums.sha256"
 
 
 class CacheRebuiltWarning(UserWarning):
     """A cached pretrained backbone failed its checksums and is pretrained again."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StartingWeights:
-    """Where a cell's weights come from.
-
-    Attributes:
-        source: ``random`` (seeded initialisation), ``pretrained`` (the suite's cached
-            pretraining) or ``local`` (a folder the user gave).
-        path: the weights folder (``None`` for random).
-        pretraining: the pretraining's record (task, steps, seconds, held-out accuracy) with
-            ``reused: True`` when this session loaded it from the cache.
-        format: how ``path`` is loaded: ``save_pretrained`` (transformers) or ``state_dict`` (a published
-            checkpoint, through the model's key map; see :mod:`gradeff.models.checkpoint`).
-        checkpoint: what a user-given source is (file, hash, hub repository, layout, the head's fate).
-        stand_in: for a model meant to start from published weights (a fine-tuned backbone, a foundation-model
-            baseline) that starts from something else, what it starts from instead; ``None`` otherwise.
-    """
-
-    source: str
-    path: str | None = None
-    pretraining: dict | None = None
-    format: str | None = None
-    checkpoint: dict | None = None
-    stand_in: str | None = None
-
-    def to_record(self) -> dict:
-        # ``real``: weights the user gave (a published checkpoint, or their own) were loaded, so a report can
-        # name what actually ran, and a stand-in as one.
-        return asdict(self) | {"real": self.source == "local"}
 
 
 _RANDOM_STAND_IN = "random initialisation (no published weights loaded)"
@@ -148,7 +120,7 @@ def starting_weights(model: str, profile: str, seed: int, *, local: Mapping[str,
         pretrained_now = _fill(folder, model, profile, seed, device=device, cache_dir=cache_dir)
     # The first cell of the process that pretrained a backbone (now, or ahead of the cells) says so.
     reused = not (pretrained_now or _take_ahead(folder))
-    info = json.loads((folder / _INFO).read_text(encoding="utf-8")) | {"reused": reused}
+    info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8")) | {"reused": reused}
     return StartingWeights(source="pretrained", path=str(folder), pretraining=info, stand_in=_PRETRAINED_STAND_IN)
 
 
@@ -158,7 +130,7 @@ def _fill(folder: Path, model: str, profile: str, seed: int, *, device: str, cac
         warnings.warn(f"pretrained cache {folder}: {problem}; pretraining it again", CacheRebuiltWarning,
                       stacklevel=3)
         shutil.rmtree(folder)
-    if (folder / _INFO).is_file():
+    if (folder / INFO_FILE).is_file():
         return False
     pretrain(model, profile, seed, folder, device=device, cache_dir=cache_dir)
     return True
@@ -270,7 +242,7 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     try:
         backbone = {name: tensor for name, tensor in network.state_dict().items() if not within(name, head)}
         network.save_pretrained(staging, state_dict=backbone)
-        (staging / _INFO).write_text(json.dumps(record, indent=1), encoding="utf-8")
+        (staging / INFO_FILE).write_text(json.dumps(record, indent=1), encoding="utf-8")
         write_manifest(staging)
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)
@@ -328,7 +300,7 @@ def verify_folder(folder: Path) -> str | None:
     if key in _VERIFIED:
         return None
     entries = [line.split("  ", 1) for line in lines if line.strip()]
-    if not entries or any(len(entry) != 2 for entry in entries) or _INFO not in {name for _, name in entries}:
+    if not entries or any(len(entry) != 2 for entry in entries) or INFO_FILE not in {name for _, name in entries}:
         return f"{MANIFEST} is malformed"
     for expected, name in entries:
         path = folder / name

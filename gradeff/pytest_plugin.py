@@ -17,20 +17,18 @@ import pytest
 
 from gradeff.devices import pin_worker_device, resolve_device
 from gradeff.distributed import read_world_size
-# The public fixtures of a benchmark of one's own: a plugin's fixtures are the functions in its namespace.
-from gradeff.fixtures import (_gradeff_setup, gradeff_data, gradeff_meters, gradeff_method,  # noqa: F401
-                              gradeff_model, gradeff_optimizer)
 from gradeff.grid import GRIDS, PLURALS, cells
 from gradeff.models import MODELS
-from gradeff.options import DEFAULT_RESULTS, Settings, add_options, benchmark_storage_given, read_settings
+from gradeff.options import (DEFAULT_RESULTS, PRECISION, SETTINGS, WORLD_SIZE, add_options, benchmark_storage_given,
+                             read_settings, run_config)
 from gradeff.results import FINAL_STATUSES, append_record, read_records
 from gradeff.shard import ShardPlan
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
-# --gradeff-list (`gradeff list`): the registries after this session's registrations.
-pytest_plugins = ["gradeff.listing"]
+# --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
+# benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method).
+pytest_plugins = ["gradeff.listing", "gradeff.fixtures"]
 _SESSION_KEY = "gradeff_session"
-_CONFIG = pytest.StashKey[Settings]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -161,14 +159,14 @@ def pytest_configure(config: pytest.Config) -> None:
                              precision=config.getoption("gradeff_precision"),
                              world_size=read_world_size(config),
                              protocol=settings.protocol) if settings.resume else {}
-    config.stash[_CONFIG] = dataclasses.replace(settings, session=session, settled=settled)
+    config.stash[SETTINGS] = dataclasses.replace(settings, session=session, settled=settled)
     from gradeff.shard import read_shard
 
     config.stash[_SHARD] = read_shard(config, settings.profile)
     from gradeff.precision import read_precision
 
-    config.stash[_PRECISION] = read_precision(config, settings.device)
-    config.stash[_WORLD_SIZE] = read_world_size(config)
+    config.stash[PRECISION] = read_precision(config, settings.device)
+    config.stash[WORLD_SIZE] = read_world_size(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -181,7 +179,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """pytest-xdist: hand the session name to each worker."""
-    node.workerinput[_SESSION_KEY] = node.config.stash[_CONFIG].session
+    node.workerinput[_SESSION_KEY] = node.config.stash[SETTINGS].session
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -189,7 +187,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     """pytest-benchmark: add the stack's versions and the device to the JSON's machine info."""
     from gradeff.environment import environment
 
-    machine_info["gradeff"] = environment(str(resolve_device(config.stash[_CONFIG].device)))
+    machine_info["gradeff"] = environment(str(resolve_device(config.stash[SETTINGS].device)))
 
 
 def grid_params(grid: str = "main", **axes) -> list:
@@ -216,8 +214,6 @@ def grid_params(grid: str = "main", **axes) -> list:
 
 _SHARD = pytest.StashKey[ShardPlan | None]()
 _SHARD_LINE = pytest.StashKey[str]()
-_PRECISION = pytest.StashKey[str]()
-_WORLD_SIZE = pytest.StashKey[int]()
 
 
 @pytest.hookimpl(trylast=True)
@@ -255,8 +251,8 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         return None
     from gradeff.dryrun import dry_run_lines, plan_cell, pretraining_seconds, target_for
 
-    settings = config.stash[_CONFIG]
-    target = target_for(named, settings.device, precision=config.stash[_PRECISION],
+    settings = config.stash[SETTINGS]
+    target = target_for(named, settings.device, precision=config.stash[PRECISION],
                         peak_tflops=config.getoption("gradeff_peak_tflops"), mfu=config.getoption("gradeff_mfu"))
     run = run_config(config, settings.seed)
     cells = [item.callspec.params["cell"] for item in session.items
@@ -283,7 +279,7 @@ def _pretrain_ahead(session: pytest.Session) -> None:
     from gradeff.runner import intra_op_threads
     from gradeff.schedule import fine_tuned_backbone
 
-    settings = config.stash[_CONFIG]
+    settings = config.stash[SETTINGS]
     needed = [(model, item.callspec.params.get("gradeff_seed", settings.seed)) for item in session.items
               if (model := fine_tuned_backbone(item)) is not None]
     if not needed:
@@ -308,7 +304,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("gradeff_grid")
     if marker is None or "cell" not in metafunc.fixturenames:
         return
-    settings = metafunc.config.stash[_CONFIG]
+    settings = metafunc.config.stash[SETTINGS]
     selection = settings.selection
     metafunc.parametrize("cell", grid_params(*marker.args, **{PLURALS[axis]: keys for axis, keys in selection.items()}))
     if len(settings.seeds) > 1:
@@ -320,7 +316,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def gradeff_seed(request: pytest.FixtureRequest) -> int:
     """The seed a cell runs with: ``--gradeff-seed``, or one of ``--gradeff-seeds`` (grid tests are parametrized)."""
-    return request.config.stash[_CONFIG].seed
+    return request.config.stash[SETTINGS].seed
 
 
 @pytest.fixture
@@ -333,26 +329,9 @@ def gradeff_threads(request: pytest.FixtureRequest):
     """
     from gradeff.runner import intra_op_threads
 
-    threads = request.config.stash[_CONFIG].threads
+    threads = request.config.stash[SETTINGS].threads
     with intra_op_threads(threads):
         yield threads
-
-
-def run_config(config: pytest.Config, seed: int):
-    """The runner's settings for a cell of this session with ``seed`` (the grid's cells and the public fixtures')."""
-    from gradeff.metering import MeterSettings
-    from gradeff.runner import RunConfig
-
-    settings = config.stash[_CONFIG]
-    run = RunConfig(profile=settings.profile, seed=seed, epochs=settings.epochs,
-                    device=settings.device, session=settings.session,
-                    meters=MeterSettings(hz=settings.sample_hz, grid_gco2_per_kwh=settings.grid_intensity,
-                                         peak_tflops=config.getoption("gradeff_peak_tflops")),
-                    memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
-                    weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
-                    tune_points=settings.tune_points, protocol=settings.protocol, isolate=settings.isolate,
-                    data=settings.data, threads=settings.threads)
-    return dataclasses.replace(run, precision=config.stash[_PRECISION], world_size=config.stash[_WORLD_SIZE])
 
 
 @pytest.fixture
@@ -371,7 +350,7 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     from gradeff.grid import Cell
     from gradeff.runner import run_cell
 
-    settings = request.config.stash[_CONFIG]
+    settings = request.config.stash[SETTINGS]
     callspec = getattr(request.node, "callspec", None)
     own = callspec.params.get("cell") if callspec is not None else None
 
@@ -444,7 +423,7 @@ _SESSION_RECORDS = pytest.StashKey[tuple[list, list[str]]]()
 def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
     """This session's records and the results file's unreadable lines, read once at session end."""
     if _SESSION_RECORDS not in config.stash:
-        settings = config.stash[_CONFIG]
+        settings = config.stash[SETTINGS]
         records: list = []
         errors: list[str] = []
         if settings.results.exists():
@@ -479,7 +458,7 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
     config = node.config
     if _SELECTED in config.stash and config.stash[_SELECTED]:
         return  # every worker collects the same items
-    selection = config.stash[_CONFIG].selection
+    selection = config.stash[SETTINGS].selection
     known = {cell.id for grid in GRIDS for cell in cells(grid, **{PLURALS[a]: keys for a, keys in selection.items()})}
     config.stash[_SELECTED] = list(dict.fromkeys(c for c in (cell_of_nodeid(i, known) for i in ids) if c))
 
@@ -536,7 +515,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     """Write the session's own records and selection (``last-session.*``); with --gradeff-baseline, run the regression
     gate on them: a regression fails the session."""
     config = session.config
-    settings = config.stash.get(_CONFIG, None)
+    settings = config.stash.get(SETTINGS, None)
     if settings is None or getattr(config, "workerinput", None) is not None:
         return
     from gradeff.gate import current_records, session_files
@@ -588,7 +567,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     """One table per grid of the cells this session ran (see :mod:`gradeff.summary`), then report and gate."""
     if getattr(config, "workerinput", None) is not None:
         return
-    settings = config.stash.get(_CONFIG, None)
+    settings = config.stash.get(SETTINGS, None)
     if settings is None:
         return
     records, errors = _session_records(config)

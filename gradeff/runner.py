@@ -42,8 +42,8 @@ from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.strategies.budget import profile_step
 from gradeff.strategies.prepare import BudgetUnreachable, prepare
 
-__all__ = ["Built", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "build_cell", "prepare_state", "run_cell",
-           "trains_prebuilt"]
+__all__ = ["Built", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "build_cell", "cannot_run", "cell_data",
+           "model_flops", "prepare_state", "run_cell", "task_record", "trains_prebuilt"]
 
 # Runs ``epoch_fn`` ``rounds`` times, and ``after_epoch`` after each round outside its timing
 # (pytest-benchmark's pedantic mode with a teardown, or a plain loop).
@@ -149,7 +149,7 @@ def _real_dataset(source, **settings) -> Dataset:
     return load_real(source, **settings)
 
 
-def _cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HParams]:
+def cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HParams]:
     """The cell's data, and its hyper-parameters with the sizes real data sets.
 
     Real data has the rows it has: a cell trains on at most the profile's training samples, in whole steps of
@@ -202,7 +202,7 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     The strategy's own preparation of the model (:func:`gradeff.strategies.prepare.prepare`) follows.
     """
     model_spec = MODELS[cell.model]
-    dataset, hp = _cell_data(cell, config, hp)
+    dataset, hp = cell_data(cell, config, hp)
     method_hp = method_hp or method_hparams_for(cell.method, cell.model, config.profile)
     # Same seed before building: every optimizer, strategy and method of a model starts from the same
     # weights (and the same fresh head when a pretrained backbone meets a new dataset).
@@ -299,7 +299,7 @@ def trains_prebuilt(cell: Cell, config: RunConfig) -> bool:
     """Whether :func:`run_cell` trains this cell once, in this process, from one build: the path that takes a
     :class:`Built`. Not a cell it skips (with its reason), tunes (a fresh model per trial), isolates (built in
     its own process) or shards (built in each rank's process)."""
-    return (not config.isolate and _cannot_run(cell, config) is None
+    return (not config.isolate and cannot_run(cell, config) is None
             and not (config.tune is not None and METHODS[cell.method].trains)
             and not STRATEGIES[cell.strategy].shards)
 
@@ -317,7 +317,7 @@ def build_cell(cell: Cell, config: RunConfig) -> Built:
     torch.set_flush_denormal(True)  # as while training: a pretraining run on the way sees the same arithmetic
     try:
         with intra_op_threads(config.threads):
-            hp = _cell_data(cell, config, hp)[1]
+            hp = cell_data(cell, config, hp)[1]
             _build_into(built, cell, config, hp, method_hp, device)
     except (Exception, KeyboardInterrupt) as exc:
         built.error = exc
@@ -372,7 +372,7 @@ def _state_bytes(optimizer_key: str, model: torch.nn.Module) -> int:
 _FLOPS_SEEN: dict[tuple, StepFlops] = {}
 
 
-def _model_flops(cell: Cell, config: RunConfig, state: TrainState) -> StepFlops:
+def model_flops(cell: Cell, config: RunConfig, state: TrainState) -> StepFlops:
     batch = state.dataset.batch(state.step_groups(0)[0][0])  # on the host: only a count moves it to the device
     key = (cell.model, cell.method, cell.dataset, config.profile, config.weights, repr(config.data), config.precision,
            state.device.type, tuple((name, tuple(t.shape)) for name, t in sorted(batch.items())))
@@ -426,7 +426,7 @@ def _inference_record(cost: InferenceCost | None, accuracy: float | None) -> dic
     return cost.as_dict() | {"scores": {key: score.as_dict() for key, score in cost.scores(accuracy).items()}}
 
 
-def _task_record(cell: Cell, dataset: Dataset) -> dict:
+def task_record(cell: Cell, dataset: Dataset) -> dict:
     """The data a cell trained on, with the floors and Bayes accuracy its numbers are read against."""
     heldout = dataset.heldout
     return {
@@ -571,10 +571,10 @@ def _warm_search(cell: Cell, config: RunConfig) -> None:
 def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
               metering: EpochMetering | None = None) -> CellRecord:
     """One training of a cell (the body of :func:`run_cell`)."""
-    if STRATEGIES[cell.strategy].shards and config.rank is None and _cannot_run(cell, config) is None:
+    if STRATEGIES[cell.strategy].shards and config.rank is None and cannot_run(cell, config) is None:
         # The cell's W processes each come back here with their rank set; this one gathers their records.
         with intra_op_threads(config.threads):
-            return run_sharded(cell, config)
+            return run_sharded(cell, config, run_cell)
     # Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token)
     # run 10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a
     # cell's time (a tiny DINOv2 step: 2.4 s with them, 0.1 s without). The flag is process-wide, so it is
@@ -588,7 +588,7 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
         torch.set_flush_denormal(False)
 
 
-def _cannot_run(cell: Cell, config: RunConfig) -> str | None:
+def cannot_run(cell: Cell, config: RunConfig) -> str | None:
     """Why the cell cannot run with these settings (its skip reason), or ``None``."""
     return (_weights_needed(cell, config) or incompatibility(cell)
             or precision_incompatibility(cell.optimizer, config.precision) or sharding_incompatibility(cell, config))
@@ -610,7 +610,7 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
                 metering: EpochMetering | None) -> CellRecord:
     progress = _Progress(started=built.started if built is not None else time.time())
     hp, method_hp, rate = _cell_hparams(cell, config)
-    reason = _cannot_run(cell, config)
+    reason = cannot_run(cell, config)
     device = resolve_device(config.device)
     _use_device(device)
     status, detail, failed_step = "ok", "", None
@@ -620,7 +620,7 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
         if reason is not None:
             status, detail = "skipped", reason
         else:
-            hp = _cell_data(cell, config, hp)[1]
+            hp = cell_data(cell, config, hp)[1]
             _train(cell, config, hp, method_hp, device, metering, timer, progress, built)
     except Diverged as exc:
         status, detail, failed_step = "diverged", str(exc), exc.step
@@ -711,7 +711,7 @@ def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     state = progress.state
     # Model FLOPs, counted once on the model as the method left it: no strategy's recomputation in them.
     try:
-        progress.flops = _model_flops(cell, config, state)
+        progress.flops = model_flops(cell, config, state)
     except _OUT_OF_MEMORY:
         raise  # the step itself does not fit: the cell's outcome
     except Exception as exc:  # an op the counter cannot follow costs the MFU figure, never the cell
@@ -770,7 +770,7 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
         method=cell.method, dataset=cell.dataset, profile=config.profile, seed=config.seed, device=str(device),
         **outcome, epochs=epochs, summary=summary,
         loss_floor=state.dataset.loss_floor if state is not None else None,
-        task=_task_record(cell, state.dataset) if state is not None else {},
+        task=task_record(cell, state.dataset) if state is not None else {},
         parameters=deployed_parameter_counts(state.model) if state is not None else {},
         weights=progress.weights.to_record() if progress.weights is not None else {}, plan=progress.plan,
         inference=_inference_record(progress.inference, summary.final_heldout_accuracy),

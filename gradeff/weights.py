@@ -24,12 +24,12 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["PREFERRED_FILES", "STATE_DICT_SUFFIXES", "WeightSource", "WeightSourceError", "describe", "hub_origin",
-           "is_hub_id", "load_state_dict", "read_shapes", "resolve", "sha256"]
+__all__ = ["PREFERRED_FILES", "STATE_DICT_SUFFIXES", "StartingWeights", "WeightSource", "WeightSourceError", "describe",
+           "hub_origin", "is_hub_id", "load_state_dict", "read_shapes", "resolve", "sha256"]
 
 STATE_DICT_SUFFIXES = (".safetensors", ".pth.tar", ".pth", ".pt", ".bin")
 # A hub snapshot may hold the same weights in two formats (timm: model.safetensors and pytorch_model.bin).
@@ -252,3 +252,33 @@ def describe(source: WeightSource) -> dict:
     if source.format == "state_dict":
         record["sha256"] = sha256(source.path)
     return record
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartingWeights:
+    """Where a cell's weights come from.
+
+    Attributes:
+        source: ``random`` (seeded initialisation), ``pretrained`` (the suite's cached
+            pretraining) or ``local`` (a folder the user gave).
+        path: the weights folder (``None`` for random).
+        pretraining: the pretraining's record (task, steps, seconds, held-out accuracy) with
+            ``reused: True`` when this session loaded it from the cache.
+        format: how ``path`` is loaded: ``save_pretrained`` (transformers) or ``state_dict`` (a published
+            checkpoint, through the model's key map; see :mod:`gradeff.models.checkpoint`).
+        checkpoint: what a user-given source is (file, hash, hub repository, layout, the head's fate).
+        stand_in: for a model meant to start from published weights (a fine-tuned backbone, a foundation-model
+            baseline) that starts from something else, what it starts from instead; ``None`` otherwise.
+    """
+
+    source: str
+    path: str | None = None
+    pretraining: dict | None = None
+    format: str | None = None
+    checkpoint: dict | None = None
+    stand_in: str | None = None
+
+    def to_record(self) -> dict:
+        # ``real``: weights the user gave (a published checkpoint, or their own) were loaded, so a report can
+        # name what actually ran, and a stand-in as one.
+        return asdict(self) | {"real": self.source == "local"}

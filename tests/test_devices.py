@@ -74,13 +74,13 @@ def test_environment_names_the_gpu_by_index_and_uuid(monkeypatch):
 PINNED_TEST = """
 import os
 import pytest
-from gradeff.pytest_plugin import _CONFIG
+from gradeff.options import SETTINGS
 
 @pytest.mark.parametrize("i", range(6))
 def test_device(request, i):
     worker = os.environ["PYTEST_XDIST_WORKER"]
     expected = os.environ["EXPECTED"].format(gpu=int(worker[2:]) % 2)
-    assert request.config.stash[_CONFIG].device == expected
+    assert request.config.stash[SETTINGS].device == expected
 """
 
 FAKE_TWO_GPUS = """

@@ -28,10 +28,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from gradeff.meters.storage import storage_of, tensor_bytes
+
 __all__ = [
     "ActivationCounter",
     "MemoryBreakdown",
     "gradient_bytes",
+    "logical_numel",
     "measure_step_memory",
     "optimizer_state_bytes",
     "parameter_bytes",
@@ -40,37 +43,10 @@ __all__ = [
 ]
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """The part of ``t`` this process holds: a DTensor's local shard, any other tensor itself.
-
-    The class is recognised by name, so that measuring an unsharded cell never imports torch.distributed.
-    """
-    return t._local_tensor if type(t).__name__ == "DTensor" and hasattr(t, "_local_tensor") else t
-
-
-def _tensor_bytes(t: torch.Tensor) -> int:
-    t = _local(t)
-    return t.numel() * t.element_size()
-
-
-def _storage_of(t: torch.Tensor) -> tuple[Any, tuple[str, int] | None, int]:
-    """(storage, dedup key, bytes) behind ``t``; key ``None`` when there is no address to follow."""
-    t = _local(t)
-    try:
-        storage = t.untyped_storage()
-    except (RuntimeError, NotImplementedError):
-        # Sparse and some subclass tensors have no single storage: count the tensor itself.
-        return None, None, _tensor_bytes(t)
-    ptr = storage.data_ptr()
-    # Empty storages (and meta tensors) all sit at address 0; they must not merge.
-    key = (str(t.device), ptr) if ptr else None
-    return storage, key, storage.nbytes()
-
-
 def _storage_ptrs(tensors: Iterable[torch.Tensor]) -> set[tuple[str, int]]:
     keys = set()
     for t in tensors:
-        _, key, _ = _storage_of(t)
+        _, key, _ = storage_of(t)
         if key is not None:
             keys.add(key)
     return keys
@@ -85,8 +61,9 @@ def _quant_state_tensors(state: Any) -> list[torch.Tensor]:
     return tensors + _quant_state_tensors(getattr(state, "state2", None))
 
 
-def _logical_numel(p: torch.Tensor) -> int:
-    # A 4-bit parameter packs two values per byte; its quant state knows the shape it stands for.
+def logical_numel(p: torch.Tensor) -> int:
+    """The number of values ``p`` stands for: a 4-bit parameter packs two values per byte, and its quant state
+    knows the shape it stands for."""
     shape = getattr(getattr(p, "quant_state", None), "shape", None)
     return int(torch.Size(shape).numel()) if shape is not None else p.numel()
 
@@ -105,7 +82,7 @@ def parameter_bytes(model: nn.Module) -> int:
     Returns:
         ``sum(numel * element_size)`` over the parameters and their quantisation states.
     """
-    return sum(_tensor_bytes(p) + sum(_tensor_bytes(t) for t in _quant_state_tensors(getattr(p, "quant_state", None)))
+    return sum(tensor_bytes(p) + sum(tensor_bytes(t) for t in _quant_state_tensors(getattr(p, "quant_state", None)))
                for p in model.parameters())
 
 
@@ -120,7 +97,7 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
     """
     counts = {"total": 0, "trainable": 0}
     for p in model.parameters():
-        n = _logical_numel(p)
+        n = logical_numel(p)
         counts["total"] += n
         counts["trainable"] += n if p.requires_grad else 0
     return counts
@@ -135,7 +112,7 @@ def trainable_parameter_bytes(model: nn.Module) -> int:
     Returns:
         ``sum(numel * element_size)`` over the trainable parameters.
     """
-    return sum(_tensor_bytes(p) for p in model.parameters() if p.requires_grad)
+    return sum(tensor_bytes(p) for p in model.parameters() if p.requires_grad)
 
 
 def gradient_bytes(model: nn.Module) -> int:
@@ -150,7 +127,7 @@ def gradient_bytes(model: nn.Module) -> int:
     Returns:
         ``sum(numel * element_size)`` over the present gradients.
     """
-    return sum(_tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None)
+    return sum(tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None)
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -173,7 +150,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
         for value in state.values():
             if not isinstance(value, torch.Tensor):
                 continue
-            _, key, nbytes = _storage_of(value)
+            _, key, nbytes = storage_of(value)
             if key is not None:
                 if key in seen:
                     continue
@@ -256,7 +233,7 @@ class ActivationCounter:
         # Returning the tensor itself keeps autograd's behaviour (and memory) unchanged:
         # this hook only looks.
         self.saved_tensors += 1
-        storage, key, nbytes = _storage_of(t)
+        storage, key, nbytes = storage_of(t)
         if key is None:
             # No single storage (sparse, subclasses) or an empty/meta one: no address whose
             # lifetime can be followed, so it counts as saved for good (empty ones are ~0 B).

@@ -60,7 +60,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .memory import _storage_of
+from gradeff.meters.storage import storage_of
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -91,7 +91,7 @@ def _parts(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
 def _followed(t: torch.Tensor) -> Iterator[tuple[Any, _Key, int, str]]:
     """(object to follow, dedup key, bytes, device) for each piece of memory behind ``t``."""
     for part in _parts(t):
-        storage, key, nbytes = _storage_of(part)
+        storage, key, nbytes = storage_of(part)
         device = str(part.device)
         if key is not None:
             yield storage, key, nbytes, device

@@ -21,9 +21,47 @@ from gradeff.registry import Registry
 if TYPE_CHECKING:
     from torch import nn
 
-    from gradeff.hparams import MethodHParams
+__all__ = ["METHODS", "Adapted", "MethodHParams", "MethodSpec", "apply_method", "within"]
 
-__all__ = ["METHODS", "Adapted", "MethodSpec", "apply_method", "within"]
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MethodHParams:
+    """Settings of a fine-tuning method in one cell; recorded with the cell.
+
+    Attributes:
+        lr_scale: the method's learning rate as a multiple of the model's (adapters and biases
+            are few, freshly initialised parameters and are usually trained at a larger rate).
+        lora_r / lora_alpha / lora_dropout: LoRA rank, scaling numerator (scale = alpha / r) and
+            dropout on the adapter input.
+        target_modules: module-name suffixes of the linears LoRA adapts (per backbone).
+        adalora_init_r / adalora_target_r: AdaLoRA's initial and final average rank per module.
+        adalora_tinit / adalora_tfinal: fractions of the optimizer steps before the rank budget
+            starts shrinking and after it has reached its target (AdaLoRA's warm-up and final
+            fine-tuning phases).
+        adalora_delta_t: optimizer steps between two rank re-allocations.
+        quant_type / double_quant: the 4-bit storage of QLoRA (NF4, quantised scaling constants).
+    """
+
+    lr_scale: float = 1.0
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.1
+    target_modules: tuple[str, ...] = field(default=())
+    adalora_init_r: int = 12
+    adalora_target_r: int = 8
+    adalora_tinit: float = 0.1
+    adalora_tfinal: float = 0.2
+    adalora_delta_t: int = 1
+    quant_type: str = "nf4"
+    double_quant: bool = True
+
+    def __post_init__(self):
+        if self.lr_scale <= 0 or min(self.lora_r, self.lora_alpha, self.adalora_target_r, self.adalora_delta_t) < 1:
+            raise ValueError("lr_scale must be > 0 and ranks, alpha and delta_t >= 1")
+        if self.adalora_target_r > self.adalora_init_r:
+            raise ValueError("AdaLoRA's target rank cannot exceed its initial rank")
+        if min(self.adalora_tinit, self.adalora_tfinal) < 0 or self.adalora_tinit + self.adalora_tfinal >= 1:
+            raise ValueError("adalora_tinit and adalora_tfinal are fractions of the steps with a sum below 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,7 +78,7 @@ class MethodSpec:
         trains: whether the method trains anything; a cell of a method that does not (``zero_shot``)
             has no training epochs, only the held-out evaluation.
         apply: the ``apply`` function itself, instead of ``module`` (a method registered from a conftest).
-        hparams: the method's settings, as :class:`gradeff.hparams.MethodHParams` fields (``{"lr_scale": 10.0,
+        hparams: the method's settings, as :class:`MethodHParams` fields (``{"lr_scale": 10.0,
             "lora_r": 16}``); unnamed fields keep their defaults, and the LoRA targets are the model's.
     """
 
@@ -58,8 +96,6 @@ class MethodSpec:
             raise ValueError(f"method {self.key!r}: give module='package.module' (with apply()) or apply=<function>, "
                              f"not both")
         from dataclasses import fields
-
-        from gradeff.hparams import MethodHParams
 
         known = {f.name for f in fields(MethodHParams)} - {"target_modules"}
         unknown = sorted(set(self.hparams) - known)

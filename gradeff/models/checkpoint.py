@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradeff.models.keymaps import KEY_MAPS, KeyMap, MappedKeys, unwrap
-from gradeff.weights import WeightSource, WeightSourceError, describe, load_state_dict, read_shapes, resolve
+from gradeff.weights import (StartingWeights, WeightSource, WeightSourceError, describe, load_state_dict, read_shapes,
+                             resolve)
 
 if TYPE_CHECKING:
     import torch
@@ -308,13 +309,11 @@ def from_checkpoint(key: str, source: str | Path, *, num_labels: int | None = No
 
 
 def given_weights(model: str, text: str, profile: str, *, num_labels: int | None, seed: int):
-    """The :class:`gradeff.pretrain.StartingWeights` of a cell whose weights the user gave (``--gradeff-weights``).
+    """The :class:`gradeff.weights.StartingWeights` of a cell whose weights the user gave (``--gradeff-weights``).
 
     ``text`` was resolved and checked when the session started (it is a local path by now); here its record
     is made, with the head's fate for this cell's classes (re-initialised from ``seed`` or loaded).
     """
-    from gradeff.pretrain import StartingWeights
-
     source = resolve_for(model, text)
     record = describe(source)
     layout = check_source(model, source, profile, num_labels=num_labels)

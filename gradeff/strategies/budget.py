@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradeff.meters.memory import _storage_of
+from gradeff.meters.storage import storage_of
 from gradeff.strategies.layers import checkpoint_only, checkpointable_layers, short_name
 
 __all__ = ["ERROR_BAND", "BudgetPlan", "LayerCost", "StepProfile", "calibrated", "compiler_fraction",
@@ -234,7 +234,7 @@ class _SavedByBlock:
 
     def __init__(self, model: torch.nn.Module, layers: Sequence[tuple[str, torch.nn.Module]]):
         self._excluded = {key for t in (*model.parameters(), *model.buffers())
-                          if (key := _storage_of(t)[1]) is not None}
+                          if (key := storage_of(t)[1]) is not None}
         self._layers = layers
         self._stack: list[str] = []
         self._seen: set = set()
@@ -261,7 +261,7 @@ class _SavedByBlock:
         def hook(module, args):
             self._stack.append(name)
             inputs = {key: nbytes for t in args if isinstance(t, torch.Tensor)
-                      for _, key, nbytes in [_storage_of(t)] if key is not None and key not in self._excluded}
+                      for _, key, nbytes in [storage_of(t)] if key is not None and key not in self._excluded}
             self.boundary[name] += sum(inputs.values())
         return hook
 
@@ -269,7 +269,7 @@ class _SavedByBlock:
         self._stack.pop()
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        _, key, nbytes = _storage_of(t)
+        _, key, nbytes = storage_of(t)
         if key is None or key in self._excluded or key in self._seen:
             return t
         self._seen.add(key)

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from gradeff.grid import Cell
 from gradeff.models import MODELS, build_model
-from gradeff.runner import RunConfig, _cannot_run
+from gradeff.runner import RunConfig, cannot_run
 
 
 def _own_forward_scores(model, pixel_values) -> torch.Tensor:
@@ -41,10 +41,10 @@ def test_one_pass_scores_are_paligemmas_own_with_its_bidirectional_prefix():
 
 def test_paligemma_and_mobilevlm_skip_without_weights_naming_them():
     for key in ("paligemma", "mobilevlm"):
-        reason = _cannot_run(Cell(key, "adamw", "standard", "zero_shot", "cifar100", grid="baselines"), RunConfig())
+        reason = cannot_run(Cell(key, "adamw", "standard", "zero_shot", "cifar100", grid="baselines"), RunConfig())
         assert reason.startswith(f"needs weights: --gradeff-weights {key}=PATH (a save_pretrained copy of "
                                  f"{MODELS[key].hub_id}, with its tokenizer) or {key}=hub with --gradeff-allow-hub")
     given = RunConfig(weights=(("paligemma", "/models/paligemma"), ("mobilevlm", "/models/mobilevlm")))
-    assert _cannot_run(Cell("paligemma", "adamw", "standard", "zero_shot", "dtd", grid="baselines"), given) is None
-    assert _cannot_run(Cell("mobilevlm", "adamw", "standard", "zero_shot", "dtd", grid="baselines"), given) == (
+    assert cannot_run(Cell("paligemma", "adamw", "standard", "zero_shot", "dtd", grid="baselines"), given) is None
+    assert cannot_run(Cell("mobilevlm", "adamw", "standard", "zero_shot", "dtd", grid="baselines"), given) == (
         "not runnable: " + MODELS["mobilevlm"].unavailable)

@@ -41,7 +41,7 @@ outputs._open_temporary = _open_temporary
 # A capability check that broke: every cell is now skipped with a reason.
 BROKEN_CHECK = """
 import gradeff.runner
-gradeff.runner._cannot_run = lambda cell, config: "needs a library that is not installed"
+gradeff.runner.cannot_run = lambda cell, config: "needs a library that is not installed"
 """
 
 
