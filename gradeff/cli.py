@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         "plugins); pytest arguments after -- add to them (e.g. -- -p myplugin, -- --gradeff-model-path DIR).")
     listing.add_argument("axis", nargs="?", choices=_AXES,
                          help="print only this axis's keys, one per line (default: every axis, with names)")
-    listing.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="arguments for pytest's configuration")
+    listing.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
+                         help="arguments for pytest's configuration")
     listing.set_defaults(func=_run_list)
 
     compare = commands.add_parser(
@@ -93,7 +94,8 @@ def _add_launch_parser(commands) -> None:
     launch.add_argument("--costs", metavar="PATH", help="earlier results file: balance the shards by its wall times")
     launch.add_argument("--report", metavar="PATH", help="write the report of the merged records (.html or .csv)")
     launch.add_argument("--baseline", metavar="PATH", help="run the regression gate of the merged records against it")
-    launch.add_argument("--compare-args", default="", metavar="ARGS", help="extra gate options, e.g. \"--time-ratio 3\"")
+    launch.add_argument("--compare-args", default="", metavar="ARGS",
+                        help="extra gate options, e.g. \"--time-ratio 3\"")
     launch.add_argument("--timeout-min", type=int, default=24 * 60, help="time limit of each job (default 1440)")
     launch.add_argument("--partition", help="Slurm partition")
     launch.add_argument("--gpus-per-node", type=int, help="GPUs per Slurm job")
@@ -197,9 +199,9 @@ def _error(message: str) -> None:
 
 def _run_report(args: argparse.Namespace) -> int:
     # Imported here: `gradeff list` and `--help` should not load jinja2 and the analysis.
-    from gradeff.loading import ResultsFileError, load_results
-
     from pathlib import Path
+
+    from gradeff.loading import ResultsFileError, load_results
 
     by_suffix = _TABLE_SUFFIXES.get(Path(args.output).suffix.lower()) if args.output else None
     if args.format == "html" and by_suffix:

@@ -73,14 +73,23 @@ from gradeff.compare_rules import (
     override_rules,
 )
 from gradeff.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, colliding_outputs, write_text
-from gradeff.portability import (COUNTED_MEMORY, Band, Sensitivity, numerics, numerics_differences, perturbations,
-                                 perturbed_path, sensitivities)
+from gradeff.portability import (
+    COUNTED_MEMORY,
+    Band,
+    Sensitivity,
+    numerics,
+    numerics_differences,
+    perturbations,
+    perturbed_path,
+    sensitivities,
+)
 from gradeff.results import CellRecord, latest_by_run, read_records
 from gradeff.safe_text import one_line
 
 __all__ = [
     "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_INCOMPLETE_OUTPUT", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE",
-    "Comparison", "MismatchError", "UnusableInput", "build_parser", "compare_records", "format_table", "load_results", "main",
+    "Comparison", "MismatchError", "UnusableInput", "build_parser", "compare_records", "format_table", "load_results",
+    "main",
     "read_cells", "summary_line",
 ]
 
@@ -266,7 +275,7 @@ def paired_runs(baseline: list[CellRecord], current: list[CellRecord]) -> tuple[
 def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules: tuple[Rule, ...] = DEFAULT_RULES,
                     *, allow_mismatch: bool = False, allow_missing: bool = False,
                     selected: Collection[str] | None = None, strict_environment: bool = False,
-                    perturbed: list[CellRecord] = (), band: Band = Band()) -> Comparison:
+                    perturbed: list[CellRecord] = (), band: Band = Band()) -> Comparison:  # noqa: B008 - frozen
     """Compare the last record of every cell of ``current`` with the last one of ``baseline`` (seed by seed).
 
     Args:
@@ -489,7 +498,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
                         help="exit 2 when the environments differ (CPU, cores, threads, device, torch, transformers) "
                              "instead of making time rows advisory")
     parser.add_argument("--time-ratio", metavar="R",
-                        help=f"smallest slowdown of the best epoch that counts (default ×{TimeRule().ratio}, more where "
+                        help=f"smallest slowdown of the best epoch that counts "
+                             f"(default ×{TimeRule().ratio}, more where "
                              f"the baseline's epochs are noisy, up to ×{TimeRule().max_ratio})")
     parser.add_argument("--loose", action="store_true",
                         help=f"tolerances for GPU runs, which are not bit-reproducible: losses rtol {LOOSE_LOSS_RTOL}, "

@@ -317,7 +317,8 @@ class TimeRule:
         return Row(cell=current.cell, metric=self.metric, before=_seconds(before), after=_seconds(after),
                    change=change, verdict=verdict, note=note, ratio=ratio,
                    # A slowdown past the floor but inside this baseline's noise is worth a line.
-                   noteworthy=verdict != OK or ratio > self.ratio or (typical_a > 0 and best_b / typical_a > self.ratio))
+                   noteworthy=(verdict != OK or ratio > self.ratio
+                               or (typical_a > 0 and best_b / typical_a > self.ratio)))
 
 
 def _seconds(samples: list[float]) -> str:

@@ -308,7 +308,7 @@ def plan_cell(cell, config, target: Target) -> CellPlan:
         weights, data = _weights_text(cell, config, hp.num_classes), _data_text(cell, config)
         measured = _measure(cell.model, cell.method, cell.dataset, config.profile, cell.optimizer, hp.batch_size,
                             hp.num_classes, hp.image_size)
-    except Exception as exc:  # a cell the dry run cannot build is reported, the others still planned
+    except Exception as exc:  # noqa: BLE001 - a cell the dry run cannot build is reported, the others still planned
         return CellPlan(cell=cell.id, status=f"n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
     strategy = STRATEGIES[cell.strategy]
     layers = [layer.name for layer in measured.profile.layers]

@@ -119,7 +119,7 @@ def _machine(device: str) -> dict:
         if nvml is not None:
             try:
                 nvml.nvmlInit()
-            except Exception:  # NVML is optional: the version stays unknown, not invented
+            except Exception:  # noqa: BLE001 - NVML is optional: the version stays unknown, not invented
                 nvml = None
         if nvml is not None:
             try:

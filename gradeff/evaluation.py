@@ -2,7 +2,8 @@
 
 A cell evaluates its **test** split before training, every ``eval_every`` optimizer steps (a pause of the loop,
 outside the epoch's clock and meters) and after each epoch; its **validation** split once, after the last epoch
-(the final validation loss is what tuning reads; no decision reads it earlier, so earlier passes would only cost). Every pass runs in eval mode (dropout off, batch-norm running statistics) and without autograd;
+(the final validation loss is what tuning reads; no decision reads it earlier, so earlier passes would only cost). Every
+pass runs in eval mode (dropout off, batch-norm running statistics) and without autograd;
 the model goes back to training mode after. A tuning trial evaluates the validation split alone: the test split
 is not even handed to it.
 """

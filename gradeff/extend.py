@@ -225,7 +225,8 @@ _FAMILIES = {"causal_lm": "decoder", "masked_lm": "encoder", "image_classificati
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("gradeff", "gradeff benchmark grid")
     group.addoption("--gradeff-model-path", action="append", default=[], metavar="[KEY=]PATH[:TASK]",
-                    help="benchmark a local Hugging Face save_pretrained folder (loaded offline) as model KEY (default: "
+                    help="benchmark a local Hugging Face save_pretrained folder (loaded offline) "
+                         "as model KEY (default: "
                          "the folder's name) in the main study, on TASK (default: from its architecture: causal_lm, "
                          "masked_lm or image_classification); repeatable")
 
@@ -243,7 +244,8 @@ def _load_folder(folder: str, task_kind: str, key: str, profile: str, *, vocab_s
     model = instantiate(auto, None, weights_dir=weights_dir or folder, device=device,
                         num_labels=num_labels if task_kind == "image_classification" else None)
     if task_kind != "image_classification":
-        # The synthetic text tasks use token ids up to their states plus the special tokens (real text: its tokenizer's).
+        # The synthetic text tasks use token ids up to their states plus the special tokens (real text: its
+        # tokenizer's).
         states = hparams_for(key, profile).num_states
         needed = states + len(SPECIAL_TOKENS) if states is not None else 0
         if model.config.vocab_size < max(needed, vocab_size or 0):
@@ -396,7 +398,7 @@ def _entry_point_specs(installed, group: str) -> Iterable[tuple[str, object]]:
             f", package {point.dist.name})" if getattr(point, "dist", None) is not None else ")")
         try:
             loaded = point.load()
-        except Exception as exc:  # a broken package is the user's to fix: say which one
+        except Exception as exc:  # noqa: BLE001 - a broken package is the user's to fix: say which one
             raise pytest.UsageError(f"gradeff registration from {source}: cannot load it: "
                                     f"{type(exc).__name__}: {exc}") from None
         specs = loaded if isinstance(loaded, (list, tuple)) else [loaded]

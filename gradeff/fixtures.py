@@ -416,7 +416,7 @@ class BenchMeters:
             return {"not_measured": "the benchmark used no gradeff_model"}
         try:
             flops = model_flops(setup.cell, setup.config, setup.state)
-        except Exception as exc:  # an op the counter cannot follow costs the figure, never the record
+        except Exception as exc:  # noqa: BLE001 - an op the counter cannot follow costs the figure, never the record
             return {"not_measured": f"{type(exc).__name__}: {exc}"}
         device = setup.device
         return compute_record(flops, list(epochs), precision=setup.config.precision,
@@ -426,8 +426,9 @@ class BenchMeters:
     def _record(self, status: str, detail: str):
         from gradeff.environment import code_version, environment
         from gradeff.hparams import method_hparams_for
-        from gradeff.metering import aggregate
         from gradeff.inference import deployed_parameter_counts
+        from gradeff.metering import aggregate
+        from gradeff.optim import optimizer_kernel
         from gradeff.results import CellRecord, EpochRecord, Summary
         from gradeff.runner import task_record
 
@@ -457,7 +458,9 @@ class BenchMeters:
             task=task_record(cell, dataset) if dataset is not None else {},
             parameters=deployed_parameter_counts(model) if model is not None else {},
             weights=setup.weights.to_record() if setup.weights is not None else {},
-            hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for(cell.method, cell.model, config.profile))},
+            hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for(cell.method, cell.model, config.profile)),
+                                        "optimizer_kernel": optimizer_kernel(setup.state.optimizer
+                                                                             if setup.state is not None else None)},
             environment=environment(str(setup.device)) | {"process": config.process}, meters=self.meters,
             session=config.session, code_version=code_version(), started_at=self._started, finished_at=finished,
         )

@@ -137,7 +137,8 @@ def cell_id(grid: str, *, model: str, optimizer: str, strategy: str, method: str
         values["dataset"] = MODELS[model].task
     parts = [values[axis] for axis in spec.id_axes]
     parts += [values[axis] for axis in AXES
-              if axis not in spec.id_axes and values[axis] is not None and values[axis] != spec.fixed_value(axis, model)]
+              if axis not in spec.id_axes and values[axis] is not None
+              and values[axis] != spec.fixed_value(axis, model)]
     return "-".join(parts)
 
 

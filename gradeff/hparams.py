@@ -82,7 +82,8 @@ class HParams:
 
 
 # The main study at tiny: every model learns its task and generalises within its few CPU seconds a cell. 768
-# training samples, the same each epoch, in batches of 32 (24 steps; 6 under accumulation), 3 epochs: 2,304 samples seen, 768
+# training samples, the same each epoch, in batches of 32 (24 steps; 6 under accumulation), 3 epochs: 2,304 samples
+# seen, 768
 # distinct, far more than a tiny model memorises in these steps (training and test losses stay within a few
 # hundredths), and enough steps for the adaptive optimizers to close more than half the gap from the untrained loss
 # to the floor. 64 test and 64 validation samples (2,048 tokens each for text; the image tasks' classes in equal

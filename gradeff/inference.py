@@ -39,9 +39,9 @@ from gradeff.data.dataset import Dataset
 from gradeff.loop import move_batch, sync
 from gradeff.metering import MeterSettings
 from gradeff.meters import EnergyMeter, LivePeakTracker
-from gradeff.meters.memory import logical_numel
 from gradeff.meters.energy import EnergySource
 from gradeff.meters.flops import formulas
+from gradeff.meters.memory import logical_numel
 from gradeff.netscore import Score, netscore_family
 
 __all__ = ["InferenceCost", "count_macs", "deployed_parameter_counts", "measure_inference"]

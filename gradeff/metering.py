@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from gradeff.meters import (
-    NVML_UTILIZATION_WINDOW_S, EnergyMeter, GpuMeter, RamMeter, co2_grams, max_known, measure_step_memory,
+    NVML_UTILIZATION_WINDOW_S,
+    EnergyMeter,
+    GpuMeter,
+    RamMeter,
+    co2_grams,
+    max_known,
+    measure_step_memory,
 )
 
 __all__ = ["EpochMetering", "MeterSettings", "aggregate", "memory_breakdown"]

@@ -178,6 +178,10 @@ def add_options(parser: pytest.Parser) -> None:
                          "cost and whether the choice sits at the grid's edge are recorded)")
     group.addoption("--gradeff-tune-points", type=_positive_int, default=5, metavar="N",
                     help="learning rates the search tries, besides the profile's shared one (default 5)")
+    group.addoption("--gradeff-fused", action="store_true",
+                    help="train with the optimizer's fused kernel where torch has one (Adam, AdamW, SGD, Adagrad: "
+                         "one kernel a step for every parameter), else its multi-tensor (foreach) path; each "
+                         "record's hparams.optimizer_kernel says which ran (default: torch's own choice)")
     group.addoption("--gradeff-isolate", action="store_true",
                     help="train each cell in a fresh process, so per-cell RSS peaks are comparable (costs a process "
                          "start per cell); without it RSS is the long-lived pytest process's and names no winner")
@@ -238,6 +242,7 @@ class Settings:
     tune_points: int = 5
     protocol: str = DEFAULT_PROTOCOL
     isolate: bool = False
+    fused: bool = False
     data: tuple = ()
     session: str = ""
     seeds: tuple[int, ...] = ()
@@ -522,14 +527,15 @@ def read_settings(config: pytest.Config) -> Settings:
         threads=config.getoption("gradeff_threads") or default_threads(),
         results=_writable_file("--gradeff-results", Path(config.getoption("gradeff_results"))),
         sample_hz=config.getoption("gradeff_sample_hz"), grid_intensity=config.getoption("gradeff_grid_intensity"),
-        memory_budget=config.getoption("gradeff_memory_budget"), memory_margin=config.getoption("gradeff_memory_margin"),
+        memory_budget=config.getoption("gradeff_memory_budget"),
+        memory_margin=config.getoption("gradeff_memory_margin"),
         selection=_selection(config), weights=_local_weights(config),
         cache_dir=_writable_folder("--gradeff-cache", config.getoption("gradeff_cache")),
         report=_report(config.getoption("gradeff_report")), baseline=baseline,
         compare_args=_compare_args(config.getoption("gradeff_compare_args"), baseline),
         resume=config.getoption("gradeff_resume"), tune=config.getoption("gradeff_tune"),
         tune_points=config.getoption("gradeff_tune_points"), protocol=config.getoption("gradeff_protocol"),
-        isolate=config.getoption("gradeff_isolate"),
+        isolate=config.getoption("gradeff_isolate"), fused=config.getoption("gradeff_fused"),
         data=_data_sources(config),
     )
 
@@ -554,5 +560,5 @@ def run_config(config: pytest.Config, seed: int):
                     memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
                     weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
                     tune_points=settings.tune_points, protocol=settings.protocol, isolate=settings.isolate,
-                    data=settings.data, threads=settings.threads)
+                    data=settings.data, threads=settings.threads, fused=settings.fused)
     return dataclasses.replace(run, precision=config.stash[PRECISION], world_size=config.stash[WORLD_SIZE])

@@ -37,7 +37,8 @@ from pathlib import Path
 from gradeff.formatting import as_number
 from gradeff.results import CellRecord
 
-__all__ = ["COUNTED_MEMORY", "NUMERICS_KEYS", "PERTURBATIONS", "PERTURBED_SUFFIX", "Band", "Perturbation", "Sensitivity",
+__all__ = ["COUNTED_MEMORY", "NUMERICS_KEYS", "PERTURBATIONS", "PERTURBED_SUFFIX", "Band", "Perturbation",
+           "Sensitivity",
            "deviation", "memory_deviation", "numerics", "numerics_differences", "perturbations", "perturbed_path",
            "sensitivities"]
 

@@ -19,8 +19,16 @@ from gradeff.devices import pin_worker_device, resolve_device
 from gradeff.distributed import read_world_size
 from gradeff.grid import GRIDS, PLURALS, cells
 from gradeff.models import MODELS
-from gradeff.options import (DEFAULT_RESULTS, PRECISION, SETTINGS, WORLD_SIZE, add_options, benchmark_storage_given,
-                             read_settings, run_config)
+from gradeff.options import (
+    DEFAULT_RESULTS,
+    PRECISION,
+    SETTINGS,
+    WORLD_SIZE,
+    add_options,
+    benchmark_storage_given,
+    read_settings,
+    run_config,
+)
 from gradeff.results import FINAL_STATUSES, append_record, read_records
 from gradeff.shard import ShardPlan
 

@@ -115,7 +115,7 @@ def search_cells(cells: Sequence[Cell], settings: SearchSettings, *, workers: in
     """Search every cell (in ``workers`` processes); returns the rows, the search's key and its provenance."""
     from gradeff.environment import code_version
 
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     search_id = f"{settings.profile}-{now:%Y%m%dT%H%M%SZ}"
     started = time.perf_counter()
     if workers > 1:

@@ -24,15 +24,15 @@ from gradeff.devices import resolve_device
 from gradeff.distributed import run_sharded, sharding_incompatibility
 from gradeff.environment import code_version, environment
 from gradeff.evaluation import CellEvaluation, Evaluation
-from gradeff.inference import InferenceCost, deployed_parameter_counts, measure_inference
 from gradeff.grid import Cell, incompatibility
 from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParams, hparams_for, method_hparams_for
+from gradeff.inference import InferenceCost, deployed_parameter_counts, measure_inference
 from gradeff.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
 from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
-from gradeff.optim import OPTIMIZERS, build_optimizer
+from gradeff.optim import OPTIMIZERS, build_optimizer, optimizer_kernel
 from gradeff.optim.cg import cg_stats
 from gradeff.precision import autocast, make_scaler, precision_incompatibility
 from gradeff.pretrain import StartingWeights, starting_weights
@@ -80,6 +80,8 @@ class RunConfig:
         world_size: how many processes a sharded strategy's cell trains across (``--gradeff-world-size``).
         rank: this process's rank inside a sharded cell (set by :mod:`gradeff.distributed`); ``None`` elsewhere.
         threads: torch's intra-op threads while the cell is built and trained (``None``: the process's own).
+        fused: the optimizer's fused (else multi-tensor) kernel where torch has one (``--gradeff-fused``; see
+            :func:`gradeff.optim.build_optimizer`).
     """
 
     profile: str = "tiny"
@@ -106,6 +108,7 @@ class RunConfig:
     world_size: int = 2
     rank: int | None = None
     threads: int | None = None
+    fused: bool = False
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -230,7 +233,8 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
         ranks = Ranks(config.rank, config.world_size)
     trainable = [p for p in adapted.model.parameters() if p.requires_grad]
     # A method that trains nothing (a zero-shot baseline) gets no optimizer: its cell only evaluates.
-    optimizer = build_optimizer(cell.optimizer, trainable, hp.lr * method_hp.lr_scale) if trainable else None
+    optimizer = (build_optimizer(cell.optimizer, trainable, hp.lr * method_hp.lr_scale, fused=config.fused)
+                 if trainable else None)
     return TrainState(model=adapted.model, optimizer=optimizer, dataset=dataset, batch_size=hp.batch_size,
                       micro_batches_per_step=k, seed=config.seed, device=device,
                       scheduler=_warmup_scheduler(optimizer, hp, steps) if optimizer is not None else None,
@@ -319,7 +323,7 @@ def build_cell(cell: Cell, config: RunConfig) -> Built:
         with intra_op_threads(config.threads):
             hp = cell_data(cell, config, hp)[1]
             _build_into(built, cell, config, hp, method_hp, device)
-    except (Exception, KeyboardInterrupt) as exc:
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the build's failure is kept and becomes the cell's record
         built.error = exc
     finally:
         torch.set_flush_denormal(False)
@@ -398,7 +402,8 @@ def _refuse_over_budget(state: TrainState, optimizer_key: str, budget: int) -> d
                            device=state.device)
     predicted = profile.predicted_peak()
     if predicted > budget:
-        raise MemoryBudgetExceeded(f"predicted peak {predicted} B (forward + backward {profile.forward_backward_peak} B "
+        raise MemoryBudgetExceeded(f"predicted peak {predicted} B (forward + backward "
+                                   f"{profile.forward_backward_peak} B "
                                    f"+ optimizer state {profile.optimizer_state_bytes} B) exceeds the memory budget "
                                    f"of {budget} B")
     return {"budget_bytes": budget, "predicted_peak_bytes": predicted}
@@ -631,7 +636,7 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
     except KeyboardInterrupt:
         status, detail = "interrupted", "interrupted by the user (Ctrl-C)"
         failed_step = progress.next_step()
-    except Exception as exc:  # any other failure is a finding about this cell, not the session's end
+    except Exception as exc:  # noqa: BLE001 - any other failure is a finding about this cell, not the session's end
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         status, detail = "error", f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})"
     record = _record(cell, config, hp, method_hp, rate, device, metering, progress, status=status, detail=detail,
@@ -714,7 +719,7 @@ def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
         progress.flops = model_flops(cell, config, state)
     except _OUT_OF_MEMORY:
         raise  # the step itself does not fit: the cell's outcome
-    except Exception as exc:  # an op the counter cannot follow costs the MFU figure, never the cell
+    except Exception as exc:  # noqa: BLE001 - an op the counter cannot follow costs the MFU figure, never the cell
         progress.flops = f"{type(exc).__name__}: {exc}"
     budget = _budget_for(cell.strategy, config)
     state.model, progress.plan = prepare(cell.strategy, state.model, _first_micro_batch(state), device=device,
@@ -777,7 +782,8 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
         curve=tuple(point.as_dict() for point in curve),
         evaluation=evaluation.record(finished - progress.started) if evaluation is not None else {},
         hparams=asdict(hp) | {"method": asdict(method_hp), "precision": config.precision,
-                              "protocol": config.protocol, "lr_source": rate.source},
+                              "protocol": config.protocol, "lr_source": rate.source,
+                              "optimizer_kernel": optimizer_kernel(state.optimizer if state is not None else None)},
         environment=environment(str(device)) | {"process": config.process}, meters=meters,
         session=config.session, code_version=code_version(), started_at=progress.started, finished_at=finished,
     )

@@ -121,7 +121,7 @@ def _download(repo_id: str) -> Path:
     try:
         folder = snapshot_download(repo_id, allow_patterns=list(_HUB_PATTERNS), local_files_only=offline,
                                    cache_dir=os.environ.get("HF_HUB_CACHE") or None)
-    except Exception as exc:  # the hub client's errors have many classes; all mean the same here
+    except Exception as exc:  # noqa: BLE001 - the hub client's errors have many classes; all mean the same here
         raise WeightSourceError(f"hub id {repo_id!r}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
     return Path(folder)
 
@@ -194,7 +194,7 @@ def load_state_dict(path: str | Path) -> Mapping:
 
             return load_file(path)
         return _torch_load(path)
-    except Exception as exc:  # safetensors, pickle and zip errors all mean "cannot read this file"
+    except Exception as exc:  # noqa: BLE001 - safetensors, pickle and zip errors all mean "cannot read this file"
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
         if found:
             raise WeightSourceError(f"{path}: cannot be read: it pickles {found[1]}, which weights_only loading "
@@ -219,7 +219,7 @@ def read_shapes(path: str | Path) -> Mapping:
 
         with safe_open(path, framework="pt") as handle:
             return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any reader error means the same: this file cannot be read
         raise WeightSourceError(f"{path}: cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
 
 

@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     baseline = latest_by_cell(read_records(args.directory / "baseline.jsonl"))
     print(f"rule: {rule}")
     counts = {}
-    families: dict[str, dict[str, list[int]]] = {"same": defaultdict(lambda: [0, 0]), "slow": defaultdict(lambda: [0, 0])}
+    families: dict[str, dict[str, list[int]]] = {"same": defaultdict(lambda: [0, 0]),
+                                                 "slow": defaultdict(lambda: [0, 0])}
     ratios: dict[str, dict[str, list[float]]] = {"same": defaultdict(list), "slow": defaultdict(list)}
     for kind in ("same", "slow"):
         cells = runs = wrong_cells = wrong_runs = 0

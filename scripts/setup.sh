@@ -13,8 +13,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet "$TORCH_SPEC"
 if .venv/bin/python -m pip install --quiet uv; then
-    .venv/bin/uv pip install --quiet --python .venv/bin/python -e .
+    .venv/bin/uv pip install --quiet --python .venv/bin/python -e ".[dev]"
 else
     echo "setup: uv could not be installed; installing with pip" >&2
-    .venv/bin/python -m pip install --quiet -e .
+    .venv/bin/python -m pip install --quiet -e ".[dev]"
 fi

@@ -13,7 +13,8 @@ seeds, grid, epochs, budget in trials and CPU seconds, code version, date) goes 
 
 Budget: cells × seeds × (points + the widening actually used) trials of the profile's epochs, each a cell's
 training and one validation pass; ``--epochs`` and ``--train-samples`` bound it where a profile's cells cost
-too much (the search's provenance then says so). ``--workers`` trials run side by side, one core each. Exits 1 if a chosen rate is still at the
+too much (the search's provenance then says so). ``--workers`` trials run side by side, one core each. Exits 1 if a
+chosen rate is still at the
 edge of the rates tried (widen further, or accept it knowingly), 0 otherwise.
 """
 
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=PROFILES, default="tiny")
     parser.add_argument("--grid", choices=tuple(GRIDS), default="main")
     for axis in ("models", "optimizers", "methods", "datasets"):
-        parser.add_argument(f"--{axis}", default=None, metavar="KEYS", help=f"comma-separated {axis} (default: the grid's)")
+        parser.add_argument(f"--{axis}", default=None, metavar="KEYS",
+                            help=f"comma-separated {axis} (default: the grid's)")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds, two or more (default 0,1)")
     parser.add_argument("--points", type=int, default=5, help="rates of the first grid (default 5)")
     parser.add_argument("--spread", type=float, default=2.0, help="decades the first grid spans (default 2)")

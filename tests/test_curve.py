@@ -20,7 +20,8 @@ def _curve(losses, every=5, per_epoch=10):
 
 def _epochs(curve, per_epoch=10):
     ends = [p for p in curve if p.step and p.step % per_epoch == 0]
-    return [EpochRecord(epoch=i, loss=p.loss, seconds=float(per_epoch), optimizer_steps=per_epoch, closure_calls=per_epoch,
+    return [EpochRecord(epoch=i, loss=p.loss, seconds=float(per_epoch), optimizer_steps=per_epoch,
+                        closure_calls=per_epoch,
                         samples=80, targets=80, heldout_loss=p.loss) for i, p in enumerate(ends)]
 
 

@@ -31,7 +31,9 @@ def test_round_robin_uses_every_gpu_evenly(workers, gpus):
 
 def test_pinning_with_a_fake_device_list():
     """auto and cuda are pinned under xdist; cpu, an explicit cuda:N, no worker and no GPU are left as they are."""
-    four = lambda: 4
+    def four():
+        return 4
+
     assert [pin_worker_device("auto", worker=f"gw{i}", count=four) for i in range(6)] == [
         "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1"]
     assert pin_worker_device("cuda", worker="gw5", count=lambda: 2) == "cuda:1"

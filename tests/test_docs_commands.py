@@ -7,7 +7,8 @@ arrays, variables and continuations as a reader's shell would). The recorded com
 quick ones for real (`gradeff report`, `compare`, `list`), long ones checked without training (a pytest run of the
 grids collects, a `gradeff launch` parses its options and collects its selection), and those that need what only a
 reader has (local copies of datasets and models, hours of training) have their options checked against pytest's and
-the scripts' own. The test suite's command is the one `.ci/run` runs: CI runs it whole; here it must be that line. A command no rule knows fails the test: a new kind of command needs a rule.
+the scripts' own. The test suite's command is the one `.ci/run` runs: CI runs it whole; here it must be that line. A
+command no rule knows fails the test: a new kind of command needs a rule.
 """
 
 import json

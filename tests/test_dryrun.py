@@ -92,7 +92,8 @@ def test_the_budget_plan_is_the_cells_and_an_unreachable_budget_is_oom():
 def test_a_strategy_over_the_memory_budget_is_oom_and_a_skipped_cell_says_why():
     assert _plan("standard", memory_budget=2**20).status.startswith("oom: ")
     skipped = plan_cell(Cell("llm", "adamw", "standard", "bitfit", grid="peft"), RunConfig(profile="tiny"), H200)
-    assert skipped.status == "skipped: BitFit (biases only) trains only bias terms and Llama-3.2-1B-style decoder has none"
+    assert skipped.status == ("skipped: BitFit (biases only) trains only bias terms and Llama-3.2-1B-style decoder "
+                              "has none")
 
 
 def test_time_is_every_step_and_evaluation_over_peak_times_mfu():

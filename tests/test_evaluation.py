@@ -28,7 +28,8 @@ def test_accuracy_and_loss_are_exact_over_uneven_batches():
     """5 samples in batches of 2: accuracy counts argmax hits, loss is the mean over all samples."""
     logits = torch.tensor([[2.0, 0.0], [0.0, 3.0], [1.0, 0.0], [0.0, 1.0], [5.0, 0.0]])
     labels = torch.tensor([0, 1, 1, 1, 1])
-    data = Dataset(task="t", tensors={"index": torch.arange(5), "labels": labels}, targets=torch.ones(5, dtype=torch.long),
+    data = Dataset(task="t", tensors={"index": torch.arange(5), "labels": labels},
+                   targets=torch.ones(5, dtype=torch.long),
                    loss_floor=None, floor_note="")
     model = FixedLogits(logits).train()
     result = evaluate(model, data, batch_size=2, device=torch.device("cpu"), accuracy=True)

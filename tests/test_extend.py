@@ -60,7 +60,8 @@ def test_registered_entries_are_grid_cells_with_ids_and_markers(user_project):
     """The conftest's model, optimizer and strategy join the main study; the markers select them exactly."""
     outcome = user_project.runpytest(*PLUGIN, "--collect-only", "-q", "-m", "main")
     outcome.stdout.fnmatch_lines(["*test_cell[[]vit-adam-accum_ckpt[]]*", "*test_cell[[]llm-rmsprop-standard[]]*",
-                                  "*test_cell[[]mymodel-rmsprop-accum_ckpt[]]*", "*test_cell[[]nockpt-sgd-standard[]]*"])
+                                  "*test_cell[[]mymodel-rmsprop-accum_ckpt[]]*",
+                                  "*test_cell[[]nockpt-sgd-standard[]]*"])
     # 6 models × 7 optimizers × 4 strategies.
     outcome.stdout.fnmatch_lines(["168/* tests collected*"])
     outcome = user_project.runpytest(*PLUGIN, "--collect-only", "-q", "-m", "mine and cell(optimizer='rmsprop')")
@@ -102,7 +103,8 @@ def test_registered_cells_run_record_report_and_gate(user_project, tmp_path):
     ("registries.models.register(ModelSpec(key='gone', name='x', family='decoder', task='causal_lm', "
      "module='no_such_module_here'))", "*model 'gone': missing builder: no module 'no_such_module_here'*"),
     ("registries.optimizers.register({'key': 'rmsprop'})",
-     "*conftest.py: optimizer 'rmsprop': expected a gradeff.optim.OptimizerSpec, got dict; registered optimizers: sgd*"),
+     "*conftest.py: optimizer 'rmsprop': expected a gradeff.optim.OptimizerSpec, got dict; registered optimizers: "
+     "sgd*"),
     ("registries.models.register(ModelSpec(key='Bad-Key', name='x', family='decoder', task='causal_lm', builder=len))",
      "*model 'Bad-Key': invalid key*"),
     ("registries.models.register(ModelSpec(key='odd', name='x', family='decoder', task='speech', builder=len))",
@@ -314,7 +316,8 @@ def test_entry_points_of_an_installed_package_register_like_a_conftest(grid_pyte
     """)
     monkeypatch.setenv("PYTHONPATH", str(site))
     outcome = grid_pytester.runpytest_subprocess(*PLUGIN, "--collect-only", "-q", "-m", "pkgmodel")
-    outcome.stdout.fnmatch_lines(["*test_cell[[]pkgmodel-sgd-standard[]]*", "*test_cell[[]pkgmodel-rmsprop-accum_ckpt[]]*",
+    outcome.stdout.fnmatch_lines(["*test_cell[[]pkgmodel-sgd-standard[]]*",
+                                  "*test_cell[[]pkgmodel-rmsprop-accum_ckpt[]]*",
                                   "28/* tests collected*"])
     results = tmp_path / "r.jsonl"
     outcome = grid_pytester.runpytest_subprocess(*PLUGIN, "-m", "main", "-k", "pkgmodel-rmsprop-accum_ckpt",
@@ -445,7 +448,8 @@ def test_a_method_and_an_optimizer_registered_with_their_own_settings_run_tuned(
     reference = hparams_for("llm", "tiny").lr * 10.0
     assert record.tuning["reference"] == pytest.approx(reference)
     # Two points around the cell's own rate (one decade either side of it), plus the rate itself.
-    assert sorted(t["lr"] for t in record.tuning["trials"]) == pytest.approx([reference / 10, reference, reference * 10])
+    assert (sorted(t["lr"] for t in record.tuning["trials"])
+            == pytest.approx([reference / 10, reference, reference * 10]))
 
 
 def test_spec_settings_are_checked_when_the_spec_is_made():

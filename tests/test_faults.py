@@ -106,7 +106,8 @@ def test_memory_budget_separates_checkpointing_from_standard():
 
 def test_runs_are_offline_by_default(grid_pytester):
     """The plugin switches the Hugging Face hub off unless --gradeff-allow-hub is given."""
-    grid_pytester.makepyfile(test_env="import os\n\ndef test_offline():\n    assert os.environ['HF_HUB_OFFLINE'] == '1'\n")
+    grid_pytester.makepyfile(test_env="import os\n\ndef test_offline():\n"
+                                      "    assert os.environ['HF_HUB_OFFLINE'] == '1'\n")
     env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "gradeff.pytest_plugin", "-q", "test_env.py"],
                           cwd=grid_pytester.path, env=env, capture_output=True, text=True)

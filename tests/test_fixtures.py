@@ -157,7 +157,8 @@ def test_under_xdist_a_custom_benchmark_without_a_record_is_missing(pytester, tm
     that left no record (with a grid cell selected beside it, the gate judges only the selection)."""
     pytester.makepyfile(test_mine=ONE_STEP_BENCH, test_grid=GRID_TEST)
     pytester.makeconftest(CRASH_BEFORE_METERS)
-    args = (*PLUGIN, "-n", "2", "-p", "no:randomly", "test_mine.py", "test_grid.py", "-k", "my_step or llm-sgd-standard",
+    args = (*PLUGIN, "-n", "2", "-p", "no:randomly", "test_mine.py", "test_grid.py",
+            "-k", "my_step or llm-sgd-standard",
             "--gradeff-epochs", "1")
     baseline = tmp_path / "base.jsonl"
     outcome = pytester.runpytest_subprocess(*args, f"--gradeff-results={baseline}")

@@ -85,7 +85,8 @@ def test_losses_are_read_once_per_n_steps_and_at_the_epochs_end(monkeypatch):
 
     reads = []
     check = loop._check_finite
-    monkeypatch.setattr(loop, "_check_finite", lambda pending, epoch: (reads.append(len(pending)), check(pending, epoch)))
+    monkeypatch.setattr(loop, "_check_finite",
+                        lambda pending, epoch: (reads.append(len(pending)), check(pending, epoch)))
     state = _state(1)
     state.check_every = 3
     stats = train_epoch(state)

@@ -85,7 +85,8 @@ def test_bad_options_are_usage_errors(grid_pytester, args, message):
 def test_bad_compare_args_are_refused_before_any_cell(grid_pytester, compare_args, message):
     """Gate options that `gradeff compare` would reject stop the session first, so the gate cannot silently not run."""
     baseline = Path(__file__).parents[1] / "baselines" / "tiny-cpu.jsonl"
-    outcome = grid_pytester.runpytest(*PLUGIN, f"--gradeff-baseline={baseline}", f"--gradeff-compare-args={compare_args}")
+    outcome = grid_pytester.runpytest(*PLUGIN, f"--gradeff-baseline={baseline}",
+                                      f"--gradeff-compare-args={compare_args}")
     assert outcome.ret == pytest.ExitCode.USAGE_ERROR
     assert any(fnmatch.fnmatch(line, message) for line in outcome.errlines + outcome.outlines)
 

@@ -216,7 +216,8 @@ def test_bitfit_on_a_bias_free_model_is_skipped_with_the_reason():
 
 
 def test_a_method_that_trains_nothing_is_evaluated_once():
-    """A zero-shot baseline: no optimizer, no epochs; its held-out evaluation is the summary, with its inference cost."""
+    """A zero-shot baseline: no optimizer, no epochs; its held-out evaluation is the summary, with its inference
+    cost."""
     record = run_cell(Cell("clip", "adamw", "standard", "zero_shot", "dtd", grid="baselines"), CONFIG)
     assert record.status == "ok", record.detail
     assert record.epochs == () and record.summary.optimizer_steps == 0 and record.summary.mean_epoch_seconds is None
@@ -293,3 +294,16 @@ def test_an_isolated_cell_runs_in_a_process_of_its_own():
     shared = run_cell(Cell("llm", "adam", "standard"), CONFIG)
     assert shared.environment["process"] == "shared" and os.getpid() > 0
     assert [e.loss for e in record.epochs] == [e.loss for e in shared.epochs]  # the same training, elsewhere
+
+
+def test_fused_kernels_are_recorded_and_keep_checkpointing_exact():
+    """--gradeff-fused: the record names the kernel that ran; checkpointing still changes nothing but memory, so a
+    checkpointed cell's losses equal the standard one's to the last bit, as without it."""
+    fused = dataclasses.replace(CONFIG, fused=True)
+    standard = run_cell(Cell("llm", "adam", "standard"), fused)
+    checkpoint = run_cell(Cell("llm", "adam", "checkpoint"), fused)
+    assert standard.status == checkpoint.status == "ok"
+    assert standard.hparams["optimizer_kernel"] == checkpoint.hparams["optimizer_kernel"] == "fused"
+    assert [e.loss for e in standard.epochs] == [e.loss for e in checkpoint.epochs]
+    assert run_cell(Cell("llm", "cgd", "standard"), fused).hparams["optimizer_kernel"] == "default"
+    assert run_cell(Cell("llm", "adam", "standard"), CONFIG).hparams["optimizer_kernel"] == "default"

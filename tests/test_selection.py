@@ -100,7 +100,8 @@ def test_exact_method_marker_selects_qlora_only(grid_pytester):
 
 
 def test_grid_marker_and_dataset_option_select_the_peft_grid(grid_pytester):
-    """`-m peft` selects the 120 PEFT cells; --gradeff-datasets=dtd keeps the 60 DTD ones; a typo names the valid keys."""
+    """`-m peft` selects the 120 PEFT cells; --gradeff-datasets=dtd keeps the 60 DTD ones; a typo names the valid
+    keys."""
     assert len(_collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                                   "-m", "peft"))) == 120
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",

@@ -58,7 +58,8 @@ def test_a_fitting_checkpoint_starts_the_cell_and_is_recorded(grid_pytester, vit
     """The 10-class checkpoint on CIFAR-100's 100 classes: backbone loaded, head re-initialised from the seed."""
     path = save_reference("vit_s", vit_s_state, tmp_path)
     results = tmp_path / "r.jsonl"
-    outcome = grid_pytester.runpytest_subprocess(*PLUGIN, *ONE_CELL, "--gradeff-epochs=1", f"--gradeff-results={results}",
+    outcome = grid_pytester.runpytest_subprocess(*PLUGIN, *ONE_CELL, "--gradeff-epochs=1",
+                                                 f"--gradeff-results={results}",
                                                  f"--gradeff-weights=vit_s={path}")
     outcome.assert_outcomes(passed=1)
     (record,) = read_records(results)

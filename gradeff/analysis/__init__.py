@@ -20,11 +20,18 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from gradeff.analysis.metrics import (
-    MEMORY_PARTS, METRICS, Metric, memory_parts, meter_section, meter_value, metric_value, nonfinite_value,
+    MEMORY_PARTS,
+    METRICS,
+    Metric,
+    memory_metric,
+    memory_parts,
+    meter_section,
+    meter_value,
+    metric_value,
+    nonfinite_value,
     training_memory_bytes,
 )
 from gradeff.analysis.metrics import is_isolated as isolated
-from gradeff.analysis.metrics import memory_metric
 from gradeff.analysis.pairing import PairedRatio, paired_ratio
 from gradeff.analysis.runs import CellRuns, by_cell, canonical, canonical_key
 from gradeff.results import CellRecord

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gradeff import analysis
-from gradeff.analysis import Metric
-from gradeff.analysis import scope
+from gradeff.analysis import Metric, scope
 from gradeff.analysis.pairing import PairedRatio, paired_ratio
 from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.formatting import as_number
@@ -31,7 +30,8 @@ from gradeff.strategies import BUDGET_KINDS, STRATEGIES
 __all__ = [
     "ADAPTIVE", "COMPILER", "DEVICE_MEMORY", "MEMORY_FOCUS", "PEAK", "STANDARD", "Change", "GroupKey",
     "LevelClaim", "Studies", "Verdict", "budget_kind", "budget_level", "checkpointed_blocks", "compared",
-    "device_memory_bytes", "epoch_range", "expected_oom", "group_cells", "host_copies_bytes", "is_compiled", "is_offload",
+    "device_memory_bytes", "epoch_range", "expected_oom", "group_cells", "host_copies_bytes", "is_compiled",
+    "is_offload",
     "level_claims", "merge_levels", "peft_budget_changes", "plan_key", "plan_number", "plan_of", "ratio_of",
     "sort_memory", "split_studies", "verdict",
 ]

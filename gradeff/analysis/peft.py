@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from gradeff import analysis
 from gradeff.analysis import Metric
+from gradeff.analysis.naming import weights_source
 from gradeff.analysis.pairing import PairedRatio
 from gradeff.analysis.runs import CellRuns
-from gradeff.analysis.naming import weights_source
 from gradeff.analysis.stats import Interval, interval
 from gradeff.data import TASKS
 from gradeff.formatting import as_number
@@ -145,8 +145,9 @@ def versus_full(runs: Mapping[str, CellRuns]) -> list[Versus]:
             common = sorted(set(mine) & set(theirs))
             points = interval([mine[s] - theirs[s] for s in common]) if common else None
 
-        def against(metric: str) -> PairedRatio | None:
-            return None if reference is None else paired_ratio(cell_runs.values(metric), reference.values(metric))
+        def against(metric: str) -> PairedRatio | None:  # called in this iteration only
+            return None if reference is None else paired_ratio(cell_runs.values(metric),  # noqa: B023
+                                                               reference.values(metric))  # noqa: B023
 
         result.append(Versus(runs=cell_runs, reference=reference, accuracy_points=points, memory=against("peak"),
                              time=against("epoch_seconds"), energy=against("energy")))

@@ -3,7 +3,8 @@
 ``transformers.PaliGemmaForConditionalGeneration``: a SigLIP image tower, a linear projection and a Gemma decoder
 that reads ``[image tokens] [BOS] prompt "\\n"`` as a *prefix* attended bidirectionally, then the answer
 causally. The paper profile is ``google/paligemma-3b-pt-224``: SigLIP-So400m/14 at 224 px (256 image tokens)
-and Gemma-2B; 2.92 B parameters (2,923,466,480 built here). Each class is scored by the log-likelihood of its name as the answer to
+and Gemma-2B; 2.92 B parameters (2,923,466,480 built here). Each class is scored by the log-likelihood of its name as
+the answer to
 :data:`PROMPT` (:mod:`gradeff.baselines.prompted`, with a bidirectional prefix), positions counted from 1 as
 PaliGemma counts them. The model is gated on the hub and random weights would score at chance, so its cells need
 weights (``--gradeff-weights paligemma=PATH``, a ``save_pretrained`` folder with its tokenizer, or the hub id with

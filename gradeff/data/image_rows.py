@@ -72,7 +72,7 @@ def decode_images(cells: list, *, where: str, folder: Path | None = None,
     for row, cell in enumerate(cells):
         try:
             out.append(convert(_open(cell, folder)))
-        except Exception as exc:  # PIL raises many kinds (UnidentifiedImageError, OSError, SyntaxError, ...)
+        except Exception as exc:  # noqa: BLE001 - PIL raises many kinds (UnidentifiedImageError, OSError, SyntaxError, ...)
             raise BadImage(f"{where}, row {row} ({_describe(cell)}): cannot decode the image: "
                            f"{type(exc).__name__}: {exc}") from None
     return out

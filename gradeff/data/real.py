@@ -35,7 +35,8 @@ from gradeff.data.image_rows import decode_images, undecoded_column
 
 __all__ = [
     "BPE_VOCAB", "BUILTIN", "HELDOUT_FRACTION", "KNOWN", "ROLES", "SUPPORTED_FORMATS", "SYNTHETIC_TOO",
-    "VALIDATION_FRACTION", "DataSource", "KnownData", "build_task", "builtin_path", "load_real", "open_splits", "parse_columns", "parse_sources",
+    "VALIDATION_FRACTION", "DataSource", "KnownData", "build_task", "builtin_path", "load_real", "open_splits",
+    "parse_columns", "parse_sources",
     "source_for", "validate_source",
 ]
 
@@ -327,8 +328,8 @@ def open_splits(source: DataSource, cache_root: Path):
         heldout, notes["heldout_split"] = loaded[own], f"the dataset's own {own!r} split"
     else:
         train, heldout = _carve(train, HELDOUT_FRACTION, _SPLIT_SEED, label, "a test split")
-        notes["heldout_split"] = f"{HELDOUT_FRACTION:.0%} of 'train' held out (seed {_SPLIT_SEED}): the dataset has no " \
-                                 f"test split"
+        notes["heldout_split"] = f"{HELDOUT_FRACTION:.0%} of 'train' held out (seed {_SPLIT_SEED}): the dataset " \
+                                 f"has no test split"
     own_validation = next((name for name in _VALIDATION_SPLITS if name in loaded and name != own), None)
     if own_validation is not None:
         validation = loaded[own_validation]

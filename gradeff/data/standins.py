@@ -135,7 +135,8 @@ class TextureClasses:
         return self.spectra.shape[0]
 
     def log_likelihood(self, images: np.ndarray) -> np.ndarray:
-        """``log p(x | class)`` ``(N, K)``, the Gaussian likelihood averaged over the nuisance values (less ``D/2 log 2π``)."""
+        """``log p(x | class)`` ``(N, K)``, the Gaussian likelihood averaged over the nuisance values (less
+        ``D/2 log 2π``)."""
         num_classes, num_nuisances = self.spectra.shape[:2]
         inverse, logdet = self._inverse, self._logdet
         quadratic = _periodograms(images) @ _upper(inverse).reshape(num_classes * num_nuisances, -1).T
@@ -501,7 +502,8 @@ def objects(*, num_classes: int, image_size: int, num_samples: int, seed: int, h
             validation_samples: int | None = None, salt: str = "cifar100", task: str = "cifar100") -> Dataset:
     """The CIFAR-100 stand-in: two-colour objects at a random pose over clutter, under a colour cast."""
     parts, order, world = _object_world(seed)
-    classes = object_classes(parts, _stand_in_combinations(order, num_classes, _OBJECT_LIMIT, "objects"), image_size, world)
+    classes = object_classes(parts, _stand_in_combinations(order, num_classes, _OBJECT_LIMIT, "objects"),
+                             image_size, world)
     rng = np.random.default_rng([seed, zlib.crc32(salt.encode())])
     info = {"num_classes": num_classes, "image_size": image_size, "positions": len(classes.offsets),
             "poses": classes.templates.shape[1]}

@@ -3,7 +3,8 @@
 **Causal LM** (``causal_lm``, the LLM's task): text from a fixed random Markov chain over 124 states (rows
 Dirichlet(0.1): each state has a few likely successors). The best next-token prediction needs only the current
 token, which a decoder sees at the position it predicts from, so a tiny Llama learns the chain from its first steps;
-at tiny, 768 training sequences, the same every epoch (23,808 transitions, ~190 a state), let it generalise: the test loss follows
+at tiny, 768 training sequences, the same every epoch (23,808 transitions, ~190 a state), let it generalise: the test
+loss follows
 the training loss.
 
 **Masked LM** (``masked_lm``, ModernBERT's task): each sequence draws one of 16 topics, then every token

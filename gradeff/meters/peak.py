@@ -63,7 +63,7 @@ from torch.utils._pytree import tree_flatten
 from gradeff.meters.storage import storage_of
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 __all__ = ["LivePeakTracker"]
 

@@ -22,8 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradeff.models.keymaps import KEY_MAPS, KeyMap, MappedKeys, unwrap
-from gradeff.weights import (StartingWeights, WeightSource, WeightSourceError, describe, load_state_dict, read_shapes,
-                             resolve)
+from gradeff.weights import (
+    StartingWeights,
+    WeightSource,
+    WeightSourceError,
+    describe,
+    load_state_dict,
+    read_shapes,
+    resolve,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -160,7 +167,7 @@ def model_type(model: str) -> str | None:
     config = getattr(importlib.import_module(spec.module), "config", None)
     try:
         return config("tiny").model_type if config is not None else None
-    except Exception:  # a builder module whose config() needs more than a profile
+    except Exception:  # noqa: BLE001 - a builder module whose config() needs more than a profile
         return None
 
 
@@ -202,7 +209,7 @@ def _save_pretrained_shapes(model: str, folder: Path) -> dict[str, tuple]:
     model_class = type(build_model(model, "tiny", device="meta"))
     try:
         config = model_class.config_class.from_pretrained(folder)
-    except Exception as exc:  # a config.json transformers cannot read
+    except Exception as exc:  # noqa: BLE001 - a config.json transformers cannot read
         raise WeightSourceError(f"{folder}/config.json: {type(exc).__name__}: {exc}") from None
     with torch.device("meta"):
         built = model_class(config)

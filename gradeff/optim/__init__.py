@@ -8,6 +8,7 @@ else the harness needs to know about it, and its state law says how many bytes o
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from gradeff.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OPTIMIZERS", "STATE_LAWS", "OptimizerSpec", "build_optimizer"]
+__all__ = ["OPTIMIZERS", "STATE_LAWS", "OptimizerSpec", "build_optimizer", "optimizer_kernel"]
 
 # bitsandbytes' blockwise 8-bit state: 256 values share one float32 scale (absmax), and each
 # state is decoded through a 256-entry float32 quantisation map. Tensors with fewer elements
@@ -209,13 +210,17 @@ OPTIMIZERS: Registry[OptimizerSpec] = Registry(
 )
 
 
-def build_optimizer(key: str, params: Iterable[torch.nn.Parameter], lr: float, **overrides) -> torch.optim.Optimizer:
+def build_optimizer(key: str, params: Iterable[torch.nn.Parameter], lr: float, *, fused: bool = False,
+                    **overrides) -> torch.optim.Optimizer:
     """Instantiate the optimizer ``key`` over ``params`` with learning rate ``lr``.
 
     Args:
         key: optimizer key (see ``OPTIMIZERS``).
         params: the trainable parameters.
         lr: learning rate (the cell's, shared by all optimizers of a model).
+        fused: use the class's fused kernel (``fused=True``: one kernel a step over every parameter) where it has
+            one and the parameters' device supports it, else its multi-tensor path (``foreach=True``) where it
+            has that; a class with neither (CG, 8-bit AdamW) is built as it is. ``False``: torch's own choice.
         **overrides: constructor arguments that replace the spec's (the spec's state law
             assumes its own arguments).
 
@@ -225,4 +230,26 @@ def build_optimizer(key: str, params: Iterable[torch.nn.Parameter], lr: float, *
     spec = OPTIMIZERS[key]
     module_name, _, class_name = spec.target.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(params, lr=lr, **(spec.kwargs | overrides))
+    arguments = spec.kwargs | overrides
+    if not fused:
+        return cls(params, lr=lr, **arguments)
+    params = list(params)
+    accepted = inspect.signature(cls.__init__).parameters
+    if "fused" in accepted:
+        try:
+            return cls(params, lr=lr, **arguments | {"fused": True})
+        except RuntimeError:  # torch has no fused kernel for these parameters' device or dtype
+            pass
+    if "foreach" in accepted:
+        return cls(params, lr=lr, **arguments | {"foreach": True})
+    return cls(params, lr=lr, **arguments)
+
+
+def optimizer_kernel(optimizer: torch.optim.Optimizer | None) -> str | None:
+    """Which implementation ``optimizer`` steps with: ``fused``, ``foreach`` (multi-tensor), or ``default`` (torch
+    decides at each step: per-parameter loops on a CPU, multi-tensor on a GPU; or a class with no choice);
+    ``None`` without an optimizer."""
+    if optimizer is None:
+        return None
+    defaults = optimizer.defaults
+    return "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "default"

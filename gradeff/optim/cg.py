@@ -10,7 +10,6 @@ from torch import Tensor
 from torch.optim.lbfgs import _strong_wolfe
 from torch.optim.optimizer import Optimizer, ParamsT
 
-
 __all__ = ["ConjugateGradient", "BETA_RULES", "LINE_SEARCHES", "RESTART_REASONS", "cg_stats"]
 
 BETA_RULES = ("fr", "pr+", "hs", "dy", "hz")

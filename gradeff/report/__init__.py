@@ -25,14 +25,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from gradeff import analysis
-from gradeff.analysis import group_by_model
-from gradeff.analysis import naming, scope
+from gradeff.analysis import group_by_model, naming, scope
+from gradeff.analysis import memory as memory_analysis
+from gradeff.analysis import peft as peft_analysis
 from gradeff.formatting import NA
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
-from gradeff.analysis import memory as memory_analysis
-from gradeff.analysis import peft as peft_analysis
 from gradeff.report import context, figures, tables
 from gradeff.report.answer import build_answer_view, build_real_view
 from gradeff.report.claims import build_claims_view
@@ -40,7 +39,15 @@ from gradeff.report.memory import build_memory_view
 from gradeff.report.peft import build_peft_view
 from gradeff.report.render import TEMPLATE, jinja_environment, render_html
 from gradeff.report.view import (
-    SECTIONS, ClaimsView, ModelView, ReportView, Table, display_name, distinct_text, html_id, status_text,
+    SECTIONS,
+    ClaimsView,
+    ModelView,
+    ReportView,
+    Table,
+    display_name,
+    distinct_text,
+    html_id,
+    status_text,
 )
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
@@ -109,7 +116,7 @@ def build_view(
     cells = analysis.by_cell(kept)
     return ReportView(
         title=title,
-        generated_at=generated_at or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        generated_at=generated_at or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         sections=SECTIONS, section_by_id={section.id: section for section in SECTIONS},
         section_cells={section.id: tuple(r.cell for r in cells.values() if not section.studies
                                          or scope.study_of(r.first) in section.studies) for section in SECTIONS},

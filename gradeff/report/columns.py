@@ -60,7 +60,8 @@ def hide_unmeasured(table: Table) -> Table:
     gpu = " A run without a GPU has no GPU meters." if "GPU" in names else ""
     note = (f"{HIDDEN_PREFIX}{names}: n/a in every row on this run{why}.{gpu} The CSV export keeps every "
             "column.")
-    return dataclasses.replace(_without(table, blank | set(hidden)), note=f"{table.note} {note}" if table.note else note)
+    return dataclasses.replace(_without(table, blank | set(hidden)),
+                               note=f"{table.note} {note}" if table.note else note)
 
 
 def _without(table: Table, columns: set[int]) -> Table:

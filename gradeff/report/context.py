@@ -10,7 +10,15 @@ from gradeff.formatting import NA, as_number
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.report.view import (
-    Cell, Row, Table, display_name, distinct_text, energy_sources, metering_cost_fractions, status_text, text_or_na,
+    Cell,
+    Row,
+    Table,
+    display_name,
+    distinct_text,
+    energy_sources,
+    metering_cost_fractions,
+    status_text,
+    text_or_na,
 )
 from gradeff.results import CellRecord
 
@@ -62,7 +70,7 @@ def _when(group: Sequence[CellRecord]) -> str:
     stamps = [r.finished_at for r in group if as_number(r.finished_at)]
     if not stamps:
         return NA
-    return _dt.datetime.fromtimestamp(max(stamps), tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return _dt.datetime.fromtimestamp(max(stamps), tz=_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def environment_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:

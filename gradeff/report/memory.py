@@ -23,8 +23,16 @@ from gradeff.formatting import NA, format_bytes, format_ratio, format_seconds, f
 from gradeff.models import MODELS
 from gradeff.report import figures
 from gradeff.report.view import (
-    Cell, MemoryGroupView, MemoryView, Row, Table, display_name, distinct_text, energy_sources,
-    html_id, status_text,
+    Cell,
+    MemoryGroupView,
+    MemoryView,
+    Row,
+    Table,
+    display_name,
+    distinct_text,
+    energy_sources,
+    html_id,
+    status_text,
 )
 from gradeff.results import CellRecord
 
@@ -198,7 +206,8 @@ def _table(slug: str, title: str, runs: Mapping[str, CellRuns], reference: CellR
         id=f"{slug}-strategies", caption=f"{title}: every strategy's plan and measurements",
         header=TABLE_HEADER, rows=tuple(_row(r, reference) for r in runs.values()),
         note=(f"{reference_text} Figures are means over the seeds that ended ok (± 95 % half-width and n with "
-              "several); ratios are taken seed by seed. Live peak: tensors alive at once in one training step, exact on "
+              "several); ratios are taken seed by seed. Live peak: tensors alive at once in one training step, "
+              "exact on "
               "any device; n/a "
               "for compiled cells. Breakdown sum: parameters + gradients + optimizer state + activations saved for "
               "backward, the figure's memory. Predicted peak: the adaptive plan's prediction for the blocks it "

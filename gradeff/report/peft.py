@@ -27,14 +27,25 @@ from gradeff.models import MODELS
 from gradeff.report import figures, inference
 from gradeff.report.tables import places, ratio_cell, runs_cell
 from gradeff.report.view import (
-    Cell, FigureView, PeftGroupView, PeftView, Row, Table, display_name, distinct_text, energy_sources, first_word,
-    html_id, status_text,
+    Cell,
+    FigureView,
+    PeftGroupView,
+    PeftView,
+    Row,
+    Table,
+    display_name,
+    distinct_text,
+    energy_sources,
+    first_word,
+    html_id,
+    status_text,
 )
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "BASELINES_NOTE", "MISSING_NOTE", "SANITY_LABEL", "TUNED_MISSING_NOTE", "build_peft_view", "format_count", "format_points",
+    "BASELINES_NOTE", "MISSING_NOTE", "SANITY_LABEL", "TUNED_MISSING_NOTE", "build_peft_view", "format_count",
+    "format_points",
     "method_label",
 ]
 

@@ -26,7 +26,14 @@ from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.registry import Registry
 from gradeff.report.view import (
-    Cell, Row, Table, config_label, display_name, energy_sources, first_word, status_text,
+    Cell,
+    Row,
+    Table,
+    config_label,
+    display_name,
+    energy_sources,
+    first_word,
+    status_text,
 )
 from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES

@@ -21,7 +21,8 @@ from gradeff.results import CellRecord
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
-    "SECTIONS", "SORTABLE_ROWS", "AnswerGroupView", "AnswerView", "BaselinesView", "Cell", "ClaimGroupView", "ClaimsView",
+    "SECTIONS", "SORTABLE_ROWS", "AnswerGroupView", "AnswerView", "BaselinesView", "Cell", "ClaimGroupView",
+    "ClaimsView",
     "FigureView", "MemoryGroupView", "MemoryView",
     "ModelView", "PeftGroupView", "PeftView", "RealView", "ReportView", "Row", "Section",
     "Table", "config_label", "display_name", "distinct_text", "energy_sources", "first_word", "html_id",

@@ -311,7 +311,6 @@ def profile_step(model: torch.nn.Module, batch: dict, *, state_bytes: int, devic
     """
     from gradeff.meters import LivePeakTracker
     from gradeff.meters.memory import parameter_bytes
-
     from gradeff.untouched import untouched
 
     layers = checkpointable_layers(model)

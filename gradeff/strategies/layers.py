@@ -31,7 +31,8 @@ def checkpointable_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def short_name(name: str) -> str:
-    """A block's name without the prefixes wrappers add (peft's ``base_model.model.``, torch.compile's ``_orig_mod.``)."""
+    """A block's name without the prefixes wrappers add (peft's ``base_model.model.``, torch.compile's
+    ``_orig_mod.``)."""
     for prefix in ("_orig_mod.", "base_model.model."):
         name = name.removeprefix(prefix)
     return name

@@ -15,7 +15,13 @@ import torch
 
 from gradeff.strategies import STRATEGIES, enable_checkpointing
 from gradeff.strategies.budget import (
-    BudgetPlan, StepProfile, calibrated, compiler_fraction, measure_checkpointed_peak, plan, profile_step,
+    BudgetPlan,
+    StepProfile,
+    calibrated,
+    compiler_fraction,
+    measure_checkpointed_peak,
+    plan,
+    profile_step,
 )
 from gradeff.strategies.layers import checkpoint_only, checkpointable_layers
 from gradeff.untouched import untouched

@@ -3,8 +3,16 @@
 import pytest
 
 from gradeff.analysis.claims import (
-    CLAIMS, CONTRADICTED, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, Effect, effect_of, effect_verdict,
-    evaluate_claims, range_verdict,
+    CLAIMS,
+    CONTRADICTED,
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Effect,
+    effect_of,
+    effect_verdict,
+    evaluate_claims,
+    range_verdict,
 )
 from gradeff.analysis.stats import Interval
 from tests.analysis.factories import run
@@ -268,8 +276,10 @@ def _grid(spec, seeds=3, **common):
 
 def test_checkpointing_identical_on_every_seed_contradicts_the_paper():
     """Bit-identical pairs: identical in every pair, contradicted; a real change beyond the spread reproduces it."""
-    records = _grid({"llm-adam-standard": {"test": lambda s: 2.0 + s}, "llm-adam-checkpoint": {"test": lambda s: 2.0 + s},
-                     "llm-sgd-standard": {"test": lambda s: 3.0 + s}, "llm-sgd-checkpoint": {"test": lambda s: 3.0 + s}})
+    records = _grid({"llm-adam-standard": {"test": lambda s: 2.0 + s},
+                     "llm-adam-checkpoint": {"test": lambda s: 2.0 + s},
+                     "llm-sgd-standard": {"test": lambda s: 3.0 + s},
+                     "llm-sgd-checkpoint": {"test": lambda s: 3.0 + s}})
     result = _claim(records, "checkpoint_loss")
     assert result.verdict == CONTRADICTED and result.seeds == "3 seeds"
     assert result.measured == "identical in 2 of 2 optimizer pairs (the same numbers on every seed)"
@@ -280,7 +290,8 @@ def test_checkpointing_identical_on_every_seed_contradicts_the_paper():
     assert result.verdict == REPRODUCED and result.measured.startswith(
         "identical in 0 of 1 optimizer pairs (the same numbers on every seed); largest change +")
     assert result.why == "a change of the quality metric beyond the seed spread"
-    noisy = _grid({"llm-adam-standard": {"test": lambda s: 2.0}, "llm-adam-checkpoint": {"test": lambda s: (1.0, 3.0, 2.0)[s]}})
+    noisy = _grid({"llm-adam-standard": {"test": lambda s: 2.0},
+                   "llm-adam-checkpoint": {"test": lambda s: (1.0, 3.0, 2.0)[s]}})
     assert _claim(noisy, "checkpoint_loss").verdict == NOT_REPRODUCED
     assert _claim(_grid({"llm-adam-standard": {}}), "checkpoint_loss").measured == "n/a"
     # Same test loss but another run (different training losses): not identical.
@@ -361,7 +372,8 @@ def test_best_loss_optimizers_read_the_quality_metric():
     result = _claim(_grid(identical), "best_loss_optimizers")
     assert result.verdict == REPRODUCED
     assert result.measured == "llm: llm-adadelta-standard ≡ llm-adadelta-checkpoint (paper: adadelta)"
-    draw = _claim(_grid({"llm-adadelta-standard": {"test": lambda s: 1.0}, "llm-adam-standard": {"test": lambda s: 2.0}},
+    draw = _claim(_grid({"llm-adadelta-standard": {"test": lambda s: 1.0},
+                         "llm-adam-standard": {"test": lambda s: 2.0}},
                         seeds=1), "best_loss_optimizers")
     assert draw.measured == "llm: llm-adadelta-standard (single draw) (paper: adadelta)" and draw.seeds == "single draw"
     vit = _claim(_grid({"vit-adagrad-standard": {"accuracy": lambda s: 0.5}, "vit-adam-standard":
@@ -462,7 +474,8 @@ def test_accumulation_memory():
 
 def test_accumulation_near_the_lowest_loss():
     """Tied with the model's best, or within 5 % of its quality metric, on every model."""
-    near = _grid({"llm-adam-standard": {"test": lambda s: 1.0 + s / 100}, "llm-adam-accum": {"test": lambda s: 1.04 + s / 100},
+    near = _grid({"llm-adam-standard": {"test": lambda s: 1.0 + s / 100},
+                  "llm-adam-accum": {"test": lambda s: 1.04 + s / 100},
                   "vit-adam-standard": {"accuracy": lambda s: 0.50}, "vit-adam-accum": {"accuracy": lambda s: 0.49}})
     result = _claim(near, "accum_lowest_loss")
     assert result.verdict == REPRODUCED and result.seeds == "3 seeds"
@@ -470,12 +483,14 @@ def test_accumulation_near_the_lowest_loss():
                                "accum llm-adam-accum +4.0 % from the best (test loss)")
     assert result.why == ("near-lowest = tied with the model's best cell over seeds, or within 5 % of its quality "
                           "metric (test loss; test top-1 for classifiers)")
-    far = _grid({"llm-adam-standard": {"test": lambda s: 1.0 + s / 100}, "llm-adam-accum": {"test": lambda s: 2.0 + s / 100}})
+    far = _grid({"llm-adam-standard": {"test": lambda s: 1.0 + s / 100},
+                 "llm-adam-accum": {"test": lambda s: 2.0 + s / 100}})
     assert _claim(far, "accum_lowest_loss").verdict == CONTRADICTED
     best = _grid({"llm-adam-standard": {"test": lambda s: 2.0 + s / 100}, "llm-adam-accum": {"test": lambda s: 1.0}})
     result = _claim(best, "accum_lowest_loss")
     assert result.verdict == REPRODUCED and result.measured.endswith("from the best (test loss), tied with it")
-    mixed = far + _grid({"vit-adam-standard": {"accuracy": lambda s: 0.50}, "vit-adam-accum": {"accuracy": lambda s: 0.50}})
+    mixed = far + _grid({"vit-adam-standard": {"accuracy": lambda s: 0.50},
+                         "vit-adam-accum": {"accuracy": lambda s: 0.50}})
     assert _claim(mixed, "accum_lowest_loss").verdict == NOT_REPRODUCED
     assert _claim(_grid({"llm-adam-standard": {}}), "accum_lowest_loss").verdict == NOT_MEASURABLE
 

@@ -8,7 +8,15 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from gradeff.analysis.pairing import (
-    IDENTICAL, SINGLE_DRAW, TIE, WINNER, holm, identical_groups, paired, paired_ratio, rank,
+    IDENTICAL,
+    SINGLE_DRAW,
+    TIE,
+    WINNER,
+    holm,
+    identical_groups,
+    paired,
+    paired_ratio,
+    rank,
 )
 
 

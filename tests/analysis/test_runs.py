@@ -104,7 +104,8 @@ def test_the_quality_metric_follows_the_task():
     assert metrics.quality_metric([run("vlm-adam-standard")]).key == "test_loss"
     assert metrics.quality_metric([run("modernbert-adam-standard")]).key == "test_loss"
     vit = run("vit-adam-standard", accuracy=0.25)
-    assert metrics.quality_metric([vit]).key == "heldout_accuracy" and metrics.metric_value(vit, "heldout_accuracy") == 25
+    assert (metrics.quality_metric([vit]).key == "heldout_accuracy"
+            and metrics.metric_value(vit, "heldout_accuracy") == 25)
     assert metrics.quality_metric([run("vit-adamw-digits", grid="real")]).key == "heldout_accuracy"
     assert metrics.quality_metric([run("llm-adamw-pydoc", grid="real")]).key == "test_loss"
     labels = run("vit-adam-standard", task={"info": {"multi_label": True}})

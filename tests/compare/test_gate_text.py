@@ -4,8 +4,20 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.compare import (Comparison, MismatchError, UnusableInput, _environment_differences, compare_records,
-                             format_table, load_results, loosened, main, parse_compare_args, read_cells, widened)
+from gradeff.compare import (
+    Comparison,
+    MismatchError,
+    UnusableInput,
+    _environment_differences,
+    compare_records,
+    format_table,
+    load_results,
+    loosened,
+    main,
+    parse_compare_args,
+    read_cells,
+    widened,
+)
 from gradeff.compare_rules import DEFAULT_RULES, Row
 from gradeff.portability import numerics
 from gradeff.results import append_record

@@ -6,8 +6,19 @@ from dataclasses import replace
 import pytest
 
 from gradeff.compare import compare_records, main
-from gradeff.portability import (NUMERICS_KEYS, PERTURBATIONS, Band, Sensitivity, deviation, memory_deviation,
-                                 numerics, numerics_differences, perturbations, perturbed_path, sensitivities)
+from gradeff.portability import (
+    NUMERICS_KEYS,
+    PERTURBATIONS,
+    Band,
+    Sensitivity,
+    deviation,
+    memory_deviation,
+    numerics,
+    numerics_differences,
+    perturbations,
+    perturbed_path,
+    sensitivities,
+)
 from gradeff.results import EpochRecord, Summary, append_record
 from tests.compare.test_compare_cli import record
 

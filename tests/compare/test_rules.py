@@ -7,7 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gradeff.compare_rules import (
-    DEFAULT_RULES, LOOSE_ACCURACY_ATOL, LOOSE_LOSS_RTOL, MIB, Row, StatusRule, TimeRule, ToleranceRule, override_rules,
+    DEFAULT_RULES,
+    LOOSE_ACCURACY_ATOL,
+    LOOSE_LOSS_RTOL,
+    MIB,
+    Row,
+    StatusRule,
+    TimeRule,
+    ToleranceRule,
+    override_rules,
 )
 from gradeff.results import CellRecord, EpochRecord, Summary
 

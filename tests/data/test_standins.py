@@ -98,7 +98,8 @@ def test_object_ceiling_is_the_brute_force_posterior_on_the_split():
     means = np.stack([[[np.roll(template, tuple(offset), axis=(-2, -1)).reshape(-1) for offset in classes.offsets]
                        for template in poses] for poses in classes.templates])  # (K, V, T, D)
     test = data.heldout
-    images, labels = test.tensors["pixel_values"].double().numpy().reshape(len(test), -1), test.tensors["labels"].numpy()
+    images, labels = (test.tensors["pixel_values"].double().numpy().reshape(len(test), -1),
+                      test.tensors["labels"].numpy())
     flat = _gaussian_logpdf(images, means.reshape(-1, means.shape[-1]), covariance)
     per_class = logsumexp(flat.reshape(len(images), 4, -1), axis=2)
     accuracy, floor = _ceiling(per_class, labels)
@@ -116,9 +117,11 @@ def test_texture_ceiling_is_the_brute_force_posterior_on_the_split():
     parts, order = standins._texture_world(2)
     classes = standins.texture_classes(parts, order[:3], 8)
     test = data.heldout
-    images, labels = test.tensors["pixel_values"].double().numpy().reshape(len(test), -1), test.tensors["labels"].numpy()
+    images, labels = (test.tensors["pixel_values"].double().numpy().reshape(len(test), -1),
+                      test.tensors["labels"].numpy())
     zero = np.zeros((1, images.shape[1]))
-    per_nuisance = np.array([[_gaussian_logpdf(images, zero, (lambda h: h @ h.T)(_operator(np.linalg.cholesky(s))))[:, 0]
+    per_nuisance = np.array([[_gaussian_logpdf(images, zero,
+                                               (lambda h: h @ h.T)(_operator(np.linalg.cholesky(s))))[:, 0]
                               for s in spectra] for spectra in classes.spectra])  # (K, V, N)
     per_class = logsumexp(per_nuisance, axis=1).T - np.log(per_nuisance.shape[1])
     accuracy, floor = _ceiling(per_class, labels)

@@ -27,7 +27,8 @@ def test_same_seed_same_data_other_seed_other_data(model):
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_floor_is_below_chance(model):
-    """The Bayes floor is non-negative and far below the loss of guessing uniformly (positive where noise hides classes)."""
+    """The Bayes floor is non-negative and far below the loss of guessing uniformly (positive where noise hides
+    classes)."""
     hp = hparams_for(model, "tiny")
     data = make_dataset(MODELS[model].task, hp, 0)
     classifies = TASKS[MODELS[model].task].kind == "image_classification"

@@ -138,7 +138,7 @@ def test_no_time_no_rate():
 
 def test_grouped_query_attention_counts_as_every_query_head_attending():
     """Two key/value heads shared by four query heads: the FLOPs of four full heads, forward and backward."""
-    import torch.nn.functional as F  # noqa: N812
+    import torch.nn.functional as F
 
     from gradeff.meters.flops import counted
 

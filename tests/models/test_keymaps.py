@@ -60,7 +60,8 @@ def test_timm_fused_qkv_is_split_in_order_into_q_k_v():
 def test_timm_tinyvit_patch_merging_moves_back_one_stage():
     """timm puts each patch merging at the start of the next stage; ours (and Cream's) end the stage."""
     key_map = KEY_MAPS["tinyvit"]
-    assert key_map.our_keys("stages.1.downsample.conv1.conv.weight") == ("tinyvit.stages.0.downsample.conv1.conv.weight",)
+    assert key_map.our_keys("stages.1.downsample.conv1.conv.weight") == (
+        "tinyvit.stages.0.downsample.conv1.conv.weight",)
     assert key_map.our_keys("stages.3.downsample.conv3.bn.bias") == ("tinyvit.stages.2.downsample.conv3.bn.bias",)
     assert key_map.our_keys("stages.0.downsample.conv1.conv.weight") is None
 

@@ -9,7 +9,7 @@ import torch
 
 # torch imports its compiler on the first optimizer a process builds (torch._dynamo, seconds): imported with this
 # module instead, the mutation run's workers, forked from a process that collected it, do not pay it each.
-import torch._dynamo  # noqa: F401
+import torch._dynamo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -513,7 +513,8 @@ def test_multiple_parameter_groups_rejected():
     """More than one parameter group raises ValueError."""
     groups = [{"params": [torch.zeros(2, requires_grad=True)]},
               {"params": [torch.zeros(2, requires_grad=True)], "lr": 0.1}]
-    with pytest.raises(ValueError, match="^ConjugateGradient doesn't support per-parameter options \\(parameter groups\\)$"):
+    with pytest.raises(ValueError,
+                       match="^ConjugateGradient doesn't support per-parameter options \\(parameter groups\\)$"):
         ConjugateGradient(groups)
 
 
@@ -805,7 +806,7 @@ def test_a_search_without_decrease_gives_up_after_max_ls():
         x = torch.zeros(2, dtype=torch.float64, requires_grad=True)
         opt = ConjugateGradient([x], tolerance_change=0.0, **kwargs)
 
-        def closure():
+        def closure(x=x):
             x.grad = torch.ones_like(x)
             return -x.detach().sum()
 
@@ -828,7 +829,7 @@ def test_sparse_gradients_follow_the_dense_trajectory():
     dense, sparse = start(problem), start(problem)
     for x, layout in ((dense, torch.Tensor.clone), (sparse, torch.Tensor.to_sparse)):
         opt = ConjugateGradient([x], line_search="exact", max_iter=4)
-        opt.step(recording_closure(x, lambda xd: layout(problem.A @ xd - problem.b), []))
+        opt.step(recording_closure(x, lambda xd, layout=layout: layout(problem.A @ xd - problem.b), []))
     torch.testing.assert_close(sparse.detach(), dense.detach(), rtol=0, atol=0)
     assert rel_error(dense, problem) < 1
 

@@ -281,3 +281,29 @@ def test_memory_savers_train_a_tiny_model(key, family):
     losses = [step(model, opt, batch) for _ in range(6)]
     assert all(math.isfinite(loss) for loss in losses)
     assert losses[-1] < losses[1] < losses[0]
+
+
+# -- fused and multi-tensor kernels (--gradeff-fused) ----------------------------------------
+
+_FUSED = {"sgd": "fused", "adam": "fused", "adamw": "fused", "adagrad": "fused", "sgdm": "fused",
+          "adadelta": "foreach", "adafactor": "foreach", "cgd": "default"}
+
+
+@pytest.mark.parametrize("key", sorted(_FUSED))
+def test_fused_kernels_keep_the_state_law_and_the_first_step(key):
+    """With fused=True the optimizer steps with torch's fused kernel where it has one, else the multi-tensor path
+    (CG has neither); its state is the same law's, and its first step lands where the default loop's does (the
+    same update, up to float rounding: a fused kernel orders its arithmetic its own way)."""
+    from gradeff.optim import optimizer_kernel
+
+    family = "llm"
+    default_model, fused_model = build(family), build(family)
+    default = grid_optimizer(key, family, trainable(default_model))
+    fused = build_optimizer(key, trainable(fused_model), hparams_for(family, "tiny").lr, fused=True)
+    assert (optimizer_kernel(default), optimizer_kernel(fused)) == ("default", _FUSED[key])
+    batch = _batch(family)
+    assert step(default_model, default, batch) == step(fused_model, fused, batch)  # same weights before the step
+    assert optimizer_state_bytes(fused) == OPTIMIZERS[key].state_bytes(trainable(fused_model))
+    for a, b in zip(default_model.parameters(), fused_model.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    assert optimizer_kernel(None) is None

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from gradeff.report import write_report
-from gradeff.report.plots import MAX_SERIES, Series, loss_curves_svg, pareto_svg, Point
+from gradeff.report.plots import MAX_SERIES, Point, Series, loss_curves_svg, pareto_svg
 from tests.report.test_report_memory import llm_cells, memory_record  # noqa: F401  (fixtures)
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -80,12 +80,13 @@ def test_console_check_catches_a_broken_page(tmp_path):
 
 # Measures the rendered page: every table row's first data cell must start inside the window, and the page
 # must not be wider than the window. The result lands in the DOM that --dump-dom prints.
-_LAYOUT_PROBE = """<script>
+_LAYOUT_PROBE = ("""<script>
 window.addEventListener('load', () => {
   const offscreen = [];
   for (const row of document.querySelectorAll('tbody tr')) {
     const cell = row.querySelector('td');
-    if (cell && cell.getBoundingClientRect().left >= window.innerWidth) offscreen.push(row.id || row.textContent.slice(0, 40));
+    if (cell && cell.getBoundingClientRect().left >= window.innerWidth) """
+    """offscreen.push(row.id || row.textContent.slice(0, 40));
   }
   const probe = document.createElement('pre');
   probe.id = 'layout-probe';
@@ -93,7 +94,7 @@ window.addEventListener('load', () => {
                                       window: window.innerWidth});
   document.body.appendChild(probe);
 });
-</script>"""
+</script>""")
 
 
 def test_hostile_names_and_non_finite_values_render_safely(grid_records, make_record, tmp_path):

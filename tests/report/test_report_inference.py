@@ -93,7 +93,8 @@ def test_inference_table_labels_estimates_and_never_prints_zero_for_missing(tune
     assert table.header == ("cell", "latency (batch 1)", "throughput", "peak inference memory", "energy per image",
                             "MACs per image", "NetScore (dB)", "NS-E (dB)", "NS-M (dB)", "NS# (dB)")
     rows = _rows(table)
-    full, lora, bitfit = rows["Full fine-tuning + standard"], rows["LoRA + standard"], rows["BitFit (biases only) + standard"]
+    full, lora, bitfit = (rows["Full fine-tuning + standard"], rows["LoRA + standard"],
+                          rows["BitFit (biases only) + standard"])
     assert [c.text for c in full[:5]] == ["4.00 ms", "1.28k img/s", "3.00 MiB", f"3.52 mJ {ESTIMATED}", "4.00M"]
     assert full[3].sub == "source: estimate" and full[3].css == "estimated" and full[1].sub == "batches of 32"
     expected = netscore_family(0.5, 200_000, 4_000_000, 0.2, 4.5, 3 * 2**20, "estimate")
@@ -138,17 +139,20 @@ def test_netscore_ranking_orders_each_score_top_first(tuned, baseline):
     columns = list(zip(*(row.cells for row in table.rows), strict=True))
     netscore = [c.text for c in columns[0]]
     assert netscore == ["ViT-S/16 · LoRA + standard", "TinyViT · LoRA + standard",
-                        "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M · baseline", "ViT-S/16 · Full fine-tuning + standard"]
+                        "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M · baseline",
+                        "ViT-S/16 · Full fine-tuning + standard"]
     values = [float(c.sub.split(" dB")[0]) for c in columns[0]]
     assert values == sorted(values, reverse=True)
     # NS-E needs a power: TinyViT without a meter is not ranked there, and the padding cell is empty, not 0.
-    assert [c.text for c in columns[1]] == ["ViT-S/16 · LoRA + standard", "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M · baseline",
+    assert [c.text for c in columns[1]] == ["ViT-S/16 · LoRA + standard",
+                                            "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M · baseline",
                                             "ViT-S/16 · Full fine-tuning + standard", ""]
     assert all(c.sub.endswith(f"dB {ESTIMATED}") for c in columns[1][:3]) and columns[1][3].css == "empty"
     assert ESTIMATED not in columns[0][0].sub and ESTIMATED not in columns[2][0].sub
     assert [row.label for row in table.rows] == ["1", "2", "3", "4"]
     assert "No NS-E (an input not measured): TinyViT · LoRA + standard." in table.note
-    assert "Left out, random weights (at chance by construction): CLIP-shaped, random init, 0.10 M · baseline." in table.note
+    assert ("Left out, random weights (at chance by construction): CLIP-shaped, random init, 0.10 M · baseline."
+            in table.note)
     assert "Left out, no seed ended ok: vit_s-bitfit-standard-cifar100." in table.note
     assert not any("CLIP" in c.text for c in columns[0])
     assert view.ranking_note == RANKING_NOTE and "MiB" in RANKING_NOTE and "never read one alone" in RANKING_NOTE
@@ -180,10 +184,12 @@ def test_baselines_stand_apart_from_the_fine_tuning_tables(tuned, baseline):
     assert [b.title for b in peft.baselines] == ["CIFAR-100 (synthetic, 100 classes)", "DTD (synthetic, 47 textures)"]
     cifar = peft.baselines[0]
     rows = _rows(cifar.table)
-    assert list(rows) == ["CLIP-shaped, random init, 0.10 M", "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M", "ViT-S/16", "TinyViT"]
+    assert list(rows) == ["CLIP-shaped, random init, 0.10 M",
+                          "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M", "ViT-S/16", "TinyViT"]
     assert cifar.table.header[:6] == ("model", "kind", "starting weights", "held-out accuracy",
                                       "training / probe time", "training energy")
-    clip, dinov2, vit = rows["CLIP-shaped, random init, 0.10 M"], rows["DINOv2-shaped, pretrained here on a synthetic task, 0.10 M"], rows["ViT-S/16"]
+    clip, dinov2, vit = (rows["CLIP-shaped, random init, 0.10 M"],
+                         rows["DINOv2-shaped, pretrained here on a synthetic task, 0.10 M"], rows["ViT-S/16"])
     assert [c.text for c in clip[:5]] == ["baseline: zero-shot", "random", "1.0 %", "none", "none"]
     assert clip[2].css == "random" and "at chance by construction, not a finding" in clip[2].sub
     assert clip[8].css.endswith("random") and clip[8].sub == "random weights"
@@ -191,9 +197,11 @@ def test_baselines_stand_apart_from_the_fine_tuning_tables(tuned, baseline):
                                             f"10.0 J {ESTIMATED}"]
     assert dinov2[2].css == "" and dinov2[3].sub == "2 epochs"
     assert vit[0].text == "best fine-tuned: LoRA + standard" and vit[2].text == "70.0 %"
-    assert cifar.weights[0] == ("CLIP-shaped, random init, 0.10 M: random weights, so it scores at chance by construction; "
+    assert cifar.weights[0] == ("CLIP-shaped, random init, 0.10 M: random weights, so it scores at chance by "
+                                "construction; "
                                 "its accuracy is not a finding; give real weights with --gradeff-weights clip=PATH.")
-    assert cifar.weights[1].startswith("DINOv2-shaped, pretrained here on a synthetic task, 0.10 M: the suite's own pretraining on a synthetic "
+    assert cifar.weights[1].startswith("DINOv2-shaped, pretrained here on a synthetic task, 0.10 M: the suite's own "
+                                       "pretraining on a synthetic "
                                        "source task (cached; 256 steps, source-task held-out accuracy 91.0 %)")
     dtd = peft.baselines[1]
     assert "No fine-tuning cell ran on this dataset." in dtd.table.note

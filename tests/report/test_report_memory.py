@@ -24,7 +24,8 @@ OOM_DETAIL = ("even checkpointing every block does not fit: predicted peak 5.00 
 
 @pytest.fixture
 def memory_record(make_record, make_meters):
-    """A memory-grid record factory: breakdown = 1 + 1 + 1 MiB + ``activation``, live ``peak``, ``seconds`` per epoch."""
+    """A memory-grid record factory: breakdown = 1 + 1 + 1 MiB + ``activation``, live ``peak``, ``seconds`` per
+    epoch."""
     def build(strategy="standard", status="ok", *, model="llm", peak=10 * MIB, activation=7 * MIB, seconds=1.0,
               joules=10.0, plan=None, device="cpu", **overrides):
         recorded = make_meters(joules=joules, activation=activation, state=MIB)

@@ -53,7 +53,8 @@ def _section(html: str, section: str) -> str:
 
 
 def test_each_section_reads_its_own_studys_cells(tmp_path):
-    """A mixed results file: the main study's sections hold its 6 cells only; real data and the memory grid their own."""
+    """A mixed results file: the main study's sections hold its 6 cells only; real data and the memory grid their
+    own."""
     path = tmp_path / "results.jsonl"
     for record in _mixed():
         append_record(path, record)

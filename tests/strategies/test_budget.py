@@ -22,7 +22,8 @@ def _profile(savings=(100, 300, 200), saved=None, boundary=10, peak=10_000, stat
 
 
 def test_prediction_phases_by_hand():
-    """Unconstrained: measured peak + state; the optimizer step's phase when it is larger; recomputation walks backward."""
+    """Unconstrained: measured peak + state; the optimizer step's phase when it is larger; recomputation walks
+    backward."""
     profile = _profile()
     assert profile.predicted_peak() == 10_500
     assert _profile(peak=100).predicted_peak() == 1_000 + 1_000 + 500 + 2 * 100
@@ -75,7 +76,8 @@ def _run(model, strategy, budget=None):
 
 @pytest.mark.parametrize("model", ["llm", "vit_s"])
 def test_budget_sweep_on_a_real_model(model, tmp_path, monkeypatch):
-    """From 'everything fits' to 'nothing fits': never above the budget, monotone, standard and checkpoint at the ends."""
+    """From 'everything fits' to 'nothing fits': never above the budget, monotone, standard and checkpoint at the
+    ends."""
     monkeypatch.setenv("GRADEFF_CACHE", str(tmp_path))
     standard, checkpoint = _run(model, "standard"), _run(model, "checkpoint")
     probe = _run(model, "budget", budget=10**12)  # everything fits: the plan's predictions, nothing checkpointed
