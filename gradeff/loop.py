@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from gradeff import stop
 from gradeff.data import Dataset, epoch_order
 
 if TYPE_CHECKING:
@@ -244,6 +245,8 @@ def train_epoch(state: TrainState) -> EpochStats:
     groups = state.step_groups(epoch)
     start = time.perf_counter()
     for index, group in enumerate(groups):
+        if stop.reason is not None:
+            raise KeyboardInterrupt(stop.reason)  # a stop whose first raise a finalizer swallowed
         loss, closure_calls_of_step, total = optimizer_step(state, group)
         closure_calls += closure_calls_of_step
         steps += 1

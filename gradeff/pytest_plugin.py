@@ -101,12 +101,21 @@ def _stop_like_ctrl_c() -> None:
     import signal
     import sys
 
+    from gradeff import stop
+
     received: list[int] = []
+    stop.clear()
 
     def handler(signum, frame):
         received.append(signum)
         if len(received) == 1:
-            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+            why = f"signal {signal.Signals(signum).name}"
+            stop.request(why)
+            if not _in_finalizer(frame):
+                raise KeyboardInterrupt(why)
+            # Raised inside a __del__, Python would print it as ignored and go on: the next optimizer step or
+            # test setup raises it instead (gradeff.stop).
+            return
         sys.stderr.write(f"\ngradeff: second {signal.Signals(signum).name}, stopping now\n")
         sys.stderr.flush()
         os._exit(128 + signum)
@@ -117,6 +126,23 @@ def _stop_like_ctrl_c() -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, handler)
+
+
+def _in_finalizer(frame) -> bool:
+    """Whether the interrupted code runs inside an object's ``__del__``, where an exception is dropped."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A stop requested while its KeyboardInterrupt was swallowed: no further test starts."""
+    from gradeff.stop import raise_if_requested
+
+    raise_if_requested()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -522,6 +548,11 @@ def _incomplete_output(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     """Write the session's own records and selection (``last-session.*``); with --gradeff-baseline, run the regression
     gate on them: a regression fails the session."""
+    from gradeff import stop
+
+    if stop.reason is not None:
+        # Asked to stop, the session says so even where every KeyboardInterrupt was swallowed (gradeff.stop).
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
     config = session.config
     settings = config.stash.get(SETTINGS, None)
     if settings is None or getattr(config, "workerinput", None) is not None:

@@ -85,6 +85,38 @@ def test_a_second_signal_stops_at_once_without_a_traceback(grid_pytester):
     list(read_records(results))  # whatever was written is whole
 
 
+def test_a_signal_that_lands_inside_a_finalizer_still_stops_the_run(pytester):
+    """Python drops an exception raised in ``__del__``: the stop is raised again at the next test's setup, and the
+    session exits as interrupted instead of running on to status 0."""
+    pytester.makepyfile("""
+        import os, signal, time
+
+        class Finalised:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)  # the handler runs here, inside __del__
+
+        def test_a():
+            Finalised()
+
+        def test_b():
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    result.assert_outcomes(passed=1)  # test_b never started
+    assert "Exception ignored" not in result.stdout.str()
+
+
+def test_a_requested_stop_interrupts_the_cell_at_its_next_step(monkeypatch):
+    """A stop whose KeyboardInterrupt was swallowed: the running cell ends interrupted at its next optimizer step."""
+    from gradeff import stop
+
+    monkeypatch.setattr(stop, "reason", "signal SIGTERM")
+    record = run_cell(Cell("llm", "sgd", "standard"), RunConfig(epochs=1, device="cpu"))
+    assert record.status == "interrupted" and record.failed_step == 1
+
+
 def test_memory_budget_turns_a_cell_into_oom():
     """Under a budget below its predicted peak a cell ends oom at step 1, with the numbers; above it, ok."""
     tight = run_cell(Cell("llm", "adam", "standard"), RunConfig(epochs=1, device="cpu", memory_budget=10**6))
