@@ -705,8 +705,9 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
     if METHODS[cell.method].trains:
         with autocast(device, config.precision):
             _train_epochs(cell, config, hp, device, metering, timer, progress)
-    if test is not None and classification:
-        # What the classifier costs to use, on the test split: outside the epochs, like the rest.
+    if test is not None and classification and not STRATEGIES[cell.strategy].trains_as_standard:
+        # What the classifier costs to use, on the test split: outside the epochs, like the rest. A strategy
+        # that trains the standard cell's model bit for bit deploys that model: it is measured once, there.
         progress.inference = measure_inference(state.model, test, batch_size=hp.batch_size, device=device,
                                                meter_settings=config.meters)
 

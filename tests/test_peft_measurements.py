@@ -127,3 +127,5 @@ def test_a_budget_cell_with_no_block_checkpointed_trains_as_the_standard_cell(tm
     assert budget.plan["checkpointed_layers"] == 0
     for field in ("loss", "heldout_loss", "heldout_accuracy"):
         assert [getattr(e, field) for e in budget.epochs] == [getattr(e, field) for e in standard.epochs], field
+    # The same model deploys the same: its inference cost is the standard cell's, measured there only.
+    assert standard.inference["throughput_images"] > 0 and not budget.inference

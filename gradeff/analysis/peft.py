@@ -29,9 +29,9 @@ from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "BASELINE_GRIDS", "TRAINABLE", "Versus", "bayes_accuracy", "checkpoint_ratios", "group_by_backbone",
-    "inference_number", "inference_of", "is_baseline", "netscore_ranking", "pretraining_by_backbone", "ratio",
-    "score_of", "sort_peft", "split_baselines", "total_parameters", "trainable_parameters", "trainable_percent",
-    "training_seconds", "versus_full", "weights_source",
+    "inference_number", "inference_of", "is_baseline", "measured_on_standard", "netscore_ranking",
+    "pretraining_by_backbone", "ratio", "score_of", "sort_peft", "split_baselines", "total_parameters",
+    "trainable_parameters", "trainable_percent", "training_seconds", "versus_full", "weights_source",
 ]
 
 FULL = "full"
@@ -211,6 +211,13 @@ def training_seconds(record: CellRecord) -> float | None:
 def inference_of(record: CellRecord) -> Mapping:
     """The record's ``inference`` mapping, or an empty one where it has none or it is not a mapping."""
     return record.inference if isinstance(record.inference, Mapping) else {}
+
+
+def measured_on_standard(record: CellRecord) -> bool:
+    """Whether the record leaves its inference cost to the ``standard`` cell: its strategy trains that cell's
+    model bit for bit (:attr:`gradeff.strategies.StrategySpec.trains_as_standard`), so it deploys the same model
+    and is not measured again."""
+    return not inference_of(record) and record.strategy in STRATEGIES and STRATEGIES[record.strategy].trains_as_standard
 
 
 def inference_number(record: CellRecord, name: str) -> float | None:

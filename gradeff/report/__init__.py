@@ -169,7 +169,10 @@ def _inference_text(records: Sequence[CellRecord]) -> str:
     if not carried:
         return f"{NA}: no record carries it"
     estimated = sum(peft_analysis.inference_of(r).get("energy_source") == "estimate" for r in records)
-    return (f"{carried} of {len(records)} cells: latency at batch 1, throughput, peak inference memory, energy per "
+    same = sum(peft_analysis.measured_on_standard(r) for r in records)
+    return (f"{carried} of {len(records)} cells"
+            + (f" ({same} more deploy their standard cell's model bit for bit, measured there)" if same else "")
+            + ": latency at batch 1, throughput, peak inference memory, energy per "
             "image and MACs, with the NetScore family (NetScore, NS-E, NS-M, NS#) in dB in the papers' units: "
             "compare scores, never read one alone"
             + (f"; {estimated} cell(s) on estimated energy, so their NS-E and NS# are estimated (est.)" if estimated

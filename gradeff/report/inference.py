@@ -190,9 +190,14 @@ def inference_table(slug: str, title: str, records: Sequence[CellRecord]) -> Tab
         records: the group's records, in study order.
     """
     caption = f"{title}: inference cost and NetScore family"
+    elsewhere = [r for r in records if peft.measured_on_standard(r)]
+    records = [r for r in records if not peft.measured_on_standard(r)]
+    same_model = (" Left out, the standard cell's model bit for bit (checkpointing, offload and the adaptive budget "
+                  "change what training keeps in memory, not what it computes): "
+                  + "; ".join(dict.fromkeys(_row_label(r) for r in elsewhere)) + ".") if elsewhere else ""
     if not any(peft.inference_of(r) for r in records):
         return Table(id=f"{slug}-inference", caption=caption, header=(), rows=(),
-                     note="n/a: no cell of this backbone and dataset recorded its inference cost.")
+                     note="n/a: no cell of this backbone and dataset recorded its inference cost." + same_model)
     sources = sorted({str(peft.inference_of(r).get("energy_source")) for r in records if peft.inference_of(r)})
     estimated = any(_is_estimated(r) for r in records)
     return Table(
@@ -205,7 +210,7 @@ def inference_table(slug: str, title: str, records: Sequence[CellRecord]) -> Tab
              + (f" {ESTIMATED}: from the CPU-time energy estimate, not a meter; NS-E and NS# computed from it are "
                 "estimated too." if estimated else "")
              + " Scores in dB, in the papers' units (see the ranking's note); n/a: an input was not measured "
-               "(named in the tooltip).")
+               "(named in the tooltip)." + same_model)
 
 
 def _random(record: CellRecord) -> bool:
@@ -224,7 +229,8 @@ def _ranking_table(index: int, dataset: str, records: Sequence[CellRecord]) -> T
     name = display_name(TASKS, dataset)
     table_id = html_id(dataset, index, prefix="peft-ranking-")
     caption = f"{name}: cells ranked by each NetScore-family score (mean over seeds), top first"
-    candidates = [r for r in records if not _random(r)]
+    # A cell that deploys the standard cell's model is that cell in the ranking, not a second entry.
+    candidates = [r for r in records if not _random(r) and not peft.measured_on_standard(r)]
     rankings = {key: peft.netscore_ranking(candidates, key) for key in LABELS}
     depth = max(len(ranked) for ranked in rankings.values())
     notes = []

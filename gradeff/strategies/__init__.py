@@ -53,6 +53,15 @@ class StrategySpec:
     budget_fraction: float | None = None
     shards: bool = False
 
+    @property
+    def trains_as_standard(self) -> bool:
+        """Whether the strategy changes only what training keeps in memory, not what it computes: checkpointing,
+        host offload and the adaptive budget recompute or move exact values, so the trained model is the
+        ``standard`` cell's bit for bit (tested as a law). Accumulation (other sums), sharding (other
+        reductions) and the compiler (other kernels) are not."""
+        return ((self.checkpointing or self.offload or self.budget == "adaptive")
+                and not (self.accumulate or self.shards or self.budget == "compiler"))
+
     def __post_init__(self):
         if self.budget is not None and self.budget not in BUDGET_KINDS:
             raise ValueError(f"{self.key}: unknown budget kind {self.budget!r}; valid: {', '.join(BUDGET_KINDS)}")

@@ -114,6 +114,23 @@ def test_inference_table_labels_estimates_and_never_prints_zero_for_missing(tune
     assert "Energy source: estimate, none, rapl." in table.note
 
 
+def test_cells_that_deploy_the_standard_cells_model_are_named_once_not_measured_again(tuned):
+    """Checkpointing and the adaptive budget train the standard cell's model bit for bit and carry no inference
+    cost: they are left out of the cost table and the ranking, named in the note, never shown as n/a rows. A
+    checkpoint cell that does carry one (an older record) keeps its row."""
+    records = [tuned(method="lora", accuracy=0.7), tuned(method="lora", strategy="checkpoint", inference=None),
+               tuned(method="lora", strategy="budget", inference=None),
+               tuned(method="full", strategy="checkpoint"), tuned(method="bitfit", strategy="accum", inference=None)]
+    view = build_peft_view(records)
+    table = _inference_table(view, "vit_s-cifar100")
+    assert list(_rows(table)) == ["Full fine-tuning + checkpoint", "LoRA + standard", "BitFit (biases only) + accum"]
+    assert "the standard cell's model bit for bit" in table.note
+    assert "LoRA + checkpoint; LoRA + budget." in table.note
+    ranked = [c.text for c in next(zip(*(row.cells for row in view.ranking[0].rows), strict=True))]
+    assert ranked == ["ViT-S/16 · LoRA + standard", "ViT-S/16 · Full fine-tuning + checkpoint"]
+    assert "LoRA + checkpoint" not in view.ranking[0].note and "bitfit" in view.ranking[0].note.lower()
+
+
 def test_zero_energy_and_zero_macs_read_na(tuned):
     """An estimate that read 0 J and a model with no counted MACs show n/a with why, and their scores n/a too."""
     record = tuned(cost={"joules": 0.0, "macs": 0})
