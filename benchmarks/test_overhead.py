@@ -50,14 +50,14 @@ HARNESS_GUARD = 1.15
 METERED_GUARD = 1.25
 
 
-def _bare_epoch(model, optimizer, batches):
+def bare_epoch(model, optimizer, batches):
     for batch in batches:
         optimizer.zero_grad(set_to_none=True)
         model(**batch).loss.backward()
         optimizer.step()
 
 
-def _median_with_interval(values, seed=0, resamples=2000):
+def median_with_interval(values, seed=0, resamples=2000):
     """Median and a percentile-bootstrap 95 % interval of it."""
     rng = random.Random(seed)
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
@@ -99,7 +99,7 @@ def test_measurement_overhead(benchmark):
         window_s.append(opened - start + time.perf_counter() - closing)
         return total
 
-    blocks = {"bare": lambda: timed_epochs(lambda: _bare_epoch(state.model, bare_optimizer, batches)),
+    blocks = {"bare": lambda: timed_epochs(lambda: bare_epoch(state.model, bare_optimizer, batches)),
               "harness": lambda: timed_epochs(lambda: train_epoch(state)),
               "metered": metered_block}
     order = random.Random(0)
@@ -121,8 +121,8 @@ def test_measurement_overhead(benchmark):
     # is for a cell that has the machine to itself, a looser guard still catches a read or sync per step.
     shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
     last = {name: values[-ROUNDS:] for name, values in seconds.items()}
-    harness_ratio = _median_with_interval([h / b for h, b in zip(last["harness"], last["bare"])])
-    metered_ratio = _median_with_interval([m / h for m, h in zip(last["metered"], last["harness"])])
+    harness_ratio = median_with_interval([h / b for h, b in zip(last["harness"], last["bare"])])
+    metered_ratio = median_with_interval([m / h for m, h in zip(last["metered"], last["harness"])])
     cost = aggregate(metering.epochs[-ROUNDS * EPOCHS_PER_BLOCK:], 400.0)["cost"]
     epoch_ms = {name: statistics.median(values) / EPOCHS_PER_BLOCK * 1e3 for name, values in last.items()}
     benchmark.extra_info.update(median_epoch_ms=epoch_ms, harness_over_bare=harness_ratio,

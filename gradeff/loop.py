@@ -169,7 +169,7 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[torch.
         nonlocal calls
         calls += 1
         optimizer.zero_grad(set_to_none=True)
-        step_loss = torch.zeros((), device=state.device)
+        step_loss = None  # the first micro-batch's loss itself: a zero to add it to would cost two kernels a step
         for idx, count in zip(group, counts):
             # Micro-batches are gathered and moved one at a time: under accumulation only one
             # micro-batch's inputs and activations are alive at once, as with the standard batch.
@@ -184,7 +184,7 @@ def optimizer_step(state: TrainState, group: list[torch.Tensor]) -> tuple[torch.
                 # step's micro-batch has weight 1: multiplying by it would change no bit, only cost a kernel.)
                 loss = loss * (count / total)
             (loss if state.scaler is None else state.scaler.scale(loss)).backward()
-            step_loss += loss.detach()
+            step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
         return step_loss if state.ranks is None else state.ranks.total(step_loss)
 
     if state.scaler is None:
