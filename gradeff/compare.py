@@ -88,9 +88,8 @@ from gradeff.safe_text import one_line
 
 __all__ = [
     "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_INCOMPLETE_OUTPUT", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE",
-    "Comparison", "MismatchError", "UnusableInput", "build_parser", "compare_records", "format_table", "load_results",
-    "main",
-    "read_cells", "summary_line",
+    "Comparison", "MismatchError", "UnusableInput", "Verdict", "arguments", "build_parser", "compare_records",
+    "format_table", "load_results", "main", "parse_compare_args", "read_cells", "run", "summary_line",
 ]
 
 # What makes two runs' times comparable: the same processor, as many cores and threads, the same
@@ -562,6 +561,15 @@ class _RaisingParser(argparse.ArgumentParser):
         raise ValueError(message)
 
 
+def arguments(baseline: str | Path, current: str | Path, options: str = "") -> argparse.Namespace:
+    """The parsed command line ``gradeff compare BASELINE CURRENT OPTIONS`` (``options`` as one shell string).
+
+    Raises:
+        ValueError: an unknown option or a bad value, in argparse's words.
+    """
+    return build_parser(_RaisingParser).parse_args([str(baseline), str(current), *shlex.split(options)])
+
+
 def parse_compare_args(text: str) -> tuple[Rule, ...]:
     """Check the options part of a ``gradeff compare`` command line (``--gradeff-compare-args``).
 
@@ -573,8 +581,7 @@ def parse_compare_args(text: str) -> tuple[Rule, ...]:
     Raises:
         ValueError: an unknown option, a bad value or an unknown metric, in argparse's words.
     """
-    args = build_parser(_RaisingParser).parse_args(["baseline", "current", *shlex.split(text)])
-    return _rules(args)
+    return _rules(arguments("baseline", "current", text))
 
 
 def _perturbed_file(args: argparse.Namespace) -> Path | None:
@@ -598,31 +605,38 @@ def _refuse_one_file_twice(args: argparse.Namespace, perturbed: Path | None) -> 
             raise UnusableInput(f"{clashes[0]}: the table would overwrite an input; give another --output")
 
 
-def main(argv: list[str] | None = None, *, current_records: list[CellRecord] | None = None,
-         selected_cells: list[str] | None = None) -> int:
-    """Run the gate: ``gradeff compare BASELINE CURRENT [options]``.
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the gate decided and what ``gradeff compare`` prints for it.
+
+    Attributes:
+        code: the exit code (``EXIT_OK``, ``EXIT_REGRESSION``, ``EXIT_UNUSABLE`` or ``EXIT_INCOMPLETE_OUTPUT``).
+        text: what goes to standard output: the table, or with ``--output`` the total line ("" when unusable).
+        error: the one-line reason for standard error (unusable input, an ``--output`` not written), or ``None``.
+        comparison: the comparison itself; ``None`` when the input was unusable.
+    """
+
+    code: int
+    text: str
+    error: str | None = None
+    comparison: Comparison | None = None
+
+
+def run(args: argparse.Namespace, *, current_records: list[CellRecord] | None = None,
+        selected_cells: list[str] | None = None) -> Verdict:
+    """Judge a current run against a baseline, as ``gradeff compare`` does, without printing.
 
     Args:
-        argv: arguments without the program name (default ``sys.argv[1:]``).
+        args: the command line's options (:func:`arguments`, or :func:`build_parser`'s parse).
         current_records: the current run's records, given instead of reading CURRENT (which then only names
             them): the pytest plugin judges its session in memory, so a disk too full to keep the session's
             files still gets its verdict.
         selected_cells: the cells the current run selected, given instead of a ``--cells`` file.
 
-    Returns:
-        0 no regression, 1 regression, 2 unusable input (the reason is on stderr), 74 no regression but
-        ``--output`` could not be written (the total line is printed all the same).
+    Raises:
+        ValueError: a bad ``--rule`` or band option (:func:`main` reports those as usage errors first).
     """
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        try:
-            rules = _rules(args)
-            band = _band(args)
-        except ValueError as exc:
-            parser.error(str(exc))
-    except SystemExit as exc:  # argparse exits; a library caller (the pytest plugin) wants the code
-        return exc.code if isinstance(exc.code, int) else EXIT_UNUSABLE
+    rules, band = _rules(args), _band(args)
     try:
         perturbed_file = _perturbed_file(args)
         _refuse_one_file_twice(args, perturbed_file)
@@ -644,22 +658,46 @@ def main(argv: list[str] | None = None, *, current_records: list[CellRecord] | N
             raise UnusableInput(f"no cell in common between {args.baseline} ({len(comparison.only_in_baseline)} cells) "
                                 f"and {args.current} ({len(comparison.only_in_current)} cells)")
     except UnusableInput as exc:
-        print(f"gradeff compare: error: {one_line(exc)}", file=sys.stderr)
-        return EXIT_UNUSABLE
+        return Verdict(code=EXIT_UNUSABLE, text="", error=one_line(exc))
     comparison = replace(comparison, warnings=(*warnings, *notes, *more, *comparison.warnings))
     text = format_table(comparison, markdown=args.markdown, all_rows=args.all_rows)
     code = EXIT_REGRESSION if comparison.regressions else EXIT_OK
     if args.output is None:
-        print(text, end="")
-        return code
+        return Verdict(code=code, text=text, comparison=comparison)
     try:
         write_text(args.output, text)
     except OutputError as exc:
         # The verdict stands and is printed; only the file is missing (a regression still exits 1).
-        print(f"gradeff compare: error: {one_line(exc)}", file=sys.stderr)
-        code = code or EXIT_INCOMPLETE_OUTPUT
-    print(summary_line(comparison))
-    return code
+        return Verdict(code=code or EXIT_INCOMPLETE_OUTPUT, text=summary_line(comparison) + "\n",
+                       error=one_line(exc), comparison=comparison)
+    return Verdict(code=code, text=summary_line(comparison) + "\n", comparison=comparison)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the gate: ``gradeff compare BASELINE CURRENT [options]``.
+
+    Args:
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        0 no regression, 1 regression, 2 unusable input (the reason is on stderr), 74 no regression but
+        ``--output`` could not be written (the total line is printed all the same).
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        try:
+            _rules(args)
+            _band(args)
+        except ValueError as exc:
+            parser.error(str(exc))
+    except SystemExit as exc:  # argparse exits; a library caller wants the code
+        return exc.code if isinstance(exc.code, int) else EXIT_UNUSABLE
+    verdict = run(args)
+    if verdict.error is not None:
+        print(f"gradeff compare: error: {verdict.error}", file=sys.stderr)
+    print(verdict.text, end="")
+    return verdict.code
 
 
 def _empty(path: Path) -> bool:

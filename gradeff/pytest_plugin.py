@@ -579,23 +579,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if settings.baseline is None:
         _incomplete_output(config)
         return
-    import contextlib
-    import io
-    import shlex
+    from gradeff.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE, arguments, run
 
-    from gradeff.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE
-    from gradeff.compare import main as compare_main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = compare_main([str(settings.baseline), str(current), *shlex.split(settings.compare_args)],
-                            current_records=records, selected_cells=selection or None)
-    errors = err.getvalue()
+    # The options were checked at configure time (parse_compare_args), before any cell ran.
+    verdict = run(arguments(settings.baseline, current, settings.compare_args), current_records=records,
+                  selected_cells=selection or None)
+    code, error = verdict.code, verdict.error
     if code == EXIT_INCOMPLETE_OUTPUT:
         # The gate's own --output could not be written: said once, with the session's other unwritten files.
-        config.stash[_UNWRITTEN] += [line.removeprefix("gradeff compare: error: ") for line in errors.splitlines()]
-        errors = ""
-    config.stash[_GATE] = (code, out.getvalue() + errors)
+        config.stash[_UNWRITTEN].append(error)
+        error = None
+    config.stash[_GATE] = (code, verdict.text + (f"gradeff compare: error: {error}\n" if error else ""))
     if code in (EXIT_REGRESSION, EXIT_UNUSABLE):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     _incomplete_output(config)

@@ -9,6 +9,7 @@ from gradeff.compare import (
     MismatchError,
     UnusableInput,
     _environment_differences,
+    arguments,
     compare_records,
     format_table,
     load_results,
@@ -16,6 +17,7 @@ from gradeff.compare import (
     main,
     parse_compare_args,
     read_cells,
+    run,
     widened,
 )
 from gradeff.compare_rules import DEFAULT_RULES, Row
@@ -296,14 +298,21 @@ def test_band_options_reach_the_band(files, capsys):
 
 # --- main ------------------------------------------------------------------------------------------------------
 
-def test_main_judges_records_given_in_memory(tmp_path, capsys):
-    """The pytest plugin's path: current records and the selection given, the CURRENT file only names them."""
+def test_run_judges_records_given_in_memory_and_prints_nothing(tmp_path, capsys):
+    """The pytest plugin's path: current records and the selection given, the CURRENT file only names them; the
+    verdict comes back as a value, nothing is printed."""
     base = write(tmp_path / "b.jsonl", record(), record("vit-sgd-accum"))
     absent = str(tmp_path / "never-written.jsonl")
-    assert main([base, absent], current_records=[record()], selected_cells=["llm-adam-standard"]) == 0
-    assert capsys.readouterr().out == "no change beyond tolerance\n\n0 regressions in 0 cells, 0 improvements, " \
-                                      "1 cell compared\n"
-    assert main([base, absent], current_records=[record(final_loss=2.0)]) == 1
+    same = run(arguments(base, absent), current_records=[record()], selected_cells=["llm-adam-standard"])
+    assert (same.code, same.error) == (0, None) and same.comparison.cells_compared == 1
+    assert same.text == "no change beyond tolerance\n\n0 regressions in 0 cells, 0 improvements, 1 cell compared\n"
+    worse = run(arguments(base, absent, "--markdown"), current_records=[record(final_loss=2.0)])
+    assert worse.code == 1 and worse.comparison.regressions and worse.text.startswith("|")
+    unusable = run(arguments(base, base))
+    assert unusable.code == 2 and unusable.comparison is None and "compared with itself" in unusable.error
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(ValueError, match="unrecognized arguments: --no-such-option"):
+        arguments(base, absent, "--no-such-option")
 
 
 def test_strict_applies_to_the_current_file(tmp_path, capsys):
