@@ -31,9 +31,9 @@ __all__ = [
     "ADAPTIVE", "COMPILER", "DEVICE_MEMORY", "MEMORY_FOCUS", "PEAK", "STANDARD", "Change", "GroupKey",
     "LevelClaim", "Studies", "Verdict", "budget_kind", "budget_level", "checkpointed_blocks", "compared",
     "device_memory_bytes", "epoch_range", "expected_oom", "group_cells", "host_copies_bytes", "is_compiled",
-    "is_offload",
-    "level_claims", "merge_levels", "peft_budget_changes", "plan_key", "plan_number", "plan_of", "ratio_of",
-    "sort_memory", "split_studies", "verdict",
+    "is_compiled_anchor", "is_offload", "level_claims", "merge_levels", "peft_budget_changes",
+    "plan_key", "plan_number", "plan_of", "ratio_of", "recomputation_time", "reference_of", "sort_memory",
+    "split_studies", "verdict",
 ]
 
 MEMORY_FOCUS = "memory"
@@ -102,6 +102,21 @@ def budget_level(record: CellRecord) -> float | None:
 def is_compiled(record: CellRecord) -> bool:
     """Whether the cell trained a torch.compile'd model (the compiler's budget)."""
     return budget_kind(record) == COMPILER
+
+
+def is_compiled_anchor(record: CellRecord) -> bool:
+    """Whether the cell is the compiler's at level 100 %: compiled at the full activation budget. The compiled cells'
+    reference, as ``standard`` is the eager cells': it carries the compile backend's own speed and nothing else."""
+    return is_compiled(record) and budget_level(record) == 1.0
+
+
+def reference_of(runs: CellRuns, group: Mapping[str, CellRuns]) -> CellRuns | None:
+    """What a cell of ``group`` is divided by: its compiled anchor for a compiled cell (``None`` without one), else
+    ``standard``. The anchor itself is read against ``standard``: that ratio is the backend's cost."""
+    record = runs.first
+    if is_compiled(record) and not is_compiled_anchor(record):
+        return next((r for r in group.values() if is_compiled_anchor(r.first)), None)
+    return group.get(STANDARD)
 
 
 def is_offload(record: CellRecord) -> bool:
@@ -264,7 +279,9 @@ class Verdict:
 
     Attributes:
         memory: adaptive / compiler on :data:`DEVICE_MEMORY` over seeds (``None`` where a side is missing).
-        time: adaptive / compiler time per epoch over seeds.
+        time: the recomputation's cost of each, against its own cell at the full budget:
+            (adaptive / standard) / (compiler / compiled anchor) time per epoch over seeds. The compile backend's
+            own speed (the anchor against standard) cancels out.
         outcome: ``beats`` (lower memory at equal or less time, or equal memory in less time), ``loses``
             (the reverse), ``ties``, ``less memory, more time``, ``more memory, less time``, or ``n/a``.
         reason: why the outcome is ``n/a`` (``""`` otherwise).
@@ -285,22 +302,51 @@ def _side(ratio: PairedRatio) -> int:
     return (shown > 1) - (shown < 1)
 
 
-def verdict(adaptive: CellRuns | None, compiler: CellRuns | None) -> Verdict:
+def _per_seed(runs: CellRuns, reference: CellRuns, metric: str) -> dict[int, float]:
+    mine, theirs = runs.values(metric), reference.values(metric)
+    return {seed: mine[seed] / theirs[seed] for seed in mine if theirs.get(seed)}
+
+
+def recomputation_time(adaptive: CellRuns, standard: CellRuns, compiler: CellRuns,
+                       anchor: CellRuns) -> PairedRatio | None:
+    """(adaptive / standard) / (compiler / anchor) time per epoch, seed by seed: how much more (or less) the
+    adaptive plan's recomputation slows its step than the compiler's slows its own; ``None`` without a common seed."""
+    return paired_ratio(_per_seed(adaptive, standard, "epoch_seconds"), _per_seed(compiler, anchor, "epoch_seconds"))
+
+
+def _why_no_time(standard: CellRuns | None, anchor: CellRuns | None) -> str:
+    if standard is None:
+        return "no standard cell to read the adaptive cell's time against"
+    if anchor is None:
+        return ("no compiled anchor (torch.compile at the full activation budget): the compiler's time would carry its "
+                "backend's speed, not only its recomputation")
+    failed = next((runs for runs in (standard, anchor) if not runs.ok), None)
+    return "" if failed is None else f"{failed.first.strategy} ended {failed.status}"
+
+
+def verdict(adaptive: CellRuns | None, compiler: CellRuns | None, *, standard: CellRuns | None = None,
+            anchor: CellRuns | None = None) -> Verdict:
     """Whether the adaptive budget beats the compiler's knapsack at the same target.
 
-    Both sides are read on :data:`DEVICE_MEMORY` (the compiled cell has no live peak) and time per epoch
-    (compile time is not part of it).
+    Memory is read on :data:`DEVICE_MEMORY` (the compiled cell has no live peak). Time is each side's
+    slowdown against its own cell at the full budget (:func:`recomputation_time`): a compiled cell's
+    time against an eager one would carry the compile backend's speed, which on a CPU alone runs a tiny
+    model 1.5-2x slower, into a verdict about recomputation. Without ``standard`` or ``anchor`` the
+    outcome is ``n/a``. Compile time is not part of either time.
     """
     if adaptive is None or compiler is None:
         missing = "adaptive" if adaptive is None else "compiler"
         return Verdict(memory=None, time=None, outcome="n/a", reason=f"no {missing} cell at this level")
     change = compared(adaptive, compiler, DEVICE_MEMORY, reference_name="compiler")
-    reason = change.reason or ("" if change.memory is not None and change.time is not None else
-                               "memory or time not measured on one side")
-    means = [None if r is None else r.interval.mean for r in (change.memory, change.time)]
+    memory_ratio = change.memory
+    reason = change.reason or _why_no_time(standard, anchor)
+    time_ratio = None if reason else recomputation_time(adaptive, standard, compiler, anchor)
+    if not reason and (memory_ratio is None or time_ratio is None):
+        reason = "memory or time not measured on one side"
+    means = [None if r is None else r.interval.mean for r in (memory_ratio, time_ratio)]
     if reason:
         return Verdict(memory=means[0], time=means[1], outcome="n/a", reason=reason)
-    memory, time = _side(change.memory), _side(change.time)
+    memory, time = _side(memory_ratio), _side(time_ratio)
     if memory == time == 0:
         outcome = "ties"
     elif memory <= 0 and time <= 0:
@@ -340,10 +386,11 @@ def level_claims(runs: Mapping[str, CellRuns]) -> list[LevelClaim]:
         One :class:`LevelClaim` per level some budget cell has.
     """
     reference = runs.get(STANDARD)
+    anchor = next((r for r in runs.values() if is_compiled_anchor(r.first)), None)
     cells: dict[float, dict[str, CellRuns]] = {}
     for cell_runs in runs.values():
         kind, level = budget_kind(cell_runs.first), budget_level(cell_runs.first)
-        if kind is not None and level is not None:
+        if kind is not None and level is not None and cell_runs is not anchor:
             cells.setdefault(level, {}).setdefault(kind, cell_runs)
     claims = []
     for level in sorted(cells, reverse=True):
@@ -351,7 +398,7 @@ def level_claims(runs: Mapping[str, CellRuns]) -> list[LevelClaim]:
         claims.append(LevelClaim(
             level=level, adaptive=adaptive, compiler=compiler,
             change=compared(adaptive, reference, PEAK) if adaptive is not None else None,
-            verdict=verdict(adaptive, compiler)))
+            verdict=verdict(adaptive, compiler, standard=reference, anchor=anchor)))
     return claims
 
 

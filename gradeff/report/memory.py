@@ -88,6 +88,8 @@ def _ratio_sub(runs: CellRuns, reference: CellRuns | None, metric: Metric | str)
         return ""
     value = ratio.interval.mean
     text = "identical" if ratio.identical else f"{format_ratio(value)} ({format_change(value)})"
+    if reference.first.strategy != ma.STANDARD:
+        text += f" of {reference.first.strategy}"
     # No-break spaces: a narrow column must not strand "%" on a line of its own.
     return text.replace(" ", "\u00a0")
 
@@ -193,18 +195,21 @@ def _row(runs: CellRuns, reference: CellRuns | None) -> Row:
     ))
 
 
-def _table(slug: str, title: str, runs: Mapping[str, CellRuns], reference: CellRuns | None) -> Table:
+def _table(slug: str, title: str, runs: Mapping[str, CellRuns]) -> Table:
     records = [r for cell_runs in runs.values() for r in cell_runs.runs]
     sources = energy_sources(records)
     uneven = list(dict.fromkeys(r.strategy for r in records if r.status == "ok" and _spread(r)))
     spread_text = ("" if not uneven else
                    f" Epoch times differ by {SPREAD_WARNING:g}× or more within {', '.join(uneven)} (their range is "
                    "below the time): the time and energy ratios of these cells are uncertain.")
-    reference_text = ("Second lines: the ratio to this model's standard cell (×) and the change in percent."
-                      if reference is not None else "No standard cell here: no ratios.")
+    reference_text = ("Second lines: the ratio to this model's standard cell (×) and the change in percent; a "
+                      "compiled cell's to the compiled anchor (compile_budget100: compiled at the full activation "
+                      "budget), so that its ratio is the recomputation's and not the compile backend's, which the "
+                      "anchor's own ratio to standard shows." if ma.STANDARD in runs
+                      else "No standard cell here: no ratios.")
     return Table(
         id=f"{slug}-strategies", caption=f"{title}: every strategy's plan and measurements",
-        header=TABLE_HEADER, rows=tuple(_row(r, reference) for r in runs.values()),
+        header=TABLE_HEADER, rows=tuple(_row(r, ma.reference_of(r, runs)) for r in runs.values()),
         note=(f"{reference_text} Figures are means over the seeds that ended ok (± 95 % half-width and n with "
               "several); ratios are taken seed by seed. Live peak: tensors alive at once in one training step, "
               "exact on "
@@ -280,8 +285,10 @@ def _versus_line(claim: ma.LevelClaim) -> str:
     compile_text = "" if compile_seconds is None else \
         f"; its {format_seconds(compile_seconds)} compile is not in its epochs"
     return (f"{head}: against the compiler's knapsack, {_OUTCOMES[verdict.outcome]} (memory "
-            f"{format_ratio(verdict.memory)}, time {format_ratio(verdict.time)} of {claim.compiler.first.strategy}'s, "
-            f"on the breakdown sum{compile_text}){_uneven(claim.adaptive, claim.compiler)}")
+            f"{format_ratio(verdict.memory)} of {claim.compiler.first.strategy}'s on the breakdown sum; recomputation "
+            f"time {format_ratio(verdict.time)} of the compiler's, each against its own cell at the full budget: "
+            f"{claim.adaptive.first.strategy} / standard over {claim.compiler.first.strategy} / the compiled anchor"
+            f"{compile_text}){_uneven(claim.adaptive, claim.compiler)}")
 
 
 def _ranges(changes: Sequence[ma.Change], side: str) -> str:
@@ -450,7 +457,7 @@ def build_memory_view(records: Sequence[CellRecord], peft_records: Sequence[Cell
         views.append(MemoryGroupView(
             slug=slug, title=titles[key], summary=_summary([r for c in runs.values() for r in c.runs]),
             figure=figures.tradeoff_figure(slug, titles[key], runs, reference),
-            table=_table(slug, titles[key], runs, reference),
+            table=_table(slug, titles[key], runs),
             claims=tuple(_claim_line(levels, c) for levels, c in ma.merge_levels(claims))
             or ("n/a: no budget cell of this model.",),
             versus=tuple(_versus_line(c) for c in claims)))

@@ -37,8 +37,9 @@ recomputes only the blocks it must. Here that is a plan made from one measured p
    every block meets is never refused; one it misses ends the cell ``oom`` before training, with the
    numbers.
 
-The compiler's anchor (``compile_budget``) meets the same byte target with torch.compile's own
-activation memory budget (:func:`compiler_fraction` turns the target into its fraction).
+The compiler's budget (``compile_budget``) meets the same byte target with torch.compile's own
+activation memory budget (:func:`compiler_fraction` turns the target into its fraction); its cell at level
+100 % (``compile_budget100``), at the full activation budget, is the compiled cells' reference.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ record it returns goes into the cell's ``plan``; a budget that cannot be met rai
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -173,7 +174,12 @@ def _budget_of(spec, profile: StepProfile, budget: int | None, margin: float) ->
         # margin is added back so the plan's target is that point itself.
         frugal = profile.predicted_peak(layer.name for layer in profile.layers)
         point = frugal + spec.budget_fraction * (profile.predicted_peak() - frugal)
-        return int(point / (1 - margin))
+        # Rounded up until the plan's whole-byte target (budget × (1 - margin), rounded down) is not below the
+        # point: at level 100 % the target is then the unconstrained peak itself and nothing is recomputed.
+        budget = math.ceil(point / (1 - margin))
+        while int(budget * (1 - margin)) < point:
+            budget += 1
+        return budget
     if budget is None:
         raise ValueError(f"strategy {spec.key!r} needs a memory budget")
     return budget

@@ -70,6 +70,10 @@ def llm_cells(memory_record):
         memory_record("budget20", "oom", peak=None, plan=adaptive_plan(0.2, chosen=2, budget=5 * MIB,
                                                                        predicted=5 * MIB, fits=False),
                       detail=OOM_DETAIL, failed_step=0),
+        # The compiled anchor: compiled at the full activation budget, 1.1 s (its backend 10 % slower than eager). The
+        # compiler's recomputation at 60 % costs 1.4 / 1.1 = +27 %, adaptive's 1.2 / 1.0 = +20 %: 0.94×.
+        memory_record("compile_budget100", peak=None, activation=7 * MIB, seconds=1.1, joules=11.0,
+                      plan=compiler_plan(1.0, budget=int(10 * MIB / 0.9), fraction=1.0)),
         memory_record("compile_budget60", peak=None, activation=5 * MIB, seconds=1.4, joules=14.0,
                       plan=compiler_plan(0.6)),
         memory_record("compile_budget20", peak=None, activation=3 * MIB, seconds=1.8, joules=18.0,
@@ -113,8 +117,8 @@ def test_table_plans_measurements_and_ratios(llm_cells):
     (group,) = build_memory_view(llm_cells).groups
     assert group.table.header == TABLE_HEADER
     rows = _rows(group.table)
-    assert list(rows) == ["standard", "checkpoint", "offload", "budget60", "budget20", "compile_budget60",
-                          "compile_budget20"]
+    assert list(rows) == ["standard", "checkpoint", "offload", "budget60", "budget20", "compile_budget100",
+                          "compile_budget60", "compile_budget20"]
     assert [c.text for c in rows["standard"]] == ["ok", "none", NA, NA, "10.0 MiB", "10.0 MiB", "1.00 s", NA,
                                                   "10.0 J"]
     budget = rows["budget60"]
@@ -128,6 +132,11 @@ def test_table_plans_measurements_and_ratios(llm_cells):
     assert compiled[4].text == NA and "dispatch mode" in compiled[4].title  # no live peak, and why
     assert compiled[5].text == "8.00 MiB" and compiled[7].text == "2.50 s"  # compile time: its own column
     assert compiled[6].text == "1.40 s"  # not 3.9 s: the compile is not in the epochs
+    # A compiled cell is read against the compiled anchor, the anchor against standard (the backend's own cost).
+    assert compiled[6].sub == "1.27×\u00a0(+27\u00a0%)\u00a0of\u00a0compile_budget100"
+    assert compiled[5].sub == "0.80×\u00a0(-20\u00a0%)\u00a0of\u00a0compile_budget100"
+    anchor = rows["compile_budget100"]
+    assert anchor[6].sub == "1.10×\u00a0(+10\u00a0%)" and "compiled anchor" in group.table.note
     offload = rows["offload"]
     # Host = device on a CPU: the 2 MiB sent to the host stay in the one memory there is.
     assert offload[5].text == "5.00 MiB" and "incl. 2.00 MiB host copies" in offload[5].sub
@@ -150,7 +159,11 @@ def test_claim_lines_per_level_and_overall(llm_cells):
     )
     sixty, twenty = group.versus
     assert sixty.startswith("at 60 % (target 8.10 MiB): against the compiler's knapsack, adaptive beats it: lower "
-                            "memory at equal or less time (memory 0.88×, time 0.86× of compile_budget60's")
+                            "memory at equal or less time (memory 0.88× of compile_budget60's on the breakdown sum; "
+                            "recomputation time 0.94× of the compiler's, each against its own cell at the full budget: "
+                            "budget60 / standard over compile_budget60 / the compiled anchor")
+    # The anchor is the compiled cells' reference, not a budget level of its own.
+    assert len(group.versus) == 2 and not any(line.startswith("at 100 %") for line in group.versus)
     assert "2.50 s compile is not in its epochs" in sixty
     assert twenty.startswith("at 20 % (target 4.50 MiB): against the compiler's knapsack n/a: budget20 ended oom")
     assert view.claims[0] == "adaptive at 60 %, 1 model: peak -30 % for +20 % time and +10 % energy"
@@ -167,9 +180,13 @@ def test_missing_standard_is_na_never_zero(llm_cells):
     (group,) = view.groups
     assert group.claims[0] == "adaptive at 60 %: n/a: no standard cell to compare with"
     assert group.figure.svg is None and group.figure.note == "n/a: no standard cell, so there is nothing to divide by."
-    assert all("×" not in c.sub for row in group.table.rows for c in row.cells)  # nothing to divide by
+    # Nothing to divide by, except for the compiled cells, whose reference is the compiled anchor.
+    assert all("×" not in c.sub or "of\u00a0compile_budget100" in c.sub for row in group.table.rows for c in row.cells)
+    assert "of\u00a0compile_budget100" in _rows(group.table)["compile_budget60"][6].sub
     assert group.table.note.startswith("No standard cell here: no ratios.")
-    assert group.versus[0].startswith("at 60 % (target 8.10 MiB): against the compiler's knapsack, adaptive beats")
+    # Without standard the adaptive side's time has nothing to be read against: the verdict is n/a, not a guess.
+    assert group.versus[0] == ("at 60 % (target 8.10 MiB): against the compiler's knapsack n/a: no standard cell to "
+                               "read the adaptive cell's time against")
     html = render_html(build_view([r for r in llm_cells if r.strategy != "standard"]))
     section = re.sub(r"<svg.*?</svg>", "", _section(html, "memory-strategies"), flags=re.S)
     assert not re.search(r">0(\.0+)? ?(%|J|B|ms|s|MiB|GiB|×)<", section)
@@ -208,20 +225,58 @@ def test_verdict_against_the_compiler(memory_record, memory, time, outcome):
     """Lower memory at equal or less time beats; the reverse loses; judged as printed (0.999× is a tie)."""
     from gradeff.analysis.runs import by_cell
 
-    adaptive = memory_record("budget60", activation=memory * MIB, seconds=time, plan=adaptive_plan(0.6))
-    compiler = memory_record("compile_budget60", peak=None, activation=4 * MIB, seconds=1.2, plan=compiler_plan(0.6))
-    adaptive, compiler = by_cell([adaptive])["llm-budget60"], by_cell([compiler])["llm-compile_budget60"]
-    assert ma.verdict(adaptive, compiler).outcome == outcome
+    cells = by_cell([
+        memory_record("budget60", activation=memory * MIB, seconds=time, plan=adaptive_plan(0.6)),
+        memory_record("compile_budget60", peak=None, activation=4 * MIB, seconds=1.2, plan=compiler_plan(0.6)),
+        memory_record("standard", seconds=1.0),
+        # The anchor as fast as standard: the recomputation ratio is then the plain time ratio.
+        memory_record("compile_budget100", peak=None, seconds=1.0, plan=compiler_plan(1.0, fraction=1.0))])
+    adaptive, compiler, standard, anchor = (cells[f"llm-{key}"] for key in
+                                            ("budget60", "compile_budget60", "standard", "compile_budget100"))
+    assert ma.verdict(adaptive, compiler, standard=standard, anchor=anchor).outcome == outcome
     assert ma.verdict(adaptive, None).outcome == "n/a" and ma.verdict(None, compiler).reason == \
         "no adaptive cell at this level"
+    # Without the anchor the compiler's time carries its backend's speed: no verdict.
+    blind = ma.verdict(adaptive, compiler, standard=standard)
+    assert blind.outcome == "n/a" and blind.reason.startswith("no compiled anchor") and blind.time is None
+
+
+def test_a_slower_backend_is_not_charged_to_the_compilers_recomputation(memory_record):
+    """A backend that runs everything twice as slow: the compiler at 2.4 s against its 2.0 s anchor (+20 %) ties
+    with adaptive's 1.2 s against standard's 1.0 s (+20 %), where a plain time ratio would hand adaptive a 2×
+    win; per seed, over three seeds."""
+    from gradeff.analysis.runs import by_cell
+
+    records = []
+    for seed in range(3):
+        scale = 1 + seed / 10
+        records += [
+            memory_record("standard", seconds=1.0 * scale, seed=seed),
+            memory_record("budget60", activation=4 * MIB, seconds=1.2 * scale, plan=adaptive_plan(0.6), seed=seed),
+            memory_record("compile_budget100", peak=None, seconds=2.0 * scale, plan=compiler_plan(1.0, fraction=1.0),
+                          seed=seed),
+            memory_record("compile_budget60", peak=None, activation=4 * MIB, seconds=2.4 * scale,
+                          plan=compiler_plan(0.6), seed=seed)]
+    cells = by_cell(records)
+    standard, adaptive, anchor, compiler = (cells[f"llm-{key}"] for key in
+                                            ("standard", "budget60", "compile_budget100", "compile_budget60"))
+    result = ma.verdict(adaptive, compiler, standard=standard, anchor=anchor)
+    assert result.outcome == "ties" and result.time == pytest.approx(1.0) and result.memory == pytest.approx(1.0)
+    ratio = ma.recomputation_time(adaptive, standard, compiler, anchor)
+    assert ratio.seeds == (0, 1, 2) and ratio.interval.n == 3
+    failed = by_cell([dataclasses.replace(r, status="error", detail="boom") if r.strategy == "compile_budget100"
+                      else r for r in records])
+    assert ma.verdict(*(failed[f"llm-{k}"] for k in ("budget60", "compile_budget60")),
+                      standard=failed["llm-standard"], anchor=failed["llm-compile_budget100"]).reason == \
+        "compile_budget100 ended error"
 
 
 def test_figure_draws_one_marker_per_measured_cell(llm_cells):
-    """Standard, checkpoint, offload, one adaptive and two compiler points: six markers; the oom cell is named."""
+    """Standard, checkpoint, offload, one adaptive and three compiler points: seven markers; the oom cell is named."""
     (group,) = build_memory_view(llm_cells).groups
     figure = group.figure
     assert figure.svg is not None
-    assert len(re.findall(rf'id="{figure.id}-series-\d+-point-\d+"', figure.svg)) == 6
+    assert len(re.findall(rf'id="{figure.id}-series-\d+-point-\d+"', figure.svg)) == 7
     assert "breakdown sum" in figure.caption and "compiled cells included" in figure.caption
     assert "Not drawn: budget20 (oom)." in figure.note and "host memory is the device memory" in figure.note
     for label in ("standard", "checkpoint", "offload", "adaptive (level %)", "torch.compile (level %)"):

@@ -83,3 +83,18 @@ def test_evaluation_without_autograd_runs_the_eager_model_and_compiles_nothing()
     model.train()
     wrapped(**batch).loss.backward()
     assert compiles["unique_graphs"] > before
+
+
+def test_the_compiled_anchor_recomputes_nothing_and_the_levels_below_it_do():
+    """compile_budget100, the compiled cells' reference, compiles with the whole activation budget (1.0); a lower
+    level gets a smaller one: only the anchor's time is the backend's alone."""
+    from gradeff.strategies.prepare import prepare
+
+    budgets = {}
+    for strategy in ("compile_budget100", "compile_budget20"):
+        model, batch = _model_and_batch()
+        _, record = prepare(strategy, model, batch, device=torch.device("cpu"), state_bytes=0, budget=None,
+                            margin=0.1)
+        assert record["kind"] == "compiler" and record["target_bytes"] <= record["unconstrained_peak_bytes"]
+        budgets[strategy] = record["activation_memory_budget"]
+    assert budgets["compile_budget100"] == 1.0 and budgets["compile_budget20"] < 1.0
