@@ -24,6 +24,7 @@ from gradeff.hparams import MEMORY_MARGIN
 from gradeff.models import MODELS
 from gradeff.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+from gradeff.strategies import COMPILE_BACKENDS
 
 __all__ = ["DEFAULT_RESULTS", "MAX_SEED", "PRECISION", "SETTINGS", "WORLD_SIZE", "Settings", "add_options",
            "benchmark_storage_given", "default_threads", "parse_seeds", "read_settings", "run_config"]
@@ -182,6 +183,13 @@ def add_options(parser: pytest.Parser) -> None:
                     help="train with the optimizer's fused kernel where torch has one (Adam, AdamW, SGD, Adagrad: "
                          "one kernel a step for every parameter), else its multi-tensor (foreach) path; each "
                          "record's hparams.optimizer_kernel says which ran (default: torch's own choice)")
+    group.addoption("--gradeff-compile", nargs="?", const="inductor", default=None, choices=COMPILE_BACKENDS,
+                    metavar="BACKEND",
+                    help="train every cell's model through torch.compile, whatever its strategy and method: "
+                         "inductor (the default: the fastest compiled backend on a GPU and, measured, on a CPU too) "
+                         "or aot_eager_decomp_partition (compiles in seconds, runs slower than eager on a CPU); the "
+                         "compile runs before the first epoch and is recorded in the plan with its seconds, never "
+                         "in an epoch's time. The memory grid's compile_budget cells are compiled already")
     group.addoption("--gradeff-isolate", action="store_true",
                     help="train each cell in a fresh process, so per-cell RSS peaks are comparable (costs a process "
                          "start per cell); without it RSS is the long-lived pytest process's and names no winner")
@@ -243,6 +251,7 @@ class Settings:
     protocol: str = DEFAULT_PROTOCOL
     isolate: bool = False
     fused: bool = False
+    compile: str | None = None
     data: tuple = ()
     session: str = ""
     seeds: tuple[int, ...] = ()
@@ -536,7 +545,7 @@ def read_settings(config: pytest.Config) -> Settings:
         resume=config.getoption("gradeff_resume"), tune=config.getoption("gradeff_tune"),
         tune_points=config.getoption("gradeff_tune_points"), protocol=config.getoption("gradeff_protocol"),
         isolate=config.getoption("gradeff_isolate"), fused=config.getoption("gradeff_fused"),
-        data=_data_sources(config),
+        compile=config.getoption("gradeff_compile"), data=_data_sources(config),
     )
 
 
@@ -560,5 +569,5 @@ def run_config(config: pytest.Config, seed: int):
                     memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
                     weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
                     tune_points=settings.tune_points, protocol=settings.protocol, isolate=settings.isolate,
-                    data=settings.data, threads=settings.threads, fused=settings.fused)
+                    data=settings.data, threads=settings.threads, fused=settings.fused, compile=settings.compile)
     return dataclasses.replace(run, precision=config.stash[PRECISION], world_size=config.stash[WORLD_SIZE])

@@ -40,7 +40,7 @@ from gradeff.protocols import RateChoice, choose_rate
 from gradeff.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.strategies.budget import profile_step
-from gradeff.strategies.prepare import BudgetUnreachable, prepare
+from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
 
 __all__ = ["Built", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "build_cell", "cannot_run", "cell_data",
            "model_flops", "prepare_state", "run_cell", "task_record", "trains_prebuilt"]
@@ -82,6 +82,7 @@ class RunConfig:
         threads: torch's intra-op threads while the cell is built and trained (``None``: the process's own).
         fused: the optimizer's fused (else multi-tensor) kernel where torch has one (``--gradeff-fused``; see
             :func:`gradeff.optim.build_optimizer`).
+        compile: train the model through torch.compile with this backend (``--gradeff-compile``); ``None``: eager.
     """
 
     profile: str = "tiny"
@@ -109,6 +110,7 @@ class RunConfig:
     rank: int | None = None
     threads: int | None = None
     fused: bool = False
+    compile: str | None = None
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -728,7 +730,17 @@ def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
                                          margin=config.memory_margin)
     if budget is not None and STRATEGIES[cell.strategy].budget is None:
         progress.plan |= _refuse_over_budget(state, cell.optimizer, budget)
+    compiling = config.compile is not None and STRATEGIES[cell.strategy].budget != "compiler"
+    if compiling:
+        # At the full activation budget, torch.compile's own default: the model as the strategy and method left
+        # it (checkpointed blocks, adapters) is compiled by the warm-up's forward and backward, outside the epochs;
+        # no graph of an earlier cell's model is reused.
+        torch._dynamo.reset()
+        state.model = CompiledUnderBudget(state.model, 1.0, config.compile)
+    started = time.perf_counter()
     warm_up(state)
+    if compiling:
+        progress.plan |= {"compile_backend": config.compile, "compile_seconds": time.perf_counter() - started}
     evaluation = progress.evaluation
     with metering:
         state.pause = evaluation.pause(metering)

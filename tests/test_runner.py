@@ -307,3 +307,26 @@ def test_fused_kernels_are_recorded_and_keep_checkpointing_exact():
     assert [e.loss for e in standard.epochs] == [e.loss for e in checkpoint.epochs]
     assert run_cell(Cell("llm", "cgd", "standard"), fused).hparams["optimizer_kernel"] == "default"
     assert run_cell(Cell("llm", "adam", "standard"), CONFIG).hparams["optimizer_kernel"] == "default"
+
+
+def test_compiled_cells_keep_the_laws_and_record_their_compile():
+    """--gradeff-compile: every strategy trains through torch.compile, the compile is recorded in the plan and
+    happens before the epochs; checkpointed, accumulated and plain compiled losses are the eager ones' within
+    float rounding, and the optimizer state is the eager one's (aot_eager_decomp_partition: the quickest backend
+    to compile). A checkpointed block is compiled as a graph of its own, so its sums may round differently: the
+    eager law's last bit does not carry over."""
+    compiled = dataclasses.replace(CONFIG, compile="aot_eager_decomp_partition")
+    eager = {s: run_cell(Cell("llm", "adamw", s), CONFIG) for s in ("standard", "accum")}
+    runs = {s: run_cell(Cell("llm", "adamw", s), compiled) for s in ("standard", "checkpoint", "accum")}
+    assert all(r.status == "ok" for r in runs.values()), [r.detail for r in runs.values()]
+    for record in runs.values():
+        assert record.plan["compile_backend"] == "aot_eager_decomp_partition" and record.plan["compile_seconds"] > 0
+        # The compile (seconds) happened in the warm-up: no epoch is that slow.
+        assert max(e.seconds for e in record.epochs) < record.plan["compile_seconds"]
+    assert [e.loss for e in runs["checkpoint"].epochs] == pytest.approx([e.loss for e in runs["standard"].epochs],
+                                                                        rel=1e-6)
+    for strategy, record in eager.items():
+        assert [e.loss for e in runs[strategy].epochs] == pytest.approx([e.loss for e in record.epochs], rel=1e-6)
+        assert runs[strategy].meters["memory"]["optimizer_state_bytes"] == \
+            record.meters["memory"]["optimizer_state_bytes"]
+    assert "compile_backend" not in eager["standard"].plan
