@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check, run blind once on an H100/H200-class GPU (under 13 minutes), its output pasted into a note:
 #   1. the GPU-path tests (allocator peaks, NVML, energy, a step loop without host synchronisation, bf16 MFU);
-#   2. a one-epoch `paper`-profile llm cell (Llama-3.2-1B shape) in bf16, standard and checkpoint, printing
-#      GPU utilisation, MFU, the allocator's peak against the memory breakdown, and NVML energy;
+#   2. a one-epoch `paper`-profile llm cell (Llama-3.2-1B shape) in bf16, standard and checkpoint, eager and then
+#      compiled (inductor) with the fused AdamW kernel, printing GPU utilisation, MFU (side by side at the end),
+#      the allocator's peak against the memory breakdown, and NVML energy;
 #   3. the official Mamba kernels against gradeff's Vim-S and MambaVision-T (skipped, with the reason, unless
 #      mamba-ssm is built and $GRADEFF_VIM_REPO / $GRADEFF_MAMBAVISION_REPO name the official checkouts);
 #   4. the PEFT study at the paper profile on one backbone: ViT-S/16 from a timm-layout checkpoint (random
@@ -40,6 +41,12 @@ timeout 330 python3 -m pytest benchmarks/test_grid.py -q -p no:cacheprovider --b
     --gradeff-models llm --gradeff-optimizers adamw --gradeff-strategies standard,checkpoint \
     --gradeff-results "$out/paper-llm.jsonl"
 
+step "2b. the same cells compiled (inductor) with the fused AdamW kernel"
+timeout 330 python3 -m pytest benchmarks/test_grid.py -q -p no:cacheprovider --benchmark-disable \
+    --gradeff-profile paper --gradeff-precision bf16 --gradeff-epochs 1 --gradeff-device cuda \
+    --gradeff-models llm --gradeff-optimizers adamw --gradeff-strategies standard,checkpoint \
+    --gradeff-compile inductor --gradeff-fused --gradeff-results "$out/paper-llm-compiled-fused.jsonl"
+
 step "3. official Mamba kernels against gradeff's Vim-S and MambaVision-T"
 timeout 300 python3 -m pytest tests/reference/test_mamba_equivalence.py -k cuda -q -s -rs -p no:cacheprovider
 
@@ -54,16 +61,21 @@ timeout 420 python3 -m pytest "${peft[@]}" --gradeff-results "$out/paper-peft.js
 python3 scripts/device_peft_inputs.py "$out" --report "$out/paper-peft.jsonl"
 
 step "figures"
-python3 - "$out/paper-llm.jsonl" <<'EOF'
+python3 - "$out/paper-llm.jsonl" "$out/paper-llm-compiled-fused.jsonl" <<'EOF'
 import json
+import os
 import sys
 
 GIB = 2**30
-for line in open(sys.argv[1]):
-    r = json.loads(line)
+
+
+def show(r, variant):
     m = r.get("meters", {})
     gpu, energy, compute, memory = m.get("gpu", {}), m.get("energy", {}), m.get("compute", {}), m.get("memory", {})
-    print(f"\n{r['cell']} [{r['status']}] {r.get('detail', '')[:200]}")
+    plan, hparams = r.get("plan") or {}, r.get("hparams") or {}
+    print(f"\n{r['cell']} [{variant}] [{r['status']}] {r.get('detail', '')[:200]}")
+    print(f"  compile {plan.get('compile_backend')} ({plan.get('compile_seconds')} s), "
+          f"optimizer kernel {hparams.get('optimizer_kernel')}")
     print(f"  device {gpu.get('device_name')}, epoch seconds {[round(e['seconds'], 2) for e in r.get('epochs', [])]}, "
           f"loss {[round(e['loss'], 4) for e in r.get('epochs', [])]}")
     print(f"  GPU utilisation mean {gpu.get('util_mean_percent')} %, max {gpu.get('util_max_percent')} %, "
@@ -75,13 +87,26 @@ for line in open(sys.argv[1]):
     if memory:
         resident = memory["parameter_bytes"] + memory["gradient_bytes"] + memory["optimizer_state_bytes"]
         predicted = resident + memory["activation_bytes"]
+        peak = memory.get("peak_bytes")
         print(f"  breakdown: params {memory['parameter_bytes'] / GIB:.2f} GiB, grads {memory['gradient_bytes'] / GIB:.2f}, "
               f"state {memory['optimizer_state_bytes'] / GIB:.2f}, activations {memory['activation_bytes'] / GIB:.2f}, "
-              f"sum {predicted / GIB:.2f} GiB, live peak {memory['peak_bytes'] / GIB:.2f} GiB")
+              f"sum {predicted / GIB:.2f} GiB, live peak {peak / GIB if peak else None} GiB")
         alloc = gpu.get("alloc_peak_bytes")
         if alloc:
             print(f"  allocator peak {alloc / GIB:.2f} GiB (reserved {gpu['reserved_peak_bytes'] / GIB:.2f}): "
-                  f"{alloc / memory['peak_bytes']:.3f} x the live peak, {alloc / predicted:.3f} x the breakdown's sum")
+                  f"{alloc / peak if peak else None} x the live peak, {alloc / predicted:.3f} x the breakdown's sum")
     print(f"  energy {energy.get('joules')} J from {energy.get('source')}")
+    return compute.get("mfu") if compute else None
+
+
+mfu = {}
+for path in sys.argv[1:]:
+    variant = "compiled + fused" if "compiled" in path else "eager"
+    for line in open(path) if os.path.exists(path) else []:
+        record = json.loads(line)
+        mfu[(variant, record["cell"])] = show(record, variant)
+print("\nMFU side by side (one epoch, bf16):")
+for cell in sorted({cell for _, cell in mfu}):
+    print(f"  {cell}: eager {mfu.get(('eager', cell))}, compiled + fused {mfu.get(('compiled + fused', cell))}")
 EOF
 step "done"
