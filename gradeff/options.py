@@ -51,6 +51,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _workers(text: str) -> int:
+    value = _number(text, int, "a number of worker processes")
+    if not 0 <= value <= _MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be in 0 … {_MAX_WORKERS}, got {value}")
+    return value
+
+
+# More DataLoader workers than this is a typo, not a machine.
+_MAX_WORKERS = 256
 # numpy's seeds are unsigned 32-bit integers: a larger one fails inside every cell, so it is refused here.
 MAX_SEED = 2**32 - 1
 # More intra-op threads than this is a typo, not a machine.
@@ -190,6 +199,11 @@ def add_options(parser: pytest.Parser) -> None:
                          "or aot_eager_decomp_partition (compiles in seconds, runs slower than eager on a CPU); the "
                          "compile runs before the first epoch and is recorded in the plan with its seconds, never "
                          "in an epoch's time. The memory grid's compile_budget cells are compiled already")
+    group.addoption("--gradeff-workers", type=_workers, default=0, metavar="N",
+                    help="gather each epoch's micro-batches in N torch DataLoader worker processes ahead of the steps "
+                         "(pinned memory on a GPU); 0 (the default): the training process gathers each when its "
+                         "step needs it. The same samples in the same order, so the same numbers; the time waiting "
+                         "for data is recorded per epoch either way")
     group.addoption("--gradeff-isolate", action="store_true",
                     help="train each cell in a fresh process, so per-cell RSS peaks are comparable (costs a process "
                          "start per cell); without it RSS is the long-lived pytest process's and names no winner")
@@ -252,6 +266,7 @@ class Settings:
     isolate: bool = False
     fused: bool = False
     compile: str | None = None
+    workers: int = 0
     data: tuple = ()
     session: str = ""
     seeds: tuple[int, ...] = ()
@@ -545,7 +560,8 @@ def read_settings(config: pytest.Config) -> Settings:
         resume=config.getoption("gradeff_resume"), tune=config.getoption("gradeff_tune"),
         tune_points=config.getoption("gradeff_tune_points"), protocol=config.getoption("gradeff_protocol"),
         isolate=config.getoption("gradeff_isolate"), fused=config.getoption("gradeff_fused"),
-        compile=config.getoption("gradeff_compile"), data=_data_sources(config),
+        compile=config.getoption("gradeff_compile"), workers=config.getoption("gradeff_workers"),
+        data=_data_sources(config),
     )
 
 
@@ -569,5 +585,6 @@ def run_config(config: pytest.Config, seed: int):
                     memory_budget=settings.memory_budget, memory_margin=settings.memory_margin,
                     weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
                     tune_points=settings.tune_points, protocol=settings.protocol, isolate=settings.isolate,
-                    data=settings.data, threads=settings.threads, fused=settings.fused, compile=settings.compile)
+                    data=settings.data, threads=settings.threads, fused=settings.fused, compile=settings.compile,
+                    workers=settings.workers)
     return dataclasses.replace(run, precision=config.stash[PRECISION], world_size=config.stash[WORLD_SIZE])

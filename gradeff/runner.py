@@ -83,6 +83,8 @@ class RunConfig:
         fused: the optimizer's fused (else multi-tensor) kernel where torch has one (``--gradeff-fused``; see
             :func:`gradeff.optim.build_optimizer`).
         compile: train the model through torch.compile with this backend (``--gradeff-compile``); ``None``: eager.
+        workers: DataLoader worker processes gathering the micro-batches ahead (``--gradeff-workers``; see
+            :class:`gradeff.loop.TrainState`).
     """
 
     profile: str = "tiny"
@@ -111,6 +113,7 @@ class RunConfig:
     threads: int | None = None
     fused: bool = False
     compile: str | None = None
+    workers: int = 0
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -240,7 +243,8 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     return TrainState(model=adapted.model, optimizer=optimizer, dataset=dataset, batch_size=hp.batch_size,
                       micro_batches_per_step=k, seed=config.seed, device=device,
                       scheduler=_warmup_scheduler(optimizer, hp, steps) if optimizer is not None else None,
-                      after_step=adapted.after_step, scaler=make_scaler(device, config.precision), ranks=ranks)
+                      after_step=adapted.after_step, scaler=make_scaler(device, config.precision), ranks=ranks,
+                      workers=config.workers)
 
 
 @dataclass(kw_only=True)

@@ -136,9 +136,9 @@ def test_a_pause_runs_every_k_steps_outside_the_epochs_clock(monkeypatch):
     clock = types.SimpleNamespace(now=0.0)
     step = loop.optimizer_step
 
-    def timed_step(state, group):
+    def timed_step(state, group, batches=None):
         clock.now += 1.0
-        return step(state, group)
+        return step(state, group, batches)
 
     calls = []
 

@@ -67,6 +67,7 @@ def test_records_are_written_under_xdist(grid_pytester):
         (("--gradeff-memory-budget", "lots"), "*expected a size like 8MiB, 2GiB*units: B, KiB, MiB*"),
         (("--gradeff-memory-margin", "1.5"), "*--gradeff-memory-margin: must be in [[]0, 1), got 1.5*"),
         (("--gradeff-device", "tpu"), "*unknown device 'tpu'; valid devices: auto, cpu, cuda*"),
+        (("--gradeff-workers", "-1"), "*--gradeff-workers: must be in 0 … 256, got -1*"),
         (("--gradeff-compile=tvm",),
          "*--gradeff-compile: invalid choice: 'tvm' (choose from 'inductor', 'aot_eager_decomp_partition')*"),
         (("--gradeff-compare-args", "--time-ratio 3"), "*--gradeff-compare-args: given without --gradeff-baseline*"),

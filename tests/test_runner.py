@@ -330,3 +330,17 @@ def test_compiled_cells_keep_the_laws_and_record_their_compile():
         assert runs[strategy].meters["memory"]["optimizer_state_bytes"] == \
             record.meters["memory"]["optimizer_state_bytes"]
     assert "compile_backend" not in eager["standard"].plan
+
+
+def test_dataloader_workers_feed_the_same_samples_in_the_same_order():
+    """--gradeff-workers 2: micro-batches gathered ahead by DataLoader workers give the in-process gather's numbers
+    to the last bit, a line search's repeated closure calls and accumulation's micro-batches included, and the wait
+    for them is recorded."""
+    cell = Cell("llm", "cgd", "accum")
+    own = run_cell(cell, dataclasses.replace(CONFIG, epochs=2))
+    workers = run_cell(cell, dataclasses.replace(CONFIG, epochs=2, workers=2))
+    assert own.status == workers.status == "ok", workers.detail
+    assert [e.loss for e in workers.epochs] == [e.loss for e in own.epochs]
+    assert workers.summary.final_heldout_loss == own.summary.final_heldout_loss
+    assert [e.closure_calls for e in workers.epochs] == [e.closure_calls for e in own.epochs]
+    assert all(e.data_seconds > 0 for e in workers.epochs)
