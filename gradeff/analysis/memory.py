@@ -28,10 +28,10 @@ from gradeff.results import CellRecord
 from gradeff.strategies import BUDGET_KINDS, STRATEGIES
 
 __all__ = [
-    "ADAPTIVE", "COMPILER", "DEVICE_MEMORY", "MEMORY_FOCUS", "PEAK", "STANDARD", "Change", "GroupKey",
-    "LevelClaim", "Studies", "Verdict", "budget_kind", "budget_level", "checkpointed_blocks", "compared",
-    "device_memory_bytes", "epoch_range", "expected_oom", "group_cells", "host_copies_bytes", "is_compiled",
-    "is_compiled_anchor", "is_offload", "level_claims", "merge_levels", "peft_budget_changes",
+    "ADAPTIVE", "COMPILER", "DEVICE_MEMORY", "MEMORY_FOCUS", "PEAK", "STANDARD", "Change", "GroupKey", "LevelClaim",
+    "Studies", "Verdict", "allocator_peak_bytes", "budget_kind", "budget_level", "checkpointed_blocks", "compared",
+    "compiled_within_target", "device_memory_bytes", "epoch_range", "expected_oom", "group_cells", "host_copies_bytes",
+    "is_compiled", "is_compiled_anchor", "is_offload", "level_claims", "merge_levels", "peft_budget_changes",
     "plan_key", "plan_number", "plan_of", "ratio_of", "recomputation_time", "reference_of", "sort_memory",
     "split_studies", "verdict",
 ]
@@ -117,6 +117,24 @@ def reference_of(runs: CellRuns, group: Mapping[str, CellRuns]) -> CellRuns | No
     if is_compiled(record) and not is_compiled_anchor(record):
         return next((r for r in group.values() if is_compiled_anchor(r.first)), None)
     return group.get(STANDARD)
+
+
+def allocator_peak_bytes(record: CellRecord) -> float | None:
+    """The GPU allocator's peak over the cell's epochs (``meters.gpu.alloc_peak_bytes``); ``None`` off a GPU."""
+    meters = record.meters if isinstance(record.meters, Mapping) else {}
+    gpu = meters.get("gpu")
+    return as_number(gpu.get("alloc_peak_bytes")) if isinstance(gpu, Mapping) else None
+
+
+def compiled_within_target(record: CellRecord) -> bool | None:
+    """Whether a compiled cell met its budget's target, read on the GPU allocator's peak (which adds the allocator's
+    own overhead to the tensors: a cell within the target on it is within on any count). ``None`` where it cannot
+    be told: no allocator peak (a CPU, where the live peak of compiled code is not measurable either), no target,
+    or not a compiled cell that ended ok."""
+    target, peak = plan_number(record, "target_bytes"), allocator_peak_bytes(record)
+    if not is_compiled(record) or record.status != "ok" or target is None or peak is None:
+        return None
+    return peak <= target
 
 
 def is_offload(record: CellRecord) -> bool:

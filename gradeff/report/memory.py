@@ -151,6 +151,11 @@ def _budget_cell(record: CellRecord) -> Cell:
     parts = [f"level {_percent(level)}" if level is not None else "absolute budget"]
     if target is not None:
         parts.append(f"target {format_bytes(target)}" + (f" ({_percent(margin)} margin)" if margin is not None else ""))
+    within = ma.compiled_within_target(record)
+    if within is not None:
+        parts.append("met on the allocator's peak" if within else "missed: the allocator's peak is over the target")
+    elif ma.is_compiled(record) and record.status == "ok":
+        parts.append("met or missed: not measurable here (no allocator peak, no live peak of compiled code)")
     return Cell(text=format_bytes(budget), sub=", ".join(parts))
 
 
@@ -181,11 +186,22 @@ def _spread(record: CellRecord) -> str:
     return f"epochs {format_seconds(span[0])} to {format_seconds(span[1])}"
 
 
+def _compiled_peak_cell(runs: CellRuns) -> Cell:
+    """A compiled cell's peak: the GPU allocator's where there is one (labelled so: it adds the allocator's overhead
+    to the tensors), else n/a with why."""
+    peaks = [p for r in runs.ok if (p := ma.allocator_peak_bytes(r)) is not None]
+    if not peaks:
+        return Cell(text=NA, css="na", title=_COMPILED_PEAK)
+    return Cell(text=format_bytes(max(peaks)), sub="allocator peak: compiled code has no live peak here",
+                title=_COMPILED_PEAK)
+
+
 def _row(runs: CellRuns, reference: CellRuns | None) -> Row:
     record = runs.first
     host = ma.host_copies_bytes(record)
     return Row(label=record.strategy, cells=(
         _status_cell(runs), _plan_cell(record), _budget_cell(record), _predicted_cell(record),
+        _compiled_peak_cell(runs) if ma.is_compiled(record) and runs.ok else
         _measured_cell(runs, reference, _PEAK, _COMPILED_PEAK if ma.is_compiled(record) else "not measured"),
         _measured_cell(runs, reference, ma.DEVICE_MEMORY, "the memory breakdown is incomplete",
                        extra=f"incl. {format_bytes(host)} host copies (host = device)" if host else ""),

@@ -132,6 +132,8 @@ def test_table_plans_measurements_and_ratios(llm_cells):
     assert compiled[4].text == NA and "dispatch mode" in compiled[4].title  # no live peak, and why
     assert compiled[5].text == "8.00 MiB" and compiled[7].text == "2.50 s"  # compile time: its own column
     assert compiled[6].text == "1.40 s"  # not 3.9 s: the compile is not in the epochs
+    assert compiled[2].sub.endswith("met or missed: not measurable here (no allocator peak, no live peak of compiled "
+                                    "code)")
     # A compiled cell is read against the compiled anchor, the anchor against standard (the backend's own cost).
     assert compiled[6].sub == "1.27×\u00a0(+27\u00a0%)\u00a0of\u00a0compile_budget100"
     assert compiled[5].sub == "0.80×\u00a0(-20\u00a0%)\u00a0of\u00a0compile_budget100"
@@ -269,6 +271,26 @@ def test_a_slower_backend_is_not_charged_to_the_compilers_recomputation(memory_r
     assert ma.verdict(*(failed[f"llm-{k}"] for k in ("budget60", "compile_budget60")),
                       standard=failed["llm-standard"], anchor=failed["llm-compile_budget100"]).reason == \
         "compile_budget100 ended error"
+
+
+def test_a_compiled_cell_on_a_gpu_is_judged_on_the_allocators_peak(memory_record, make_meters):
+    """On a GPU the compiled cells' peak is the allocator's, labelled so, and each budget reads met or missed on
+    it; an adaptive cell is never judged that way (its own prediction and live peak say whether it fits)."""
+    def on_gpu(record, alloc):
+        meters = make_meters(util=90.0, gpu_alloc=alloc, activation=record.meters["memory"]["activation_bytes"])
+        return dataclasses.replace(record, device="cuda:0", meters=meters | {"memory": record.meters["memory"]})
+
+    cells = [on_gpu(memory_record("standard"), 12 * MIB),
+             on_gpu(memory_record("compile_budget60", peak=None, plan=compiler_plan(0.6)), 8 * MIB),
+             on_gpu(memory_record("compile_budget20", peak=None, plan=compiler_plan(0.2, budget=5 * MIB)), 6 * MIB),
+             on_gpu(memory_record("budget60", plan=adaptive_plan(0.6)), 20 * MIB)]
+    rows = _rows(build_memory_view(cells).groups[0].table)
+    sixty, twenty = rows["compile_budget60"], rows["compile_budget20"]
+    assert (sixty[4].text, sixty[4].sub) == ("8.00 MiB", "allocator peak: compiled code has no live peak here")
+    assert sixty[2].sub.endswith("met on the allocator's peak")  # 8 MiB within its 8.1 MiB target
+    assert twenty[2].sub.endswith("missed: the allocator's peak is over the target")  # 6 MiB over 4.5 MiB
+    assert "allocator" not in rows["budget60"][2].sub and ma.compiled_within_target(cells[3]) is None
+    assert ma.compiled_within_target(dataclasses.replace(cells[1], status="oom")) is None
 
 
 def test_figure_draws_one_marker_per_measured_cell(llm_cells):
