@@ -4,11 +4,11 @@
 # (configuration or $PIP_FIND_LINKS), and with torch already satisfied no dependency can pull a multi-GB
 # CUDA build.
 # Everything goes through uv when it can be installed: it unpacks and compiles bytecode in parallel (torch in
-# about 13 s where pip takes about 35; the other ~70 packages in about 15 s where pip takes about a minute;
-# the same versions). pip is the fallback.
+# about 13 s where pip took 35; the other ~70 packages in about 10 s, 28 s with their bytecode; the same
+# versions). pip is the fallback.
 # Bytecode: where PYTHONDONTWRITEBYTECODE is set, Python caches no .pyc of its own, so what is not compiled
 # here is compiled again by every process that imports it. torch always is (every process imports it). The
-# rest (transformers, peft, scipy, ...: about 13 s more) only with GRADEFF_BYTECODE=all, which pays off for
+# rest (transformers, peft, scipy, ...: about 18 s more) only with GRADEFF_BYTECODE=all, which pays off for
 # the test suite's hundreds of subprocesses (.ci/run sets it) and not for a grid run's three processes
 # (about 5 s more import each).
 set -euo pipefail

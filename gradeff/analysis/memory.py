@@ -348,8 +348,8 @@ def verdict(adaptive: CellRuns | None, compiler: CellRuns | None, *, standard: C
 
     Memory is read on :data:`DEVICE_MEMORY` (the compiled cell has no live peak). Time is each side's
     slowdown against its own cell at the full budget (:func:`recomputation_time`): a compiled cell's
-    time against an eager one would carry the compile backend's speed, which on a CPU alone runs a tiny
-    model 1.5-2x slower, into a verdict about recomputation. Without ``standard`` or ``anchor`` the
+    time against an eager one would carry the compile backend's speed (on a CPU the memory grid's anchor ran
+    the tiny ViT-S 1.66x slower than eager) into a verdict about recomputation. Without ``standard`` or ``anchor`` the
     outcome is ``n/a``. Compile time is not part of either time.
     """
     if adaptive is None or compiler is None:

@@ -98,7 +98,7 @@ STRATEGIES: Registry[StrategySpec] = Registry(
         *_fractions("adaptive", "budget", "Budget-adaptive checkpointing"),
         # The compiler's cell at level 100 %: compiled at the full activation budget (1.0), so no recomputation is
         # asked for. A compiled cell's time is read against it, so the ratio is the budget's recomputation and not
-        # the compile backend's speed (on a CPU the backend alone runs a tiny ViT-S 1.5-2x slower than eager).
+        # the compile backend's speed (on a CPU the anchor ran the tiny ViT-S 1.66x slower than eager).
         StrategySpec(key="compile_budget100", name="torch.compile at the full activation budget (the compiled anchor)",
                      budget="compiler", budget_fraction=1.0),
         *_fractions("compiler", "compile_budget", "torch.compile"),
