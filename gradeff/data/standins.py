@@ -58,17 +58,26 @@ def _even(power: np.ndarray) -> np.ndarray:
     return (power + mirrored) / 2
 
 
+def _filter(filters: np.ndarray, spectra: np.ndarray) -> np.ndarray:
+    """``H(f) X_f`` per frequency: filters ``(Y, X, 3, 3)`` applied to spectra ``(N, 3, Y, X)`` → ``(N, 3, Y, X)``.
+
+    One batched matrix product over the frequencies (a 3 × 3 by 3 × N product per frequency), several times
+    faster than the equivalent ``einsum`` (which numpy runs without BLAS here)."""
+    return (filters.astype(spectra.dtype) @ spectra.transpose(2, 3, 1, 0)).transpose(3, 2, 0, 1)
+
+
 def _sample_fields(spectra: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
     """``count`` real Gaussian fields of spectral matrices ``spectra`` ``(S, S, 3, 3)`` → ``(count, 3, S, S)``.
 
     With the orthonormal Fourier transform, white noise has identity spectra; a real, even filter
-    ``H(f) = chol(spectra(f))`` gives fields whose covariance has exactly these spectra, and stay real.
+    ``H(f) = chol(spectra(f))`` gives fields whose covariance has exactly these spectra, and stay real. The
+    fields being real, only the non-negative horizontal frequencies are computed (``rfft2``): half the work, the
+    same fields to rounding.
     """
     size = spectra.shape[0]
-    filters = np.linalg.cholesky(spectra)
-    white = np.fft.fft2(rng.standard_normal((count, _CHANNELS, size, size)), norm="ortho")
-    coloured = np.einsum("yxij,nj yx->niyx".replace(" ", ""), filters, white)
-    return np.fft.ifft2(coloured, norm="ortho").real
+    filters = np.linalg.cholesky(spectra[:, : size // 2 + 1])
+    white = np.fft.rfft2(rng.standard_normal((count, _CHANNELS, size, size)), norm="ortho")
+    return np.fft.irfft2(_filter(filters, white), s=(size, size), norm="ortho")
 
 
 def _periodograms(images: np.ndarray) -> np.ndarray:
@@ -336,8 +345,9 @@ class ObjectClasses:
         inverse = np.linalg.inv(self.background)
         template_f = np.fft.fft2(self.templates, norm="ortho")  # (K, V, 3, S, S)
         energy = np.einsum("kviyx,yxij,kvjyx->kv", template_f.conj(), inverse, template_f).real
-        whitened = np.fft.ifft2(np.einsum("yxij,njyx->niyx", inverse, np.fft.fft2(images, norm="ortho")),
-                                norm="ortho").real
+        half = images.shape[-1] // 2 + 1
+        whitened = np.fft.irfft2(_filter(inverse[:, :half], np.fft.rfft2(images, norm="ortho")),
+                                 s=images.shape[-2:], norm="ortho")
         common = -0.5 * (whitened * images).sum(axis=(1, 2, 3)) - 0.5 * np.linalg.slogdet(self.background)[1].sum()
         templates = torch.from_numpy(self.templates.reshape(num_classes * num_poses, -1).T.astype(np.float32))
         offset = torch.from_numpy(-0.5 * energy.reshape(-1)).float()
