@@ -49,6 +49,12 @@ class GridSpec:
         focus: what its cells are read by: ``loss`` (training loss against the task's floor),
             ``accuracy`` (held-out accuracy of a fine-tuned model) or ``memory`` (peak memory against
             time per epoch).
+        standard_twins_once: run a strategy that trains the standard cell's model bit for bit
+            (:attr:`~gradeff.strategies.StrategySpec.trains_as_standard`: checkpointing, offload, the adaptive
+            budget) on the grid's first dataset only, unless the datasets are chosen explicitly. Such a cell's
+            accuracy is the standard cell's on every dataset, and what it measures, time and memory per step,
+            depends on the batch's shapes, which the grid's datasets share: a second dataset repeats the
+            measurement.
     """
 
     key: str
@@ -60,6 +66,7 @@ class GridSpec:
     datasets: tuple[str, ...] = ()
     id_axes: tuple[str, ...]
     focus: str = "loss"
+    standard_twins_once: bool = False
 
     def values(self, axis: str, model: str) -> tuple[str, ...]:
         """The values of ``axis`` for a cell of ``model``.
@@ -95,7 +102,7 @@ GRIDS: Registry[GridSpec] = Registry(
                  strategies=("standard", "checkpoint", "budget"),
                  methods=("full", "lora", "adalora", "qlora", "bitfit"),
                  datasets=("cifar100", "dtd"), id_axes=("model", "method", "strategy", "dataset"),
-                 focus="accuracy"),
+                 focus="accuracy", standard_twins_once=True),
         # The PEFT study's foundation-model baselines, used without fine-tuning: zero-shot contrastive models,
         # a frozen self-supervised backbone with a linear probe, autoregressive VLMs prompted to classify.
         GridSpec(key="baselines", name="Foundation-model baselines (PEFT study)",
@@ -202,6 +209,7 @@ def cells(grid: str = "main", **axes) -> Iterator[Cell]:
             (in registry order). A key the grid has keeps its place; a key it has not extends it:
             ``methods=["lora"]`` runs the main study with LoRA, ``optimizers=["sgd"]`` the PEFT study
             with SGD. Cells a model cannot run are still produced, for the runner to skip with the reason.
+            Naming the datasets runs every strategy on each (see :attr:`GridSpec.standard_twins_once`).
 
     Raises:
         KeyError: an unknown grid or key; the message lists the valid ones.
@@ -218,5 +226,10 @@ def cells(grid: str = "main", **axes) -> Iterator[Cell]:
     order = (*spec.id_axes, *(axis for axis in AXES if axis not in spec.id_axes))
     for model in chosen.get("model", spec.models):
         values = [chosen.get(axis, spec.values(axis, model)) for axis in order[1:]]
+        datasets = chosen.get("dataset", spec.values("dataset", model))
         for combination in itertools.product(*values):
-            yield Cell(**dict(zip(order, (model, *combination))), grid=grid)
+            cell = Cell(**dict(zip(order, (model, *combination))), grid=grid)
+            if (spec.standard_twins_once and "dataset" not in chosen and cell.dataset != datasets[0]
+                    and cell.strategy in STRATEGIES and STRATEGIES[cell.strategy].trains_as_standard):
+                continue
+            yield cell

@@ -12,7 +12,8 @@ from gradeff.strategies import STRATEGIES
 
 
 def test_axes_hold_the_papers_grids():
-    """Main: 4 models × 6 optimizers × 3 strategies; PEFT: 4 backbones × 5 methods × 3 strategies × 2 datasets."""
+    """Main: 4 models × 6 optimizers × 3 strategies; PEFT: 4 backbones × 5 methods × (3 strategies on the first dataset
+    + the standard strategy on the second)."""
     assert list(MODELS) == ["vit", "modernbert", "llm", "vlm", "vit_s", "tinyvit", "vim_s", "mambavision_t", "clip",
                             "siglip", "dinov2", "smolvlm", "vlm_prompt", "paligemma", "mobilevlm"]
     assert list(OPTIMIZERS)[:6] == ["sgd", "adam", "adamw", "adagrad", "adadelta", "cgd"]
@@ -21,8 +22,9 @@ def test_axes_hold_the_papers_grids():
     assert list(METHODS) == ["full", "lora", "adalora", "qlora", "bitfit", "linear_probe", "zero_shot"]
     main, peft = list(cells("main")), list(cells("peft"))
     assert len(main) == 72 and main[0].id == "vit-sgd-standard"
-    assert len(peft) == 120 and {c.optimizer for c in peft} == {"adamw"}
+    assert len(peft) == 80 and {c.optimizer for c in peft} == {"adamw"}
     assert {c.strategy for c in peft} == {"standard", "checkpoint", "budget"}
+    assert {c.strategy for c in peft if c.dataset == "dtd"} == {"standard"}
     assert {c.id for c in main}.isdisjoint(c.id for c in peft)
 
 
@@ -97,3 +99,21 @@ def test_cells_validate_their_keys():
     """Asking the grid for an unknown axis value fails with the valid choices."""
     with pytest.raises(UnknownKeyError, match="valid optimizers: sgd, adam"):
         list(cells(optimizers=["adan"]))
+
+
+def test_a_strategy_that_trains_as_standard_runs_once_per_model_unless_the_datasets_are_named():
+    """The PEFT grid runs checkpointing and the adaptive budget on its first dataset only (they repeat the standard
+    cell's training bit for bit); accumulation changes the training, so it runs on every dataset, and naming the
+    datasets brings every strategy back on each."""
+    from gradeff.strategies import STRATEGIES
+
+    strategies = ["standard", "checkpoint", "budget", "accum"]
+    ran = {(c.strategy, c.dataset) for c in cells("peft", models=["vit_s"], methods=["lora"], strategies=strategies)}
+    assert ran == {("standard", "cifar100"), ("checkpoint", "cifar100"), ("budget", "cifar100"),
+                   ("accum", "cifar100"), ("standard", "dtd"), ("accum", "dtd")}
+    assert {s for s in strategies if STRATEGIES[s].trains_as_standard} == {"checkpoint", "budget"}
+    named = {(c.strategy, c.dataset) for c in cells("peft", models=["vit_s"], methods=["lora"], strategies=strategies,
+                                                    datasets=["dtd", "cifar100"])}
+    assert len(named) == 8
+    # A grid without the setting runs the full product.
+    assert len(list(cells("baselines", models=["dinov2"]))) == 2

@@ -46,7 +46,7 @@ def test_axis_options_extend_a_grid_beyond_its_own_keys(grid_pytester):
     assert len(main) == 72 and main[0] == "vit-sgd-standard-lora" and all(c.endswith("-lora") for c in main)
     peft = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                               "--gradeff-optimizers=sgd", "--gradeff-models=vit_s", "-m", "peft"))
-    assert len(peft) == 30 and peft[0] == "vit_s-full-standard-cifar100-sgd"
+    assert len(peft) == 20 and peft[0] == "vit_s-full-standard-cifar100-sgd"
 
 
 def test_a_model_from_the_other_study_trains_on_its_own_kind_of_data(grid_pytester):
@@ -76,7 +76,7 @@ def test_collection_does_not_import_transformers(request):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=request.config.rootpath).stdout
-    assert "230 tests collected" in out  # 72 main + 120 PEFT + 24 memory + 14 baselines cells
+    assert "190 tests collected" in out  # 72 main + 80 PEFT + 24 memory + 14 baselines cells
     assert "IMPORTED []" in out
 
 
@@ -84,26 +84,34 @@ PEFT_BACKBONES = ["vit_s", "tinyvit", "vim_s", "mambavision_t"]
 
 
 def test_k_backbone_and_method_selects_the_peft_cells(grid_pytester):
-    """`-k "vit_s and lora"` selects ViT-S cells whose method contains "lora" (lora, adalora, qlora), nothing else."""
+    """`-k "vit_s and lora"` selects ViT-S cells whose method contains "lora" (lora, adalora, qlora), nothing else:
+    every strategy on CIFAR-100, the grid's first dataset, and the standard cells on DTD."""
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                              "-k", "vit_s and lora"))
-    assert sorted(ids) == sorted(f"vit_s-{m}-{s}-{d}" for m in ("lora", "adalora", "qlora")
-                                 for s in ("standard", "checkpoint", "budget") for d in ("cifar100", "dtd"))
+    assert sorted(ids) == sorted([*(f"vit_s-{m}-{s}-cifar100" for m in ("lora", "adalora", "qlora")
+                                    for s in ("standard", "checkpoint", "budget")),
+                                  *(f"vit_s-{m}-standard-dtd" for m in ("lora", "adalora", "qlora"))])
 
 
 def test_exact_method_marker_selects_qlora_only(grid_pytester):
-    """`-m "cell(method='qlora')"` selects the 24 QLoRA cells: every backbone, strategy and dataset."""
+    """`-m "cell(method='qlora')"` selects the 16 QLoRA cells: every backbone, and every strategy on the grid's first
+    dataset; naming both datasets runs every strategy on each (24)."""
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                              "-m", "cell(method='qlora')"))
-    assert sorted(ids) == sorted(f"{b}-qlora-{s}-{d}" for b in PEFT_BACKBONES
-                                 for s in ("standard", "checkpoint", "budget") for d in ("cifar100", "dtd"))
+    assert sorted(ids) == sorted([*(f"{b}-qlora-{s}-cifar100" for b in PEFT_BACKBONES
+                                    for s in ("standard", "checkpoint", "budget")),
+                                  *(f"{b}-qlora-standard-dtd" for b in PEFT_BACKBONES)])
+    both = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
+                                              "--gradeff-datasets=cifar100,dtd", "-m", "cell(method='qlora')"))
+    assert sorted(both) == sorted(f"{b}-qlora-{s}-{d}" for b in PEFT_BACKBONES
+                                  for s in ("standard", "checkpoint", "budget") for d in ("cifar100", "dtd"))
 
 
 def test_grid_marker_and_dataset_option_select_the_peft_grid(grid_pytester):
-    """`-m peft` selects the 120 PEFT cells; --gradeff-datasets=dtd keeps the 60 DTD ones; a typo names the valid
-    keys."""
+    """`-m peft` selects the 80 PEFT cells; --gradeff-datasets=dtd keeps the 60 DTD ones (every strategy: DTD is then
+    the grid's only dataset); a typo names the valid keys."""
     assert len(_collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
-                                                  "-m", "peft"))) == 120
+                                                  "-m", "peft"))) == 80
     ids = _collected(grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "--collect-only", "-q",
                                              "--gradeff-datasets=dtd", "-m", "peft"))
     assert len(ids) == 60 and all(cell.endswith("-dtd") for cell in ids)

@@ -112,6 +112,19 @@ def _sanity_note(line_verdicts: Mapping[str, Verdict], labels: Mapping[str, str]
             f"baseline ({baseline:.1f} %): fine-tuning learned nothing the pixels did not already hold")
 
 
+def _elsewhere_note(group: Sequence[CellRecord], same_model: Sequence[CellRecord]) -> str:
+    """Which strategies the model ran on another dataset only (a grid runs the strategies that train the standard
+    model on its first dataset: :attr:`gradeff.grid.GridSpec.standard_twins_once`), so that the line's memory and
+    speed verdicts are read as what they are: a choice among the strategies measured on this dataset."""
+    here = {r.strategy for r in group}
+    missing = {r.strategy: r.dataset for r in same_model if r.strategy not in here and r.method != SANITY_METHOD}
+    if not missing:
+        return ""
+    where = ", ".join(sorted(set(missing.values())))
+    return (f"{', '.join(missing)} ran on {where} only: they change nothing but the time and memory of a step, "
+            f"which the {where} line measures")
+
+
 def answer(records: Iterable[CellRecord]) -> tuple[AnswerLine, ...]:
     """The verdict lines of every study that answers "what should I use", over every seed.
 
@@ -136,9 +149,10 @@ def answer(records: Iterable[CellRecord]) -> tuple[AnswerLine, ...]:
             labels = {r.cell: cell_label(r, axes) for r in group}
             found = verdicts(group)
             subject = model if study == "main" and len(datasets_of[model]) == 1 else f"{model} · {dataset}"
-            note = _sanity_note(found, labels, sanity_accuracy(study_records, dataset)) if study == "peft" else ""
+            notes = (_sanity_note(found, labels, sanity_accuracy(study_records, dataset)) if study == "peft" else "",
+                     _elsewhere_note(group, [r for r in study_records if r.model == model]))
             lines.append(AnswerLine(study=study, subject=subject, title=naming.group_title(group), verdicts=found,
-                                    labels=labels, notes=(note,) if note else ()))
+                                    labels=labels, notes=tuple(note for note in notes if note)))
     return tuple(lines)
 
 

@@ -142,3 +142,19 @@ def test_names_say_what_ran():
     vim = run("vim_s-lora-standard-cifar100", grid="peft", weights={"source": "pretrained"}, parameters={})
     assert naming.what_ran(vim) == "Vision Mamba-shaped, pretrained here on a synthetic task"
     assert naming.group_title([]) == "" and naming.group_title([clip]).endswith("· CIFAR-100 (synthetic, 100 classes)")
+
+
+def test_a_dataset_without_the_checkpointing_cells_says_where_they_ran():
+    """The PEFT grid runs checkpointing on its first dataset only: the second dataset's line says so, rather than
+    naming the least memory among the cells it has as if checkpointing had been weighed."""
+    records = [run("vit_s-lora-standard-cifar100", grid="peft", accuracy=0.3),
+               run("vit_s-lora-checkpoint-cifar100", grid="peft", accuracy=0.3, peak=2**20),
+               run("vit_s-lora-budget-cifar100", grid="peft", accuracy=0.3, peak=2**21),
+               run("vit_s-lora-standard-dtd", grid="peft", accuracy=0.4),
+               run("tinyvit-lora-standard-dtd", grid="peft", accuracy=0.2)]
+    lines = {line.subject: line for line in answer(records)}
+    assert lines["vit_s · cifar100"].notes == ()
+    assert lines["vit_s · dtd"].notes == ("checkpoint, budget ran on cifar100 only: they change nothing but the time "
+                                          "and memory of a step, which the cifar100 line measures",)
+    # Another backbone's cells do not count: tinyvit ran no checkpointing anywhere.
+    assert lines["tinyvit · dtd"].notes == ()
