@@ -348,10 +348,10 @@ def _flops(value: float) -> str:
 def pretraining_seconds(model: str, config, target: Target) -> float | None:
     """Estimated time of the suite's pretraining of ``model`` at the session's profile (its own FLOPs per sample,
     fully fine-tuned, times the recipe's samples and epochs), ``None`` without a peak FLOP/s."""
-    from gradeff.hparams import PRETRAIN_HPARAMS, hparams_for
+    from gradeff.hparams import hparams_for, pretrain_hparams
     from gradeff.models import MODELS
 
-    recipe = PRETRAIN_HPARAMS[config.profile]
+    recipe = pretrain_hparams(model, config.profile)
     hp = hparams_for(model, config.profile)
     measured = _measure(model, "full", MODELS[model].task, config.profile, "adamw", hp.batch_size,
                         recipe.num_classes, hp.image_size)

@@ -25,7 +25,7 @@ from gradeff.profiles import validate_profile
 
 __all__ = [
     "DATASET_HPARAMS", "HPARAMS", "MEMORY_BUDGETS", "MEMORY_MARGIN", "PRETRAIN_HPARAMS", "HParams", "MethodHParams",
-    "PretrainHParams", "hparams_for", "lr_centre", "lr_grid", "method_hparams_for", "task_default",
+    "PretrainHParams", "hparams_for", "lr_centre", "lr_grid", "method_hparams_for", "pretrain_hparams", "task_default",
 ]
 
 
@@ -238,10 +238,26 @@ PRETRAIN_HPARAMS: dict[str, PretrainHParams] = {
 }
 
 
+# What a backbone may set for itself: how it trains, not the source task it trains on (drawn once per profile).
+_OWN_PRETRAINING = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio")
+
+
+def pretrain_hparams(model: str, profile: str) -> PretrainHParams:
+    """How ``model`` pretrains at ``profile``: the profile's recipe with the model's own fields
+    (:attr:`gradeff.models.ModelSpec.pretraining`) in place of the profile's."""
+    validate_profile(profile)
+    own = (MODELS[model].pretraining or {}).get(profile, {})
+    unknown = set(own) - set(_OWN_PRETRAINING)
+    if unknown:
+        raise ValueError(f"{model}: pretraining fields {sorted(unknown)} cannot be a model's own; valid: "
+                         f"{', '.join(_OWN_PRETRAINING)} (every backbone of a profile pretrains on the same samples)")
+    return replace(PRETRAIN_HPARAMS[profile], **own)
+
+
 # The memory budget the budget strategies work to unless --gradeff-memory-budget gives one: the PEFT
 # paper's on-device budget ("e.g. 2 GB") at paper size, and at the CPU profiles the same pressure scaled
 # to their models. Tiny, measured live peaks of one fine-tuning step (full fine-tuning, standard → every
-# block checkpointed): ViT-S 12.2 → 6.4 MiB, TinyViT 9.9 → 8.5, MambaVision-T 4.6 → 4.0, Vim-S 26.4 → 17.5.
+# block checkpointed): ViT-S 12.2 → 6.4 MiB, TinyViT 9.6 → 6.9, MambaVision-T 4.6 → 4.0, Vim-S 23.8 → 15.3.
 # 10 MiB (9 MiB after the margin) makes ViT-S and TinyViT choose what to recompute, leaves MambaVision-T
 # as it is, and is out of Vim-S's reach: its selective scan materialises each block's (batch, length,
 # 2, state, width) states in the forward pass, a peak checkpointing cannot lower.

@@ -194,3 +194,30 @@ def test_pretraining_ahead_skips_given_weights_scratch_models_and_failures(tmp_p
     assert module.pretrain_ahead([("vit_s", 0)], "tiny", cache_dir=tmp_path) == []
     with pytest.raises(RuntimeError, match="out of memory"):  # the cell meets the failure and records it
         starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path)
+
+
+def test_a_backbone_pretrains_with_its_own_rate_on_the_profiles_samples():
+    """A model's own pretraining fields replace the profile's (and name another cache folder); the source task's
+    sizes cannot be a model's own, and a typo names the fields that can."""
+    from dataclasses import replace
+
+    from gradeff.models import MODELS
+    from gradeff.registry import open_for_registration
+
+    assert hparams.pretrain_hparams("vim_s", "tiny") == replace(hparams.PRETRAIN_HPARAMS["tiny"], lr=4e-3)
+    assert hparams.pretrain_hparams("vit_s", "tiny") == hparams.PRETRAIN_HPARAMS["tiny"]
+    before = pretrained_folder("vit_s", "tiny", 0)
+
+    def own(fields):
+        with open_for_registration([MODELS]):
+            MODELS.register(replace(MODELS["vit_s"], pretraining={"tiny": fields}), source="test", replace=True)
+
+    try:
+        own({"lr": 1e-3})
+        assert hparams.pretrain_hparams("vit_s", "tiny").lr == 1e-3 and pretrained_folder("vit_s", "tiny", 0) != before
+        for fields, message in (({"train_samples": 64}, "cannot be a model's own"), ({"lrr": 1.0}, "valid: epochs")):
+            own(fields)
+            with pytest.raises(ValueError, match=message):
+                hparams.pretrain_hparams("vit_s", "tiny")
+    finally:
+        MODELS.reset()
