@@ -144,7 +144,7 @@ def test_mixer_matches_the_literal_bidirectional_formula(length):
     with torch.no_grad():  # the two directions' parameters made to differ
         mixer.A_b_log.add_(torch.rand_like(mixer.A_b_log))
         mixer.D_b.mul_(0.5)
-    hidden = torch.randn(3, length, 32)
+    hidden = torch.randn(3, length, CONFIGS["tiny"]["hidden_size"])
     torch.testing.assert_close(mixer(hidden), _reference_mixer(mixer, hidden), rtol=1e-5, atol=1e-6)
 
 
