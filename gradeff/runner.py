@@ -13,7 +13,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
@@ -324,16 +324,41 @@ def build_cell(cell: Cell, config: RunConfig) -> Built:
     device = resolve_device(config.device)
     _use_device(device)
     hp, method_hp, _ = _cell_hparams(cell, config)
-    torch.set_flush_denormal(True)  # as while training: a pretraining run on the way sees the same arithmetic
     try:
-        with intra_op_threads(config.threads):
+        # As while training: a pretraining run on the way sees the same arithmetic.
+        with cell_arithmetic(cell, config):
             hp = cell_data(cell, config, hp)[1]
             _build_into(built, cell, config, hp, method_hp, device)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the build's failure is kept and becomes the cell's record
         built.error = exc
+    return built
+
+
+@contextmanager
+def cell_arithmetic(cell: Cell, config: RunConfig):
+    """The conditions a cell is built and trained under, restored after it: its torch thread count
+    (:func:`intra_op_threads`), subnormal floats flushed to zero, and, unless the cell is compiled, no
+    ``torch.compile`` at all.
+
+    Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token) run
+    10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a cell's time (a
+    tiny DINOv2 step: 2.4 s with them, 0.1 s without). The flag is process-wide, so it is switched back to torch's
+    default after the cell: code that runs next (a user's own, a test of exact float laws) gets IEEE arithmetic.
+
+    An eager cell runs eager: a library may ``torch.compile`` its own functions (bitsandbytes compiles its generic
+    4-bit dequantisation, used on a CPU for a weight with an odd input width such as Vim's ``dt_proj``), which
+    would build C++ kernels inside the cell (20 s of a tiny Vim-S QLoRA cell's first evaluation under ``-n 2``)
+    and measure another implementation than the one the cell names. Under ``force_eager`` such a function runs
+    as written; a compiled cell (``--gradeff-compile``, the compiler's budget) keeps torch's default stance.
+    """
+    compiled = config.compile is not None or STRATEGIES[cell.strategy].budget == "compiler"
+    torch.set_flush_denormal(True)
+    try:
+        with intra_op_threads(config.threads), \
+                (nullcontext() if compiled else torch.compiler.set_stance("force_eager")):
+            yield
     finally:
         torch.set_flush_denormal(False)
-    return built
 
 
 @contextmanager
@@ -586,17 +611,8 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
         # The cell's W processes each come back here with their rank set; this one gathers their records.
         with intra_op_threads(config.threads):
             return run_sharded(cell, config, run_cell)
-    # Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token)
-    # run 10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a
-    # cell's time (a tiny DINOv2 step: 2.4 s with them, 0.1 s without). The flag is process-wide, so it is
-    # switched back to torch's default after the cell: code that runs next (a user's own, a test of exact
-    # float laws) gets IEEE arithmetic.
-    torch.set_flush_denormal(True)
-    try:
-        with intra_op_threads(config.threads):
-            return _train_once(cell, config, timer=timer, built=built, metering=metering)
-    finally:
-        torch.set_flush_denormal(False)
+    with cell_arithmetic(cell, config):
+        return _train_once(cell, config, timer=timer, built=built, metering=metering)
 
 
 def cannot_run(cell: Cell, config: RunConfig) -> str | None:

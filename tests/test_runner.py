@@ -78,6 +78,31 @@ def test_a_cell_leaves_subnormal_floats_as_it_found_them():
     assert torch.tensor([1e-40]).item() != 0.0 and (tiny * 1).item() != 0.0
 
 
+@pytest.mark.parametrize(("strategy", "compile_backend", "compiles"), [
+    ("standard", None, False), ("checkpoint", None, False), ("compile_budget40", None, True),
+    ("standard", "aot_eager_decomp_partition", True)])
+def test_only_a_compiled_cell_lets_torch_compile_compile(strategy, compile_backend, compiles):
+    """A library's own torch.compile inside an eager cell runs its function as written (nothing is compiled, the
+    result is the same); a compiled cell compiles. The stance is torch's default again after the cell."""
+    graphs = []
+
+    def recording_backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    library_function = torch.compile(lambda x: x * 2 + 1, backend=recording_backend, dynamic=False)
+    config = dataclasses.replace(CONFIG, compile=compile_backend)
+    with runner.cell_arithmetic(Cell("llm", "adamw", strategy), config):
+        out = library_function(torch.ones(3))
+    assert torch.equal(out, torch.full((3,), 3.0))
+    assert bool(graphs) is compiles
+    graphs.clear()
+    torch._dynamo.reset()
+    library_function(torch.ones(3))
+    assert len(graphs) == 1
+    torch._dynamo.reset()
+
+
 def _patched_builder(monkeypatch, wrap):
     original = runner.build_model
 
