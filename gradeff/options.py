@@ -586,5 +586,5 @@ def run_config(config: pytest.Config, seed: int):
                     weights=settings.weights, cache_dir=settings.cache_dir, tune=settings.tune,
                     tune_points=settings.tune_points, protocol=settings.protocol, isolate=settings.isolate,
                     data=settings.data, threads=settings.threads, fused=settings.fused, compile=settings.compile,
-                    workers=settings.workers)
+                    workers=settings.workers, named_strategies=tuple(sorted(settings.selection.get("strategy", ()))))
     return dataclasses.replace(run, precision=config.stash[PRECISION], world_size=config.stash[WORLD_SIZE])

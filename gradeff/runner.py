@@ -85,6 +85,8 @@ class RunConfig:
         compile: train the model through torch.compile with this backend (``--gradeff-compile``); ``None``: eager.
         workers: DataLoader worker processes gathering the micro-batches ahead (``--gradeff-workers``; see
             :class:`gradeff.loop.TrainState`).
+        named_strategies: the strategies the session named (``--gradeff-strategies``): one a CPU leaves out
+            (:attr:`~gradeff.strategies.StrategySpec.cpu_limitation`) runs there when named.
     """
 
     profile: str = "tiny"
@@ -114,6 +116,7 @@ class RunConfig:
     fused: bool = False
     compile: str | None = None
     workers: int = 0
+    named_strategies: tuple[str, ...] = ()
 
 
 class MemoryBudgetExceeded(RuntimeError):
@@ -618,7 +621,17 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
 def cannot_run(cell: Cell, config: RunConfig) -> str | None:
     """Why the cell cannot run with these settings (its skip reason), or ``None``."""
     return (_weights_needed(cell, config) or incompatibility(cell)
-            or precision_incompatibility(cell.optimizer, config.precision) or sharding_incompatibility(cell, config))
+            or precision_incompatibility(cell.optimizer, config.precision) or sharding_incompatibility(cell, config)
+            or _left_out_on_cpu(cell, config))
+
+
+def _left_out_on_cpu(cell: Cell, config: RunConfig) -> str | None:
+    """A strategy that measures nothing of what it is for on a CPU (:attr:`StrategySpec.cpu_limitation`), on a CPU,
+    unless the session named it: the default run spends its minutes on what a CPU can answer."""
+    limitation = STRATEGIES[cell.strategy].cpu_limitation
+    if limitation is None or cell.strategy in config.named_strategies or resolve_device(config.device).type != "cpu":
+        return None
+    return f"left out on a CPU unless named (--gradeff-strategies {cell.strategy} runs it here): {limitation}"
 
 
 def _weights_needed(cell: Cell, config: RunConfig) -> str | None:

@@ -10,6 +10,7 @@ from gradeff.devices import resolve_device
 from gradeff.grid import Cell
 from gradeff.hparams import hparams_for
 from gradeff.runner import RunConfig, run_cell
+from gradeff.strategies import STRATEGIES
 
 CONFIG = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="test")
 
@@ -76,6 +77,27 @@ def test_a_cell_leaves_subnormal_floats_as_it_found_them():
     record = run_cell(Cell("llm", "sgd", "standard"), CONFIG)
     assert record.status == "ok"
     assert torch.tensor([1e-40]).item() != 0.0 and (tiny * 1).item() != 0.0
+
+
+@pytest.mark.parametrize("strategy", ["offload", "compile_budget100", "compile_budget40"])
+def test_a_strategy_that_measures_nothing_on_a_cpu_runs_there_only_when_named(strategy):
+    """Offload (host = device) and the compiler's budget (no live peak) are skipped on a CPU with their reason, before
+    anything is built, unless the session named them; every other strategy runs."""
+    cell = Cell("llm", "adamw", strategy)
+    record = run_cell(cell, CONFIG)
+    assert record.status == "skipped" and not record.epochs
+    assert f"--gradeff-strategies {strategy}" in record.detail
+    assert record.detail.endswith(STRATEGIES[strategy].cpu_limitation)
+    assert runner.cannot_run(cell, dataclasses.replace(CONFIG, named_strategies=(strategy,))) is None
+    assert runner.cannot_run(cell, dataclasses.replace(CONFIG, named_strategies=("budget40",))) is not None
+    for other in ("standard", "checkpoint", "accum", "budget40"):
+        assert runner.cannot_run(Cell("llm", "adamw", other), CONFIG) is None
+
+
+def test_only_offload_and_the_compilers_budget_are_limited_on_a_cpu():
+    limited = {key for key in STRATEGIES if STRATEGIES[key].cpu_limitation is not None}
+    assert limited == {"offload", "compile_budget", "compile_budget100",
+                       *(f"compile_budget{percent}" for percent in (80, 60, 40, 20))}
 
 
 @pytest.mark.parametrize(("strategy", "compile_backend", "compiles"), [

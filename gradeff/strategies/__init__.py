@@ -68,6 +68,20 @@ class StrategySpec:
         return ((self.checkpointing or self.offload or self.budget == "adaptive")
                 and not (self.accumulate or self.shards or self.budget == "compiler"))
 
+    @property
+    def cpu_limitation(self) -> str | None:
+        """Why the strategy measures on a CPU nothing of what it is for (a CPU run leaves it out unless it is named),
+        or ``None``. Offload moves saved tensors out of the device's memory into the host's, which on a CPU are
+        one memory. The compiler's budget is read on the compiled step's live peak, which no CPU meter sees (the
+        compiled graph's saved tensors are counted, its temporaries are not), and its time on the CPU compile
+        backend is not the time of the GPU kernels it stands for."""
+        if self.budget == "compiler":
+            return ("a compiled step's live peak is not measurable on a CPU, and the CPU compile backend's time is "
+                    "not the GPU kernels'")
+        if self.offload:
+            return "on a CPU the host is the device: offloading moves nothing out of the memory it is meant to relieve"
+        return None
+
     def __post_init__(self):
         if self.budget is not None and self.budget not in BUDGET_KINDS:
             raise ValueError(f"{self.key}: unknown budget kind {self.budget!r}; valid: {', '.join(BUDGET_KINDS)}")
