@@ -239,16 +239,33 @@ def _write_digits(folder: Path) -> Path:
         import datasets
         import numpy as np
         from PIL import Image
-        from sklearn.datasets import load_digits
 
-        digits = load_digits()
-        images = [Image.fromarray((image * 255 / 16).round().astype(np.uint8), mode="L") for image in digits.images]
+        pixels, labels = _bundled_digits()
+        images = [Image.fromarray((image * 255 / 16).round().astype(np.uint8), mode="L") for image in pixels]
         features = datasets.Features({"image": datasets.Image(),
                                       "label": datasets.ClassLabel(names=[str(d) for d in range(10)])})
-        datasets.Dataset.from_dict({"image": images, "label": digits.target.tolist()},
+        datasets.Dataset.from_dict({"image": images, "label": labels.tolist()},
                                    features=features).to_parquet(str(tmp))
 
     return _atomic_write(folder / "digits.parquet", write)
+
+
+def _bundled_digits():
+    """scikit-learn's digits as ``load_digits`` reads them (``(1797, 8, 8)`` pixels 0–16, ``(1797,)`` labels),
+    from the file the package ships, without importing scikit-learn: its import takes ~5 s, more than the rest of
+    a real-data cell, in every process that writes the file."""
+    import gzip
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the digits dataset ships with scikit-learn: pip install scikit-learn")
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as rows:
+        data = np.loadtxt(rows, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
 
 
 def _write_pydoc(folder: Path) -> Path:

@@ -409,3 +409,13 @@ def test_real_data_has_three_disjoint_splits(tmp_path):
     assert notes["validation_split"].startswith("10% of the training rows held out")
     again = real.open_splits(source, tmp_path)
     assert again[2]["text"] == validation["text"] and again[1]["text"] == test["text"]
+
+
+def test_the_digits_are_read_from_scikit_learns_file_exactly_as_load_digits_reads_them():
+    """The bundled file, read without importing scikit-learn, gives load_digits' images and labels bit for bit."""
+    from sklearn.datasets import load_digits
+
+    pixels, labels = real._bundled_digits()
+    digits = load_digits()
+    assert pixels.shape == (1797, 8, 8) and np.array_equal(pixels, digits.images)
+    assert np.array_equal(labels, digits.target) and labels.dtype.kind == "i"
