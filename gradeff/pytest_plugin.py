@@ -166,6 +166,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{family}: cells of {family} models")
     for key, spec in GRIDS.items():
         config.addinivalue_line("markers", f"{key}: cells of the {spec.name} grid")
+    config.addinivalue_line("markers", "grid: every grid's cells, none of the suite's own benchmarks (the harness's "
+                            "overhead, CG on its test problems): the README's main job is `pytest benchmarks -m grid`")
     config.addinivalue_line("markers", "cell(model, optimizer, strategy, method, dataset): exact cell selection, "
                             "e.g. -m \"cell(optimizer='adam')\" (unlike -k adam, does not match adamw)")
     config.addinivalue_line("markers", "gradeff_grid(key): parametrize the test's `cell` argument with the grid's "
@@ -228,8 +230,8 @@ def grid_params(grid: str = "main", **axes) -> list:
     """``pytest.param`` of every cell of a grid (a :class:`~gradeff.grid.Cell`), with its id and markers.
 
     Each cell carries its model key, model family and grid as markers (``-m llm``, ``-m decoder``,
-    ``-m peft``) and an exact ``cell(model=..., optimizer=..., strategy=..., method=..., dataset=...)``
-    marker.
+    ``-m peft``), ``grid`` (every grid's cells), and an exact
+    ``cell(model=..., optimizer=..., strategy=..., method=..., dataset=...)`` marker.
 
     Args:
         axes: ``<plural>=[keys]`` per axis, as :func:`gradeff.grid.cells` takes.
@@ -240,6 +242,7 @@ def grid_params(grid: str = "main", **axes) -> list:
             getattr(pytest.mark, cell.model),
             getattr(pytest.mark, MODELS[cell.model].family),
             getattr(pytest.mark, grid),
+            pytest.mark.grid,
             pytest.mark.cell(**cell.axes()),
         ]
         params.append(pytest.param(cell, id=cell.id, marks=marks))

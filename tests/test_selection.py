@@ -80,6 +80,25 @@ def test_collection_does_not_import_transformers(request):
     assert "IMPORTED []" in out
 
 
+def test_the_grid_marker_selects_every_grids_cells_and_none_of_the_suites_own_benchmarks(request):
+    """`-m grid` (the README's main job) collects exactly the cells of every grid; `-m "not grid"` the harness's
+    overhead and CG's test problems, which CI runs."""
+    from gradeff.grid import GRIDS, cells
+
+    def collected(marker):
+        out = subprocess.run([sys.executable, "-m", "pytest", str(request.config.rootpath / "benchmarks"), "-m", marker,
+                              "--collect-only", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True,
+                             check=True, cwd=request.config.rootpath).stdout
+        return [line for line in out.splitlines() if "::" in line]
+
+    grid = collected("grid")
+    assert sorted(line.split("[", 1)[1].rstrip("]") for line in grid) == sorted(
+        cell.id for key in GRIDS for cell in cells(key))
+    rest = collected("not grid")
+    assert rest and {line.split("::")[0].rsplit("/", 1)[-1] for line in rest} == {
+        "test_overhead.py", "test_cg_rosenbrock.py", "test_cg_quadratic.py"}
+
+
 PEFT_BACKBONES = ["vit_s", "tinyvit", "vim_s", "mambavision_t"]
 
 
