@@ -64,12 +64,13 @@ def cache_root(explicit: str | Path | None = None) -> Path:
 def _recipe(model: str, profile: str) -> dict:
     import importlib
 
-    from gradeff.hparams import HPARAMS, pretrain_hparams
+    from gradeff.hparams import hparams_for, pretrain_hparams
     from gradeff.models import MODELS
 
     return {"format": FORMAT, "model": model, "profile": profile,
             "config": importlib.import_module(MODELS[model].module).CONFIGS[profile],
-            "image_size": HPARAMS[(model, profile)].image_size, "pretraining": asdict(pretrain_hparams(model, profile)),
+            "image_size": hparams_for(model, profile).image_size,
+            "pretraining": asdict(pretrain_hparams(model, profile)),
             # The thread count orders the pretraining's float sums: backbones pretrained with another one differ
             # in their last bits, so a cell's numbers would depend on which session filled the cache.
             "torch_threads": _torch_threads()}
@@ -197,13 +198,14 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     from gradeff.data.cache import cached
     from gradeff.data.standins import source_task
     from gradeff.evaluation import evaluate
-    from gradeff.hparams import HPARAMS, pretrain_hparams
+    from gradeff.hparams import hparams_for, pretrain_hparams
     from gradeff.loop import TrainState, train_epoch
     from gradeff.methods import within
     from gradeff.models import MODELS, build_model
 
     hp = pretrain_hparams(model, profile)
-    image_size = HPARAMS[(model, profile)].image_size
+    # The model's own row, or a registered backbone's ModelSpec.hparams: what its cells fine-tune at.
+    image_size = hparams_for(model, profile).image_size
     sizes = dict(num_classes=hp.num_classes, image_size=image_size, num_samples=hp.train_samples, seed=seed,
                  heldout_samples=hp.heldout_samples)
     # Every backbone of a profile pretrains on the same samples: drawn once, next to the backbones.
