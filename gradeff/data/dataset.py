@@ -72,7 +72,9 @@ class Dataset:
 
     def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         """The model inputs of the samples at ``indices``."""
-        batch = {name: t[indices] for name, t in self.tensors.items()}
+        # index_select, not t[indices]: the same rows copied, but advanced indexing's general path costs ~6x as
+        # much per image batch on a CPU (98 vs 17 us for 32 tiny images), a cost a bare training loop would not pay.
+        batch = {name: t.index_select(0, indices) for name, t in self.tensors.items()}
         for name, (scale, offset) in self.decode.items():
             batch[name] = batch[name].float() * scale + offset
         return batch

@@ -240,3 +240,20 @@ def test_topic_posterior_matches_brute_force():
         for t in np.flatnonzero(masked[n]):
             assert got[n, t] == pytest.approx(weights @ topics.distributions[:, states[n, t]], rel=1e-9)
     assert np.all(got[~masked] == 1.0)
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_a_batch_is_the_samples_rows_in_the_order_asked(model):
+    """``Dataset.batch`` gives each tensor's rows at the indices, in their order and with repeats, decoded as the
+    dataset says (the row-by-row reference below shares nothing with its gather)."""
+    data = make_dataset(MODELS[model].task, hparams_for(model, "tiny"), 0)
+    indices = torch.tensor([5, 0, len(data) - 1, 5, 3])
+    batch = data.batch(indices)
+    assert set(batch) == set(data.tensors)
+    for name, tensor in data.tensors.items():
+        rows = torch.stack([tensor[int(i)] for i in indices])
+        if name in data.decode:
+            scale, offset = data.decode[name]
+            rows = rows.float() * scale + offset
+        assert batch[name].dtype == rows.dtype
+        assert torch.equal(batch[name], rows), name
