@@ -123,7 +123,18 @@ def _check_method(spec: MethodSpec) -> None:
 
 
 def _check_dataset(spec: TaskSpec) -> None:
+    from dataclasses import fields
+
+    from gradeff.profiles import PROFILES, HParams
+
     _target(spec.builder, "builder")
+    for profile, sizes in spec.sizes.items():
+        if profile not in PROFILES:
+            raise RegistrationError(f"sizes[{profile!r}]: unknown profile; valid profiles: {', '.join(PROFILES)}")
+        valid = [field.name for field in fields(HParams)]
+        unknown = sorted(set(sizes) - set(valid))
+        if unknown:
+            raise RegistrationError(f"sizes[{profile!r}]: {unknown} are not HParams fields; valid: {', '.join(valid)}")
 
 
 _CHECKS: dict[str, Callable[[object], None]] = {

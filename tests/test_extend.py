@@ -115,9 +115,16 @@ def test_registered_cells_run_record_report_and_gate(user_project, tmp_path):
      "grids=['nope'])", "*conftest.py: unknown grid 'nope' for models 'm'; valid grids: main, peft*"),
     ("OptimizerSpec(key='x', name='x', target='torch.optim:SGD', state_law='magic')",
      "*registration from *conftest.py: ValueError: optimizer 'x': unknown state law 'magic'*"),
+    ("registries.datasets.register(TaskSpec(key='mine', name='x', description='x', "
+     "builder='gradeff.data.text:causal_lm', fields=(), kind='causal_lm', sizes={'tiny': {'batch': 8}}))",
+     "*conftest.py: dataset 'mine': sizes?'tiny'?: ?'batch'? are not HParams fields; valid: lr, batch_size, *"),
+    ("registries.datasets.register(TaskSpec(key='mine', name='x', description='x', "
+     "builder='gradeff.data.text:causal_lm', fields=(), kind='causal_lm', sizes={'huge': {'batch_size': 8}}))",
+     "*conftest.py: dataset 'mine': sizes?'huge'?: unknown profile; valid profiles: tiny, small, paper*"),
 ])
 def test_bad_registration_is_a_usage_error_naming_the_conftest_and_key(grid_pytester, body, message):
     grid_pytester.makeconftest(f"""
+        from gradeff.data import TaskSpec
         from gradeff.methods import MethodSpec
         from gradeff.models import ModelSpec
         from gradeff.optim import OptimizerSpec
@@ -467,3 +474,24 @@ def test_spec_settings_are_checked_when_the_spec_is_made():
     spec = MethodSpec(key="mine", name="Mine", apply=len, hparams={"lora_r": 4})
     with pytest.raises(TypeError):
         spec.hparams["lora_r"] = 8  # read-only: a spec is shared by every cell
+
+
+def test_a_registered_dataset_brings_its_own_sizes_as_a_built_in_one_does():
+    """``TaskSpec.sizes`` replaces the model's fields where a cell trains on the dataset, at the profiles it names,
+    exactly as CIFAR-100's own sizes do for the built-in backbones."""
+    from dataclasses import replace
+
+    from gradeff.data import TASKS
+
+    assert hparams_for("vit_s", "paper", dataset="cifar100").num_classes == 100
+    assert hparams_for("vit_s", "paper", dataset="dtd").train_samples == 1_792
+    mine = replace(TASKS["causal_lm"], key="mytext", sizes={"tiny": {"batch_size": 8, "train_samples": 64}})
+    with open_for_registration([TASKS]):
+        TASKS.register(mine, source="test")
+    try:
+        own, model = hparams_for("llm", "tiny", dataset="mytext"), hparams_for("llm", "tiny")
+        assert (own.batch_size, own.train_samples) == (8, 64)
+        assert replace(own, batch_size=model.batch_size, train_samples=model.train_samples) == model
+        assert hparams_for("llm", "small", dataset="mytext") == hparams_for("llm", "small")  # no sizes there
+    finally:
+        TASKS.reset()

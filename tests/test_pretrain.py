@@ -224,20 +224,19 @@ def test_a_backbone_pretrains_with_its_own_rate_on_the_profiles_samples():
 
 
 def test_a_registered_backbone_pretrains_at_its_own_image_size(tmp_path):
-    """A backbone registered with its own ``ModelSpec.hparams`` (no row in the built-in table) gets a pretraining
-    recipe at the image size its cells fine-tune at, not a KeyError."""
+    """A backbone registered with its own ``ModelSpec.hparams`` gets a pretraining recipe at the image size its
+    cells fine-tune at, not a KeyError."""
     from dataclasses import replace
 
     from gradeff.models import MODELS
     from gradeff.pretrain import _recipe
     from gradeff.registry import open_for_registration
 
-    own = {profile: replace(hparams.HPARAMS[("vit_s", profile)], image_size=48)
+    own = {profile: replace(MODELS["vit_s"].hparams[profile], image_size=48)
            for profile in ("tiny", "small", "paper")}
     with open_for_registration([MODELS]):
         MODELS.register(replace(MODELS["vit_s"], key="my_vit", hparams=own), source="test")
     try:
-        assert ("my_vit", "tiny") not in hparams.HPARAMS
         assert _recipe("my_vit", "tiny")["image_size"] == 48
         assert pretrained_folder("my_vit", "tiny", 0, tmp_path).name.startswith("my_vit-tiny-seed0-")
     finally:

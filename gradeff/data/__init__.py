@@ -51,8 +51,8 @@ class TaskSpec:
         options: fixed keyword arguments of the builder (what makes this dataset this dataset).
         kind: what it asks of a model (``image_classification``, ``causal_lm``, ``masked_lm``,
             ``image_captioning``); a model trains on every task of its own task's kind.
-
-    A dataset's own sizes (CIFAR-100's 100 classes) live in :mod:`gradeff.hparams` beside the rest.
+        sizes: profile → fields of :class:`gradeff.profiles.HParams` that are the dataset's own (CIFAR-100's 100
+            classes, its split sizes at paper): they replace the model's where a cell trains on this dataset.
     """
 
     key: str
@@ -62,9 +62,12 @@ class TaskSpec:
     fields: tuple[str, ...]
     kind: str
     options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    sizes: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self):
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        object.__setattr__(self, "sizes", MappingProxyType({profile: MappingProxyType(dict(fields))
+                                                            for profile, fields in self.sizes.items()}))
 
     def build(self, **kwargs) -> Dataset:
         """Import the builder and build the dataset."""
@@ -85,6 +88,19 @@ _MASKED_LM = {"num_topics": 16, "concentration": 0.05, "mask_prob": 0.3}
 # 16 motifs, each class a Dirichlet(0.5) mixture of them: a few motifs dominate a class, and 16 blocks an image
 # leave the Bayes classifier short of 100 % on a few (a floor above 0).
 _MOTIFS = {"num_motifs": 16, "concentration": 0.5}
+# The real data every machine has: enough steps at tiny for a random-initialised model to learn something (vit on
+# 512 digits, ~1 s; llm on 256 windows of help text), all the data at the larger profiles. Real data's test and
+# validation splits are its own or carved out (gradeff.data.real), these sizes caps; its cells are evaluated at the
+# epochs' ends. At tiny, batches of 8 as before the main tasks grew: a local dataset may hold only a few dozen rows.
+_TINY_REAL = {"batch_size": 8, "eval_every": 0}
+_REAL_SIZES = {
+    # digits: 1,797 rows → 1,293 to train on after the two carve-outs.
+    "digits": {"tiny": dict(num_classes=10, train_samples=512, heldout_samples=256, **_TINY_REAL),
+               "small": dict(num_classes=10, train_samples=1_280, heldout_samples=360, eval_every=0),
+               "paper": dict(num_classes=10, train_samples=1_280, heldout_samples=360, eval_every=0)},
+    "pydoc": {"tiny": dict(train_samples=256, heldout_samples=64, **_TINY_REAL),
+              "small": dict(train_samples=1_024, heldout_samples=256, eval_every=0)},
+}
 
 TASKS: Registry[TaskSpec] = Registry(
     "dataset",
@@ -118,16 +134,27 @@ TASKS: Registry[TaskSpec] = Registry(
         TaskSpec(key="cifar100", name="CIFAR-100 (synthetic, 100 classes)",
                  description="100 object classes at a random position, rotation and scale over clutter, "
                              "stratified test and validation splits",
-                 builder=f"{_STANDINS}:objects", fields=_CLASSIFICATION_FIELDS, kind="image_classification"),
+                 builder=f"{_STANDINS}:objects", fields=_CLASSIFICATION_FIELDS, kind="image_classification",
+                 # 50,000 training images (49,920: whole steps of 64 × 4 under every strategy) and 10,000 test
+                 # images; no validation split of its own: 5,000 validation images (real data: carved out of the
+                 # training rows).
+                 sizes={"tiny": {"num_classes": 100}, "small": {"num_classes": 100},
+                        "paper": dict(num_classes=100, train_samples=49_920, heldout_samples=10_000,
+                                      validation_samples=5_000)}),
         TaskSpec(key="dtd", name="DTD (synthetic, 47 textures)",
                  description="47 texture classes (random fields of their own spectra) at a random rotation, "
                              "scale and phase, stratified test and validation splits",
-                 builder=f"{_STANDINS}:textures", fields=_CLASSIFICATION_FIELDS, kind="image_classification"),
+                 builder=f"{_STANDINS}:textures", fields=_CLASSIFICATION_FIELDS, kind="image_classification",
+                 # 47 textures, 1,880 images per split (training: 1,792 = 7 steps of 64 × 4), its own validation
+                 # split.
+                 sizes={"tiny": {"num_classes": 47}, "small": {"num_classes": 47},
+                        "paper": dict(num_classes=47, train_samples=1_792, heldout_samples=1_880,
+                                      validation_samples=1_880)}),
         # Real data (gradeff.data.real), read with Hugging Face datasets from local files. digits and pydoc are
         # on every machine (scikit-learn's digits, Python's own help topics); the others need
         # --gradeff-data KEY=PATH, as do cifar100 and dtd to replace their synthetic stand-ins.
         *(TaskSpec(key=key, name=name, description=description, builder="gradeff.data.real:build_task",
-                   fields=(), kind=kind, options={"key": key})
+                   fields=(), kind=kind, options={"key": key}, sizes=_REAL_SIZES.get(key, {"tiny": _TINY_REAL}))
           for key, name, kind, description in (
               ("digits", "Digits (real, 8×8 handwritten)", "image_classification",
                "scikit-learn's 1,797 handwritten digits, 10 classes; 20 % held out"),

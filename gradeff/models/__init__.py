@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradeff.profiles import validate_profile
+from gradeff.models.sizes import FINE_TUNING, SMALL_MAIN, TINY_IMAGE, TINY_MAIN, TINY_TEXT
+from gradeff.profiles import HParams, validate_profile
 from gradeff.registry import Registry
 
 if TYPE_CHECKING:
@@ -48,8 +49,9 @@ class ModelSpec:
             the install hint.
         methods: the fine-tuning methods that make sense for it (a foundation-model baseline is
             evaluated with its own: ``zero_shot``, ``linear_probe``); empty: every method.
-        hparams: profile → :class:`gradeff.hparams.HParams` of a registered model; a profile it does
-            not give uses the hyper-parameters of the first built-in model of the same task.
+        hparams: profile → :class:`gradeff.profiles.HParams` it trains with (rate, batch, epochs, task sizes);
+            a profile it does not give uses those of the first model of the same task that gives it (a built-in
+            one for a registered model).
         pretraining: profile → fields of :class:`gradeff.hparams.PretrainHParams` this backbone pretrains with
             instead of the profile's (a rate of its own); the source task's samples stay the profile's.
         lora_targets: module-name suffixes of the linears LoRA (AdaLoRA, QLoRA) adapts.
@@ -74,7 +76,7 @@ class ModelSpec:
     batch_norm: bool = False
     requires: tuple[tuple[str, str], ...] = ()
     methods: tuple[str, ...] = ()
-    hparams: Mapping[str, Any] | None = None
+    hparams: Mapping[str, HParams] | None = None
     pretraining: Mapping[str, Mapping[str, Any]] | None = None
     lora_targets: tuple[str, ...] = ()
     hub_id: str = ""
@@ -103,31 +105,56 @@ MODELS: Registry[ModelSpec] = Registry(
     "model",
     (
         ModelSpec(key="vit", name="ViT (ViT-B/16 style)", family="vision", task="image_classification",
-                  module="gradeff.models.vit", head=("classifier",), lora_targets=_VIT_LINEARS),
+                  module="gradeff.models.vit", head=("classifier",), lora_targets=_VIT_LINEARS,
+                  hparams={"tiny": HParams(**TINY_MAIN, **TINY_IMAGE),
+                           "small": HParams(**SMALL_MAIN, image_size=64, num_classes=10),
+                           # paper: section 3 of the main paper, here and for the other three.
+                           "paper": HParams(lr=3e-4, batch_size=64, epochs=25, train_samples=4096,
+                                            heldout_samples=1024, validation_samples=1024, eval_every=16,
+                                            image_size=224, num_classes=100)}),
         ModelSpec(key="modernbert", name="ModernBERT (masked LM)", family="encoder", task="masked_lm",
-                  module="gradeff.models.modernbert", lora_targets=("Wqkv", "Wo", "Wi")),
+                  module="gradeff.models.modernbert", lora_targets=("Wqkv", "Wo", "Wi"),
+                  hparams={"tiny": HParams(**TINY_MAIN, **TINY_TEXT),
+                           "small": HParams(**SMALL_MAIN, seq_len=128, num_states=1020),
+                           "paper": HParams(lr=1e-4, batch_size=32, epochs=25, train_samples=4096,
+                                            heldout_samples=1024, validation_samples=1024, eval_every=32,
+                                            seq_len=512, num_states=2048)}),
         ModelSpec(key="llm", name="Llama-3.2-1B-style decoder", family="decoder", task="causal_lm",
                   module="gradeff.models.llm", has_biases=False,
-                  lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
+                  lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+                  hparams={"tiny": HParams(**TINY_MAIN, warmup_ratio=0.03, **TINY_TEXT),
+                           "small": HParams(**SMALL_MAIN, warmup_ratio=0.03, seq_len=128, num_states=1020),
+                           "paper": HParams(lr=2e-5, batch_size=16, epochs=25, train_samples=2048,
+                                            heldout_samples=512, validation_samples=512, eval_every=32,
+                                            warmup_ratio=0.03, seq_len=512, num_states=2048)}),
         ModelSpec(key="vlm", name="nanoVLM-style vision-language model", family="multimodal",
-                  task="image_captioning", module="gradeff.models.vlm", lora_targets=_VLM_LINEARS),
+                  task="image_captioning", module="gradeff.models.vlm", lora_targets=_VLM_LINEARS,
+                  hparams={"tiny": HParams(**TINY_MAIN, caption_len=16, num_states=124, **TINY_IMAGE),
+                           "small": HParams(**SMALL_MAIN, image_size=64, num_classes=10, caption_len=32,
+                                            num_states=1020),
+                           "paper": HParams(lr=5e-5, batch_size=32, epochs=25, train_samples=4096,
+                                            heldout_samples=1024, validation_samples=1024, eval_every=32,
+                                            image_size=224, num_classes=100, caption_len=128, num_states=2048)}),
         # The PEFT study's backbones: two Transformers and two Mamba-based models, fine-tuned.
         ModelSpec(key="vit_s", name="ViT-S/16", family="transformer", task="cifar100",
                   module="gradeff.models.vit_s", fine_tunes=True, head=("classifier",),
-                  hub_id="timm/vit_small_patch16_224.augreg_in21k_ft_in1k", lora_targets=_VIT_LINEARS),
+                  hub_id="timm/vit_small_patch16_224.augreg_in21k_ft_in1k", lora_targets=_VIT_LINEARS,
+                  hparams=FINE_TUNING),
         ModelSpec(key="tinyvit", name="TinyViT", family="transformer", task="cifar100",
                   module="gradeff.models.tinyvit", fine_tunes=True, head=("classifier",), batch_norm=True,
-                  hub_id="timm/tiny_vit_21m_224.dist_in22k_ft_in1k", lora_targets=_TINYVIT_LINEARS),
+                  hub_id="timm/tiny_vit_21m_224.dist_in22k_ft_in1k", lora_targets=_TINYVIT_LINEARS,
+                  hparams=FINE_TUNING),
         # At tiny, Vim pretrains at twice the shared rate: held-out source accuracy 62.7 % → 78.5 % in the same
         # 1,024 steps (seed 0), where the same change costs TinyViT and MambaVision-T a few points (58 → 55 %,
         # 50 → 48 %).
         ModelSpec(key="vim_s", name="Vision Mamba (Vim-S)", family="mamba", task="cifar100",
                   module="gradeff.models.vim", fine_tunes=True, head=("classifier",),
                   pretraining={"tiny": {"lr": 4e-3}},
-                  hub_id="hustvl/Vim-small-midclstok", lora_targets=_VIM_LINEARS),
+                  hub_id="hustvl/Vim-small-midclstok", lora_targets=_VIM_LINEARS, hparams=FINE_TUNING),
         ModelSpec(key="mambavision_t", name="MambaVision-T", family="mamba", task="cifar100",
                   module="gradeff.models.mambavision", fine_tunes=True, head=("classifier",),
-                  batch_norm=True, hub_id="nvidia/MambaVision-T-1K", lora_targets=_MAMBAVISION_LINEARS),
+                  batch_norm=True, hub_id="nvidia/MambaVision-T-1K", lora_targets=_MAMBAVISION_LINEARS,
+                  hparams=FINE_TUNING),
         # The PEFT study's foundation-model baselines, used without training or with a linear probe: two
         # zero-shot contrastive VLMs, DINOv2 read by a linear probe, and two autoregressive VLMs prompted
         # to name the class. Only DINOv2 gets the suite's pretraining: the others classify by their class
@@ -136,25 +163,27 @@ MODELS: Registry[ModelSpec] = Registry(
         # at billions of parameters, run only from given weights.
         ModelSpec(key="clip", name="CLIP ViT-B/16 (zero-shot)", family="foundation", task="cifar100",
                   module="gradeff.baselines.clip", methods=("zero_shot",), hub_id="openai/clip-vit-base-patch16",
-                  lora_targets=_CLIP_LINEARS),
+                  lora_targets=_CLIP_LINEARS, hparams=FINE_TUNING),
         ModelSpec(key="siglip", name="SigLIP B/16-224 (zero-shot)", family="foundation", task="cifar100",
                   module="gradeff.baselines.siglip", methods=("zero_shot",),
-                  hub_id="google/siglip-base-patch16-224", lora_targets=_CLIP_LINEARS),
+                  hub_id="google/siglip-base-patch16-224", lora_targets=_CLIP_LINEARS, hparams=FINE_TUNING),
         ModelSpec(key="dinov2", name="DINOv2 ViT-B/14 (linear probe)", family="foundation", task="cifar100",
                   module="gradeff.baselines.dinov2", fine_tunes=True, head=("classifier",),
-                  methods=("linear_probe",), hub_id="facebook/dinov2-base", lora_targets=_VIT_LINEARS),
+                  methods=("linear_probe",), hub_id="facebook/dinov2-base", lora_targets=_VIT_LINEARS,
+                  hparams=FINE_TUNING),
         ModelSpec(key="smolvlm", name="SmolVLM (prompted)", family="foundation", task="cifar100",
                   module="gradeff.baselines.smolvlm", methods=("zero_shot",),
-                  hub_id="HuggingFaceTB/SmolVLM-Instruct", lora_targets=_VLM_LINEARS),
+                  hub_id="HuggingFaceTB/SmolVLM-Instruct", lora_targets=_VLM_LINEARS, hparams=FINE_TUNING),
         ModelSpec(key="vlm_prompt", name="nanoVLM (prompted)", family="foundation", task="cifar100",
                   module="gradeff.baselines.vlm_prompt", methods=("zero_shot",),
-                  lora_targets=_VLM_LINEARS),
+                  lora_targets=_VLM_LINEARS, hparams=FINE_TUNING),
         ModelSpec(key="paligemma", name="PaliGemma 3B (prompted)", family="foundation", task="cifar100",
                   module="gradeff.baselines.paligemma", methods=("zero_shot",),
-                  hub_id="google/paligemma-3b-pt-224", needs_weights=True, lora_targets=_VLM_LINEARS),
+                  hub_id="google/paligemma-3b-pt-224", needs_weights=True, lora_targets=_VLM_LINEARS,
+                  hparams=FINE_TUNING),
         ModelSpec(key="mobilevlm", name="MobileVLM V2 1.7B (prompted)", family="foundation", task="cifar100",
                   module="gradeff.baselines.mobilevlm", methods=("zero_shot",),
-                  hub_id="mtgv/MobileVLM_V2-1.7B", needs_weights=True,
+                  hub_id="mtgv/MobileVLM_V2-1.7B", needs_weights=True, hparams=FINE_TUNING,
                   unavailable="MobileVLM (CLIP ViT-L/14-336, an LDP projector, MobileLLaMA) is not in transformers "
                               "and gradeff runs no repository code (no trust_remote_code), so it has no "
                               "implementation here yet"),
