@@ -265,13 +265,10 @@ def merge_ranks(cell: Cell, config: RunConfig, outcomes: dict[int, str], *, back
 
 def _bare_record(cell: Cell, config: RunConfig, started: float) -> CellRecord:
     """A record with no training in it: no rank sent one back (its status and detail are set by the caller)."""
+    from gradeff.cell.record import cell_record
     from gradeff.devices import resolve_device
-    from gradeff.environment import code_version, environment
-    from gradeff.results import CellRecord, Summary
+    from gradeff.results import Summary
 
-    device = str(resolve_device(config.device))
-    return CellRecord(cell=cell.id, grid=cell.grid, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
-                      method=cell.method, dataset=cell.dataset, profile=config.profile, seed=config.seed, device=device,
-                      status="error", summary=Summary.of([], time.time() - started),
-                      hparams={"precision": config.precision}, environment=environment(device) | {"process": "sharded"},
-                      session=config.session, code_version=code_version(), started_at=started, finished_at=time.time())
+    return cell_record(cell, config, device=str(resolve_device(config.device)), started=started, finished=time.time(),
+                       process="sharded", status="error", summary=Summary.of([], time.time() - started),
+                       hparams={"precision": config.precision})

@@ -424,13 +424,11 @@ class BenchMeters:
                               device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
 
     def _record(self, status: str, detail: str):
-        from gradeff.environment import code_version, environment
+        from gradeff.cell.record import cell_record
         from gradeff.hparams import method_hparams_for
-        from gradeff.inference import deployed_parameter_counts
         from gradeff.metering import aggregate
         from gradeff.optim import optimizer_kernel
-        from gradeff.results import CellRecord, EpochRecord, Summary
-        from gradeff.runner import task_record
+        from gradeff.results import EpochRecord, Summary
 
         setup, config, cell = self._setup, self._setup.config, self._setup.cell
         epochs = tuple(
@@ -446,23 +444,17 @@ class BenchMeters:
         dataset = setup.data() if status != "skipped" else None
         heldout = dataset.heldout if dataset is not None else None
         finished = time.time()
-        model = setup.state.model if setup.state is not None else None
-        return CellRecord(
+        return cell_record(
+            cell, config, device=str(setup.device), started=self._started, finished=finished, dataset=dataset,
+            model=setup.state.model if setup.state is not None else None, weights=setup.weights,
             cell=_bench_id(cell.model, cell.optimizer, setup.bench, cell.method, cell.dataset), grid=CUSTOM_GRID,
-            model=cell.model,
-            optimizer=cell.optimizer, strategy=setup.bench, method=cell.method, dataset=cell.dataset,
-            profile=config.profile, seed=config.seed, device=str(setup.device), status=status, detail=detail,
-            epochs=epochs, summary=Summary.of(list(epochs), finished - self._started, untrained=None,
-                                              floor=heldout.loss_floor if heldout is not None else None),
-            loss_floor=dataset.loss_floor if dataset is not None else None,
-            task=task_record(cell, dataset) if dataset is not None else {},
-            parameters=deployed_parameter_counts(model) if model is not None else {},
-            weights=setup.weights.to_record() if setup.weights is not None else {},
+            strategy=setup.bench, status=status, detail=detail, epochs=epochs,
+            summary=Summary.of(list(epochs), finished - self._started, untrained=None,
+                               floor=heldout.loss_floor if heldout is not None else None),
             hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for(cell.method, cell.model, config.profile)),
                                         "optimizer_kernel": optimizer_kernel(setup.state.optimizer
                                                                              if setup.state is not None else None)},
-            environment=environment(str(setup.device)) | {"process": config.process}, meters=self.meters,
-            session=config.session, code_version=code_version(), started_at=self._started, finished_at=finished,
+            meters=self.meters,
         )
 
 

@@ -19,14 +19,14 @@ from functools import lru_cache
 
 import torch
 
+from gradeff.cell.record import cell_record
 from gradeff.data import TASKS, Dataset, data_sizes
 from gradeff.devices import resolve_device
 from gradeff.distributed import run_sharded, sharding_incompatibility
-from gradeff.environment import code_version, environment
 from gradeff.evaluation import CellEvaluation, Evaluation
 from gradeff.grid import Cell, incompatibility
 from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParams, hparams_for, method_hparams_for
-from gradeff.inference import InferenceCost, deployed_parameter_counts, measure_inference
+from gradeff.inference import InferenceCost, measure_inference
 from gradeff.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
@@ -43,7 +43,7 @@ from gradeff.strategies.budget import profile_step
 from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
 
 __all__ = ["Built", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "build_cell", "cannot_run", "cell_data",
-           "model_flops", "prepare_state", "run_cell", "task_record", "trains_prebuilt"]
+           "model_flops", "prepare_state", "run_cell", "trains_prebuilt"]
 
 # Runs ``epoch_fn`` ``rounds`` times, and ``after_epoch`` after each round outside its timing
 # (pytest-benchmark's pedantic mode with a teardown, or a plain loop).
@@ -465,21 +465,6 @@ def _inference_record(cost: InferenceCost | None, accuracy: float | None) -> dic
     return cost.as_dict() | {"scores": {key: score.as_dict() for key, score in cost.scores(accuracy).items()}}
 
 
-def task_record(cell: Cell, dataset: Dataset) -> dict:
-    """The data a cell trained on, with the floors and Bayes accuracy its numbers are read against."""
-    heldout = dataset.heldout
-    return {
-        "key": cell.dataset, "name": TASKS[cell.dataset].name, "train_samples": len(dataset),
-        "loss_floor": dataset.loss_floor, "heldout_samples": len(heldout) if heldout is not None else 0,
-        "heldout_loss_floor": heldout.loss_floor if heldout is not None else None,
-        "bayes_accuracy": heldout.info.get("bayes_accuracy") if heldout is not None else None,
-        # The sanity baseline on the same split (gradeff.data.sanity), a raw-pixel 1-NN classifier, read by the
-        # Answer and the claims (gradeff.analysis.answer.sanity_accuracy).
-        "sanity_accuracy": heldout.info.get("sanity_accuracy") if heldout is not None else None,
-        "info": dataset.info,
-    }
-
-
 def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
              metering: EpochMetering | None = None) -> CellRecord:
     """Train one cell and return its record, whatever happens.
@@ -816,20 +801,15 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
     summary = Summary.of(list(epochs), finished - progress.started,
                          untrained=evaluation.initial if evaluation is not None else None,
                          floor=test.loss_floor if test is not None else None, curve=curve if test is not None else None)
-    return CellRecord(
-        cell=cell.id, grid=cell.grid, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
-        method=cell.method, dataset=cell.dataset, profile=config.profile, seed=config.seed, device=str(device),
-        **outcome, epochs=epochs, summary=summary,
-        loss_floor=state.dataset.loss_floor if state is not None else None,
-        task=task_record(cell, state.dataset) if state is not None else {},
-        parameters=deployed_parameter_counts(state.model) if state is not None else {},
-        weights=progress.weights.to_record() if progress.weights is not None else {}, plan=progress.plan,
+    return cell_record(
+        cell, config, device=str(device), started=progress.started, finished=finished,
+        dataset=state.dataset if state is not None else None, model=state.model if state is not None else None,
+        weights=progress.weights, **outcome, epochs=epochs, summary=summary, plan=progress.plan,
         inference=_inference_record(progress.inference, summary.final_heldout_accuracy),
         curve=tuple(point.as_dict() for point in curve),
         evaluation=evaluation.record(finished - progress.started) if evaluation is not None else {},
         hparams=asdict(hp) | {"method": asdict(method_hp), "precision": config.precision,
                               "protocol": config.protocol, "lr_source": rate.source,
                               "optimizer_kernel": optimizer_kernel(state.optimizer if state is not None else None)},
-        environment=environment(str(device)) | {"process": config.process}, meters=meters,
-        session=config.session, code_version=code_version(), started_at=progress.started, finished_at=finished,
+        meters=meters,
     )

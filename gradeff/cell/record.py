@@ -1,0 +1,64 @@
+"""The one builder of a cell's record: what every :class:`~gradeff.results.CellRecord` carries besides its results.
+
+Whoever trained the cell (the runner, the public fixtures, a sharded run's coordinator) passes what it measured; the
+fields every record shares (the cell's axes, profile, seed and device; the data it trained on; its parameter counts
+and where its weights came from; the machine, session and code version) are filled here, one way for all of them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gradeff.data import TASKS
+from gradeff.environment import code_version, environment
+from gradeff.inference import deployed_parameter_counts
+from gradeff.results import CellRecord
+
+if TYPE_CHECKING:
+    import torch
+
+    from gradeff.data import Dataset
+    from gradeff.grid import Cell
+    from gradeff.pretrain import StartingWeights
+
+__all__ = ["cell_record", "task_record"]
+
+
+def task_record(cell: Cell, dataset: Dataset) -> dict:
+    """The data a cell trained on, with the floors and Bayes accuracy its numbers are read against."""
+    heldout = dataset.heldout
+    return {
+        "key": cell.dataset, "name": TASKS[cell.dataset].name, "train_samples": len(dataset),
+        "loss_floor": dataset.loss_floor, "heldout_samples": len(heldout) if heldout is not None else 0,
+        "heldout_loss_floor": heldout.loss_floor if heldout is not None else None,
+        "bayes_accuracy": heldout.info.get("bayes_accuracy") if heldout is not None else None,
+        # The sanity baseline on the same split (gradeff.data.sanity), a raw-pixel 1-NN classifier, read by the
+        # Answer and the claims (gradeff.analysis.answer.sanity_accuracy).
+        "sanity_accuracy": heldout.info.get("sanity_accuracy") if heldout is not None else None,
+        "info": dataset.info,
+    }
+
+
+def cell_record(cell: Cell, config: Any, /, *, device: str, started: float, finished: float,
+                dataset: Dataset | None = None, model: torch.nn.Module | None = None,
+                weights: StartingWeights | None = None, process: str | None = None, **results: Any) -> CellRecord:
+    """``cell``'s record: its axes under ``config`` (a :class:`gradeff.runner.RunConfig`: profile, seed, session,
+    process) on ``device``, the ``dataset`` it trained on (its floor and task), the ``model`` as trained (its
+    parameter counts), where its ``weights`` came from, and ``results``: the :class:`CellRecord` fields of what was
+    measured (``status``, ``epochs``, ``summary``, ``meters``, ``hparams`` ...).
+
+    Args:
+        process: the process kind recorded with the environment; ``None``: ``config.process``.
+        results: may also replace an axis field (a benchmark of the user's own names its cell and grid itself).
+    """
+    fields = dict(
+        cell=cell.id, grid=cell.grid, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
+        method=cell.method, dataset=cell.dataset, profile=config.profile, seed=config.seed, device=device,
+        loss_floor=dataset.loss_floor if dataset is not None else None,
+        task=task_record(cell, dataset) if dataset is not None else {},
+        parameters=deployed_parameter_counts(model) if model is not None else {},
+        weights=weights.to_record() if weights is not None else {},
+        environment=environment(device) | {"process": process or config.process},
+        session=config.session, code_version=code_version(), started_at=started, finished_at=finished,
+    )
+    return CellRecord(**fields | results)
