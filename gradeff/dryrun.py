@@ -295,8 +295,8 @@ def _data_text(cell, config) -> str:
 
 def plan_cell(cell, config, target: Target) -> CellPlan:
     """A cell's plan (see the module docstring); never raises: a cell that cannot be built says why."""
+    from gradeff.cell.plan import cannot_run
     from gradeff.hparams import MEMORY_BUDGETS, hparams_for
-    from gradeff.runner import cannot_run
     from gradeff.strategies import STRATEGIES, micro_batches_per_step
     from gradeff.strategies.budget import plan as budget_plan
 

@@ -83,7 +83,7 @@ def bench_cell_id(item) -> str | None:
 class _Setup:
     """One benchmark's or grid cell's cell, settings and sizes, shared by the public fixtures of a test.
 
-    Data, model and optimizer are built by the runner's own functions (``cell_data``, ``build_cell``), and a
+    Data, model and optimizer are built as the runner builds them (``cell_data``, ``build_cell``), and a
     grid cell's build is the one :func:`gradeff.runner.run_cell` trains: one path from the registries to the
     tensors.
 
@@ -139,7 +139,7 @@ class _Setup:
 
     def data(self):
         if self.dataset is None:
-            from gradeff.runner import cell_data
+            from gradeff.cell.plan import cell_data
 
             # Real data sets its own sizes (rows, classes): the hyper-parameters follow, as in a cell.
             self.dataset, self.hp = cell_data(self.cell, self.config, self.hp)

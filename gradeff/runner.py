@@ -15,17 +15,17 @@ import traceback
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
 
 import torch
 
+from gradeff.cell.plan import cannot_run, cell_data, cell_settings
 from gradeff.cell.record import cell_record
-from gradeff.data import TASKS, Dataset, data_sizes
+from gradeff.data import TASKS, Dataset
 from gradeff.devices import resolve_device
-from gradeff.distributed import run_sharded, sharding_incompatibility
+from gradeff.distributed import run_sharded
 from gradeff.evaluation import CellEvaluation, Evaluation
 from gradeff.grid import Cell, incompatibility
-from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParams, hparams_for, method_hparams_for
+from gradeff.hparams import MEMORY_BUDGETS, MEMORY_MARGIN, HParams, MethodHParams, method_hparams_for
 from gradeff.inference import InferenceCost, measure_inference
 from gradeff.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_breakdown
@@ -34,16 +34,16 @@ from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS, build_optimizer, optimizer_kernel
 from gradeff.optim.cg import cg_stats
-from gradeff.precision import autocast, make_scaler, precision_incompatibility
+from gradeff.precision import autocast, make_scaler
 from gradeff.pretrain import StartingWeights, starting_weights
-from gradeff.protocols import RateChoice, choose_rate
+from gradeff.protocols import RateChoice
 from gradeff.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.strategies.budget import profile_step
 from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
 
-__all__ = ["Built", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "build_cell", "cannot_run", "cell_data",
-           "model_flops", "prepare_state", "run_cell", "trains_prebuilt"]
+__all__ = ["Built", "EpochTimer", "MemoryBudgetExceeded", "RunConfig", "build_cell", "model_flops", "prepare_state",
+           "run_cell", "trains_prebuilt"]
 
 # Runs ``epoch_fn`` ``rounds`` times, and ``after_epoch`` after each round outside its timing
 # (pytest-benchmark's pedantic mode with a teardown, or a plain loop).
@@ -132,66 +132,6 @@ _OUT_OF_MEMORY = (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded, BudgetUnrea
 _EVAL_BATCHES = 4
 
 
-def _dataset(task: str, hp: HParams, seed: int, cache_dir: str | None = None) -> Dataset:
-    """The task's data for these sizes: cells of one model share it, whatever their rate or epochs."""
-    return _sized_dataset(task, data_sizes(task, hp), seed, cache_dir)
-
-
-@lru_cache(maxsize=8)
-def _sized_dataset(task: str, sizes: tuple, seed: int, cache_dir: str | None) -> Dataset:
-    # Built once per process (a tuning search's trials at other rates reuse it too), drawn once per machine.
-    from gradeff.data.cache import cached
-    from gradeff.pretrain import cache_root
-
-    spec = TASKS[task]
-
-    def draw() -> Dataset:
-        return spec.build(seed=seed, **dict(sizes))
-
-    if not isinstance(spec.builder, str):
-        return draw()
-    return cached(spec.builder, {"seed": seed, **dict(sizes), **spec.options}, draw, root=cache_root(cache_dir))
-
-
-@lru_cache(maxsize=8)
-def _real_dataset(source, **settings) -> Dataset:
-    from gradeff.data.real import load_real
-
-    return load_real(source, **settings)
-
-
-def cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HParams]:
-    """The cell's data, and its hyper-parameters with the sizes real data sets.
-
-    Real data has the rows it has: a cell trains on at most the profile's training samples, in whole steps of
-    ``batch_size × accum_steps`` (so every strategy sees the same samples), and the head has the data's classes.
-    """
-    from gradeff.data.real import BPE_VOCAB, source_for
-
-    source = source_for(cell.dataset, config.data)
-    if source is None:
-        return _dataset(cell.dataset, hp, config.seed, config.cache_dir), hp
-    from gradeff.pretrain import cache_root
-
-    # The caps come from the profile alone, so every cell of a session asks for (and caches) the same tensors.
-    caps = hparams_for(cell.model, config.profile, dataset=cell.dataset)
-    data = _real_dataset(source, kind=TASKS[cell.dataset].kind, image_size=hp.image_size, seq_len=hp.seq_len,
-                         caption_len=hp.caption_len, vocab_size=BPE_VOCAB[config.profile],
-                         train_cap=caps.train_samples, heldout_cap=caps.heldout_samples,
-                         cache_root=cache_root(config.cache_dir), task=cell.dataset)
-    step = hp.batch_size * hp.accum_steps
-    usable = len(data) // step * step
-    if usable == 0:
-        raise ValueError(f"{cell.dataset}: {len(data)} training samples make no whole step of "
-                         f"{hp.batch_size} × {hp.accum_steps}")
-    if usable < len(data):
-        data = data.head(usable)
-    # Markov states belong to the synthetic text; real text's vocabulary is the tokenizer's (in the task's info).
-    return data, replace(hp, train_samples=usable, heldout_samples=len(data.heldout),
-                         validation_samples=len(data.validation) if data.validation is not None else 0, num_states=None,
-                         num_classes=data.info.get("num_classes", hp.num_classes))
-
-
 def _loop_timer(epoch_fn: Callable[[], object], rounds: int, after_epoch: Callable[[], object]) -> None:
     for _ in range(rounds):
         epoch_fn()
@@ -207,13 +147,19 @@ def _warmup_scheduler(optimizer, hp: HParams, total_steps: int):
 
 
 def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.device, *,
-                  weights: StartingWeights | None = None, method_hp: MethodHParams | None = None) -> TrainState:
+                  weights: StartingWeights | None = None, method_hp: MethodHParams | None = None,
+                  dataset: Dataset | None = None) -> TrainState:
     """Build the data, model (weights loaded, method applied), optimizer and scheduler of a cell.
 
     The strategy's own preparation of the model (:func:`gradeff.strategies.prepare.prepare`) follows.
+
+    Args:
+        dataset: the cell's data as :func:`gradeff.cell.plan.cell_data` gave it, with ``hp`` its sizes;
+            ``None``: resolved here.
     """
     model_spec = MODELS[cell.model]
-    dataset, hp = cell_data(cell, config, hp)
+    if dataset is None:
+        dataset, hp = cell_data(cell, config, hp)
     method_hp = method_hp or method_hparams_for(cell.method, cell.model, config.profile)
     # Same seed before building: every optimizer, strategy and method of a model starts from the same
     # weights (and the same fresh head when a pretrained backbone meets a new dataset).
@@ -269,27 +215,6 @@ class Built:
     error: BaseException | None = None
 
 
-def _cell_hparams(cell: Cell, config: RunConfig) -> tuple[HParams, MethodHParams, RateChoice]:
-    """The cell's sizes and method settings, with its rate as the protocol (or a trial) sets it.
-
-    Where the rate is not the shared one it is the optimizer's whole rate: ``hp.lr`` holds it and the method's
-    scale is 1 (a tuned rate was tuned with the method in place).
-    """
-    hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
-    if config.train_samples is not None:
-        step = hp.batch_size * hp.accum_steps
-        hp = replace(hp, train_samples=max(step, min(hp.train_samples, config.train_samples) // step * step))
-    method_hp = method_hparams_for(cell.method, cell.model, config.profile)
-    if config.lr is not None:
-        rate = RateChoice(lr=config.lr, source=config.lr_source or "a tuning trial's rate", replaces=True)
-    else:
-        rate = choose_rate(config.protocol, profile=config.profile, model=cell.model, optimizer=cell.optimizer,
-                           method=cell.method, dataset=cell.dataset, shared_lr=hp.lr * method_hp.lr_scale)
-    if rate.replaces:
-        hp, method_hp = replace(hp, lr=rate.lr), replace(method_hp, lr_scale=1.0)
-    return hp, method_hp, rate
-
-
 def _use_device(device: torch.device) -> None:
     if device.type == "cuda" and device.index is not None:
         # Calls that take no device (empty_cache, library kernels) then use this cell's GPU, and a pinned
@@ -298,14 +223,15 @@ def _use_device(device: torch.device) -> None:
 
 
 def _build_into(target, cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
-                device: torch.device) -> None:
-    """Starting weights, then data, model and optimizer, into ``target`` (a :class:`Built` or the cell's progress):
-    whatever was resolved before a failure stays there for the record."""
+                device: torch.device, dataset: Dataset) -> None:
+    """Starting weights, then model and optimizer on the cell's ``dataset``, into ``target`` (a :class:`Built` or
+    the cell's progress): whatever was resolved before a failure stays there for the record."""
     target.weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
                                       cache_dir=config.cache_dir, device=str(device), num_labels=hp.num_classes)
     # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
     target.started = time.time()
-    target.state = prepare_state(cell, config, hp, device, weights=target.weights, method_hp=method_hp)
+    target.state = prepare_state(cell, config, hp, device, weights=target.weights, method_hp=method_hp,
+                                 dataset=dataset)
 
 
 def trains_prebuilt(cell: Cell, config: RunConfig) -> bool:
@@ -326,12 +252,12 @@ def build_cell(cell: Cell, config: RunConfig) -> Built:
     built = Built(started=time.time())
     device = resolve_device(config.device)
     _use_device(device)
-    hp, method_hp, _ = _cell_hparams(cell, config)
+    hp, method_hp, _ = cell_settings(cell, config)
     try:
         # As while training: a pretraining run on the way sees the same arithmetic.
         with cell_arithmetic(cell, config):
-            hp = cell_data(cell, config, hp)[1]
-            _build_into(built, cell, config, hp, method_hp, device)
+            dataset, hp = cell_data(cell, config, hp)
+            _build_into(built, cell, config, hp, method_hp, device, dataset)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the build's failure is kept and becomes the cell's record
         built.error = exc
     return built
@@ -542,7 +468,7 @@ def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer, metering: Ep
     from gradeff.hparams import lr_centre, lr_grid
     from gradeff.tuning import search
 
-    hp, method_hp, rate = _cell_hparams(cell, config)
+    hp, method_hp, rate = cell_settings(cell, config)
     reference = hp.lr * method_hp.lr_scale
     free = OPTIMIZERS[cell.optimizer].tuning_free
     if free:
@@ -603,38 +529,10 @@ def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer,
         return _train_once(cell, config, timer=timer, built=built, metering=metering)
 
 
-def cannot_run(cell: Cell, config: RunConfig) -> str | None:
-    """Why the cell cannot run with these settings (its skip reason), or ``None``."""
-    return (_weights_needed(cell, config) or incompatibility(cell)
-            or precision_incompatibility(cell.optimizer, config.precision) or sharding_incompatibility(cell, config)
-            or _left_out_on_cpu(cell, config))
-
-
-def _left_out_on_cpu(cell: Cell, config: RunConfig) -> str | None:
-    """A strategy that measures nothing of what it is for on a CPU (:attr:`StrategySpec.cpu_limitation`), on a CPU,
-    unless the session named it: the default run spends its minutes on what a CPU can answer."""
-    limitation = STRATEGIES[cell.strategy].cpu_limitation
-    if limitation is None or cell.strategy in config.named_strategies or resolve_device(config.device).type != "cpu":
-        return None
-    return f"left out on a CPU unless named (--gradeff-strategies {cell.strategy} runs it here): {limitation}"
-
-
-def _weights_needed(cell: Cell, config: RunConfig) -> str | None:
-    """A model that runs only from given weights, without them (or without an implementation to load them into)."""
-    spec = MODELS[cell.model]
-    if spec.needs_weights and cell.model not in dict(config.weights):
-        return (f"needs weights: --gradeff-weights {cell.model}=PATH (a save_pretrained copy of {spec.hub_id}, with "
-                f"its tokenizer) or {cell.model}=hub with --gradeff-allow-hub"
-                + (f"; and besides, {spec.unavailable}" if spec.unavailable else ""))
-    if spec.unavailable:
-        return f"not runnable: {spec.unavailable}"
-    return None
-
-
 def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Built | None,
                 metering: EpochMetering | None) -> CellRecord:
     progress = _Progress(started=built.started if built is not None else time.time())
-    hp, method_hp, rate = _cell_hparams(cell, config)
+    hp, method_hp, rate = cell_settings(cell, config)
     reason = cannot_run(cell, config)
     device = resolve_device(config.device)
     _use_device(device)
@@ -645,8 +543,8 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
         if reason is not None:
             status, detail = "skipped", reason
         else:
-            hp = cell_data(cell, config, hp)[1]
-            _train(cell, config, hp, method_hp, device, metering, timer, progress, built)
+            dataset, hp = cell_data(cell, config, hp)
+            _train(cell, config, hp, method_hp, device, metering, timer, progress, dataset, built)
     except Diverged as exc:
         status, detail, failed_step = "diverged", str(exc), exc.step
     except _OUT_OF_MEMORY as exc:
@@ -697,14 +595,15 @@ def _budget_for(strategy: str, config: RunConfig) -> int | None:
 
 
 def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
-           metering: EpochMetering, timer: EpochTimer, progress: _Progress, built: Built | None = None) -> None:
+           metering: EpochMetering, timer: EpochTimer, progress: _Progress, dataset: Dataset,
+           built: Built | None = None) -> None:
     """Weights, model, strategy, warm-up, the timed epochs with held-out evaluation, the memory step.
 
     A method that trains nothing (``zero_shot``) is evaluated as it is: one held-out pass and its
     inference cost, no strategy, no epochs.
     """
     if built is None:
-        _build_into(progress, cell, config, hp, method_hp, device)
+        _build_into(progress, cell, config, hp, method_hp, device, dataset)
     else:
         progress.weights, progress.started, progress.state = built.weights, built.started, built.state
         if built.error is not None:

@@ -84,16 +84,17 @@ def test_the_committed_table_covers_the_main_grid_at_tiny_inside_its_grids():
 
 def test_a_tuned_cell_trains_at_the_table_rate_and_says_so(monkeypatch):
     """The runner's rate: the table's under tuned (the method's scale folded in), the shared one under shared."""
+    from gradeff.cell.plan import cell_settings
     from gradeff.grid import Cell
-    from gradeff.runner import RunConfig, _cell_hparams
+    from gradeff.runner import RunConfig
 
     cell = Cell("vit_s", "adamw", "standard", method="lora", dataset="cifar100", grid="peft")
     table = TunedTable().merged([_row(model="vit_s", optimizer="adamw", method="lora", dataset="cifar100",
                                       lr=2e-3)], "s1", {})
     monkeypatch.setattr("gradeff.protocols._LOADED", {TABLE_PATH: table})
-    hp, method_hp, rate = _cell_hparams(cell, RunConfig(protocol="tuned"))
+    hp, method_hp, rate = cell_settings(cell, RunConfig(protocol="tuned"))
     assert hp.lr * method_hp.lr_scale == 2e-3 and method_hp.lr_scale == 1.0 and "tuned table" in rate.source
-    hp, method_hp, rate = _cell_hparams(cell, RunConfig(protocol="shared"))
+    hp, method_hp, rate = cell_settings(cell, RunConfig(protocol="shared"))
     shared = hparams_for("vit_s", "tiny", dataset="cifar100").lr * method_hparams_for("lora", "vit_s", "tiny").lr_scale
     assert hp.lr * method_hp.lr_scale == shared and rate.source.startswith("shared")
 

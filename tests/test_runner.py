@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import gradeff.runner as runner
+from gradeff.cell.plan import cannot_run, task_dataset
 from gradeff.devices import resolve_device
 from gradeff.grid import Cell
 from gradeff.hparams import hparams_for
@@ -88,10 +89,10 @@ def test_a_strategy_that_measures_nothing_on_a_cpu_runs_there_only_when_named(st
     assert record.status == "skipped" and not record.epochs
     assert f"--gradeff-strategies {strategy}" in record.detail
     assert record.detail.endswith(STRATEGIES[strategy].cpu_limitation)
-    assert runner.cannot_run(cell, dataclasses.replace(CONFIG, named_strategies=(strategy,))) is None
-    assert runner.cannot_run(cell, dataclasses.replace(CONFIG, named_strategies=("budget40",))) is not None
+    assert cannot_run(cell, dataclasses.replace(CONFIG, named_strategies=(strategy,))) is None
+    assert cannot_run(cell, dataclasses.replace(CONFIG, named_strategies=("budget40",))) is not None
     for other in ("standard", "checkpoint", "accum", "budget40"):
-        assert runner.cannot_run(Cell("llm", "adamw", other), CONFIG) is None
+        assert cannot_run(Cell("llm", "adamw", other), CONFIG) is None
 
 
 def test_only_offload_and_the_compilers_budget_are_limited_on_a_cpu():
@@ -184,7 +185,7 @@ def test_exception_while_building_is_an_error_record(monkeypatch):
 
 def test_incompatible_cell_is_a_skipped_record(monkeypatch):
     """A cell the capability check refuses is recorded as skipped with the reason."""
-    monkeypatch.setattr(runner, "incompatibility", lambda *specs: "no checkpointing here")
+    monkeypatch.setattr("gradeff.cell.plan.incompatibility", lambda *specs: "no checkpointing here")
     record = run_cell(Cell("vit", "adam", "checkpoint"), CONFIG)
     assert record.status == "skipped" and record.detail == "no checkpointing here"
 
@@ -315,7 +316,7 @@ def test_a_search_never_reads_the_test_split(monkeypatch):
     config = RunConfig(profile="tiny", seed=0, epochs=1, device="cpu", session="t", tune="lr", tune_points=2)
     record = run_cell(Cell("vit", "adam", "standard"), config)  # classification: the inference cost reads splits too
     assert record.status == "ok" and len(record.tuning["trials"]) >= 2
-    data = runner._dataset("image_classification", runner.hparams_for("vit", "tiny", epochs=1), 0)
+    data = task_dataset("image_classification", hparams_for("vit", "tiny", epochs=1), 0)
     test, validation = id(data.heldout), id(data.validation)
     assert not any(trial and split == test for trial, split in reads), "a trial read the test split"
     assert any(trial and split == validation for trial, split in reads)

@@ -1,7 +1,7 @@
 """One cell's path from its settings to its record.
 
-``record``: the one builder of a :class:`gradeff.results.CellRecord`, used by a grid cell
-(:mod:`gradeff.runner`), a sharded cell that left no record (:mod:`gradeff.distributed`) and a benchmark of the
-user's own (:mod:`gradeff.fixtures`), so that every record carries the same identity, data, weights and environment
-fields, filled the same way.
+``plan``: what a cell runs with, resolved once before anything is built (its hyper-parameters, its data, whether it
+can run at all). ``record``: the one builder of a :class:`gradeff.results.CellRecord`. The runner
+(:mod:`gradeff.runner`), the public fixtures (:mod:`gradeff.fixtures`), the dry run and a sharded cell's coordinator
+(:mod:`gradeff.distributed`) all go through them, so a cell is planned and recorded one way whoever runs it.
 """

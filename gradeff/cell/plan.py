@@ -1,0 +1,146 @@
+"""What a cell is to run with, resolved before anything is built: its settings, its data, and whether it can run.
+
+:func:`cell_settings` puts a cell's hyper-parameters together (its specs' sizes, the session's overrides, the
+protocol's rate); :func:`cell_data` gives its data and the sizes real data sets (drawn once per machine, built once
+per process); :func:`cannot_run` says why a cell is skipped before any of it is built. The runner, the public
+fixtures and the dry run all ask here, so a cell is planned one way whoever runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from typing import TYPE_CHECKING, NamedTuple
+
+from gradeff.data import TASKS, Dataset, data_sizes
+from gradeff.devices import resolve_device
+from gradeff.distributed import sharding_incompatibility
+from gradeff.grid import Cell, incompatibility
+from gradeff.hparams import HParams, MethodHParams, hparams_for, method_hparams_for
+from gradeff.models import MODELS
+from gradeff.precision import precision_incompatibility
+from gradeff.protocols import RateChoice, choose_rate
+from gradeff.strategies import STRATEGIES
+
+if TYPE_CHECKING:
+    from gradeff.runner import RunConfig
+
+__all__ = ["CellSettings", "cannot_run", "cell_data", "cell_settings", "task_dataset"]
+
+
+class CellSettings(NamedTuple):
+    """What a cell trains with: its sizes, its fine-tuning method's settings and its learning rate's choice."""
+
+    hp: HParams
+    method_hp: MethodHParams
+    rate: RateChoice
+
+
+def cell_settings(cell: Cell, config: RunConfig) -> CellSettings:
+    """The cell's sizes and method settings, with its rate as the protocol (or a trial) sets it: the one place a
+    cell's hyper-parameters are put together (real data's own sizes are :func:`cell_data`'s).
+
+    Where the rate is not the shared one it is the optimizer's whole rate: ``hp.lr`` holds it and the method's
+    scale is 1 (a tuned rate was tuned with the method in place).
+    """
+    hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
+    if config.train_samples is not None:
+        step = hp.batch_size * hp.accum_steps
+        hp = replace(hp, train_samples=max(step, min(hp.train_samples, config.train_samples) // step * step))
+    method_hp = method_hparams_for(cell.method, cell.model, config.profile)
+    if config.lr is not None:
+        rate = RateChoice(lr=config.lr, source=config.lr_source or "a tuning trial's rate", replaces=True)
+    else:
+        rate = choose_rate(config.protocol, profile=config.profile, model=cell.model, optimizer=cell.optimizer,
+                           method=cell.method, dataset=cell.dataset, shared_lr=hp.lr * method_hp.lr_scale)
+    if rate.replaces:
+        hp, method_hp = replace(hp, lr=rate.lr), replace(method_hp, lr_scale=1.0)
+    return CellSettings(hp, method_hp, rate)
+
+
+def task_dataset(task: str, hp: HParams, seed: int, cache_dir: str | None = None) -> Dataset:
+    """The task's data for these sizes: cells of one model share it, whatever their rate or epochs."""
+    return _sized_dataset(task, data_sizes(task, hp), seed, cache_dir)
+
+
+@lru_cache(maxsize=8)
+def _sized_dataset(task: str, sizes: tuple, seed: int, cache_dir: str | None) -> Dataset:
+    # Built once per process (a tuning search's trials at other rates reuse it too), drawn once per machine.
+    from gradeff.data.cache import cached
+    from gradeff.pretrain import cache_root
+
+    spec = TASKS[task]
+
+    def draw() -> Dataset:
+        return spec.build(seed=seed, **dict(sizes))
+
+    if not isinstance(spec.builder, str):
+        return draw()
+    return cached(spec.builder, {"seed": seed, **dict(sizes), **spec.options}, draw, root=cache_root(cache_dir))
+
+
+@lru_cache(maxsize=8)
+def _real_dataset(source, **settings) -> Dataset:
+    from gradeff.data.real import load_real
+
+    return load_real(source, **settings)
+
+
+def cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HParams]:
+    """The cell's data, and its hyper-parameters with the sizes real data sets.
+
+    Real data has the rows it has: a cell trains on at most the profile's training samples, in whole steps of
+    ``batch_size × accum_steps`` (so every strategy sees the same samples), and the head has the data's classes.
+    """
+    from gradeff.data.real import BPE_VOCAB, source_for
+
+    source = source_for(cell.dataset, config.data)
+    if source is None:
+        return task_dataset(cell.dataset, hp, config.seed, config.cache_dir), hp
+    from gradeff.pretrain import cache_root
+
+    # The caps come from the profile alone, so every cell of a session asks for (and caches) the same tensors.
+    caps = hparams_for(cell.model, config.profile, dataset=cell.dataset)
+    data = _real_dataset(source, kind=TASKS[cell.dataset].kind, image_size=hp.image_size, seq_len=hp.seq_len,
+                         caption_len=hp.caption_len, vocab_size=BPE_VOCAB[config.profile],
+                         train_cap=caps.train_samples, heldout_cap=caps.heldout_samples,
+                         cache_root=cache_root(config.cache_dir), task=cell.dataset)
+    step = hp.batch_size * hp.accum_steps
+    usable = len(data) // step * step
+    if usable == 0:
+        raise ValueError(f"{cell.dataset}: {len(data)} training samples make no whole step of "
+                         f"{hp.batch_size} × {hp.accum_steps}")
+    if usable < len(data):
+        data = data.head(usable)
+    # Markov states belong to the synthetic text; real text's vocabulary is the tokenizer's (in the task's info).
+    return data, replace(hp, train_samples=usable, heldout_samples=len(data.heldout),
+                         validation_samples=len(data.validation) if data.validation is not None else 0, num_states=None,
+                         num_classes=data.info.get("num_classes", hp.num_classes))
+
+
+def cannot_run(cell: Cell, config: RunConfig) -> str | None:
+    """Why the cell cannot run with these settings (its skip reason), or ``None``."""
+    return (_weights_needed(cell, config) or incompatibility(cell)
+            or precision_incompatibility(cell.optimizer, config.precision) or sharding_incompatibility(cell, config)
+            or _left_out_on_cpu(cell, config))
+
+
+def _left_out_on_cpu(cell: Cell, config: RunConfig) -> str | None:
+    """A strategy that measures nothing of what it is for on a CPU (:attr:`StrategySpec.cpu_limitation`), on a CPU,
+    unless the session named it: the default run spends its minutes on what a CPU can answer."""
+    limitation = STRATEGIES[cell.strategy].cpu_limitation
+    if limitation is None or cell.strategy in config.named_strategies or resolve_device(config.device).type != "cpu":
+        return None
+    return f"left out on a CPU unless named (--gradeff-strategies {cell.strategy} runs it here): {limitation}"
+
+
+def _weights_needed(cell: Cell, config: RunConfig) -> str | None:
+    """A model that runs only from given weights, without them (or without an implementation to load them into)."""
+    spec = MODELS[cell.model]
+    if spec.needs_weights and cell.model not in dict(config.weights):
+        return (f"needs weights: --gradeff-weights {cell.model}=PATH (a save_pretrained copy of {spec.hub_id}, with "
+                f"its tokenizer) or {cell.model}=hub with --gradeff-allow-hub"
+                + (f"; and besides, {spec.unavailable}" if spec.unavailable else ""))
+    if spec.unavailable:
+        return f"not runnable: {spec.unavailable}"
+    return None
