@@ -6,6 +6,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gradeff.data import IGNORE_INDEX, SPECIAL_TOKENS, TASKS, epoch_order, make_dataset
 from gradeff.data.markov import make_chain
@@ -257,3 +259,26 @@ def test_a_batch_is_the_samples_rows_in_the_order_asked(model):
             rows = rows.float() * scale + offset
         assert batch[name].dtype == rows.dtype
         assert torch.equal(batch[name], rows), name
+        # The layout advanced indexing gives, which a convolution's last bits depend on.
+        assert _layout(batch[name]) == _layout(tensor[indices]), name
+
+
+def _layout(tensor):
+    return [stride for stride, size in zip(tensor.stride(), tensor.shape) if size > 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+       order=st.randoms(use_true_random=False), picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=6))
+def test_a_gather_is_advanced_indexing_in_values_and_layout(shape, order, picks):
+    """Whatever layout a dataset's tensor is stored in (any permutation of its dimensions in memory), a batch holds
+    exactly ``tensor[indices]``: the same values, in the same layout."""
+    from gradeff.data.dataset import _gather
+
+    shape = [max(shape[0], 2), *shape[1:]]
+    memory = list(range(len(shape)))
+    order.shuffle(memory)
+    stored = torch.randn([shape[d] for d in memory]).permute([memory.index(d) for d in range(len(shape))])
+    indices = torch.tensor([p % shape[0] for p in picks])
+    gathered = _gather(stored, indices)
+    assert torch.equal(gathered, stored[indices]) and _layout(gathered) == _layout(stored[indices])
