@@ -128,10 +128,10 @@ def _check_dataset(spec: TaskSpec) -> None:
     from gradeff.profiles import PROFILES, HParams
 
     _target(spec.builder, "builder")
+    valid = [field.name for field in fields(HParams)]
     for profile, sizes in spec.sizes.items():
         if profile not in PROFILES:
             raise RegistrationError(f"sizes[{profile!r}]: unknown profile; valid profiles: {', '.join(PROFILES)}")
-        valid = [field.name for field in fields(HParams)]
         unknown = sorted(set(sizes) - set(valid))
         if unknown:
             raise RegistrationError(f"sizes[{profile!r}]: {unknown} are not HParams fields; valid: {', '.join(valid)}")

@@ -204,7 +204,7 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     from gradeff.models import MODELS, build_model
 
     hp = pretrain_hparams(model, profile)
-    # The model's own row, or a registered backbone's ModelSpec.hparams: what its cells fine-tune at.
+    # The image size its cells fine-tune at (its ModelSpec.hparams, built in or registered).
     image_size = hparams_for(model, profile).image_size
     sizes = dict(num_classes=hp.num_classes, image_size=image_size, num_samples=hp.train_samples, seed=seed,
                  heldout_samples=hp.heldout_samples)

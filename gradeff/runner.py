@@ -205,6 +205,7 @@ class Built:
         state: data, model (weights loaded, method applied), optimizer and scheduler; ``None`` if building failed.
         weights: the starting weights, once resolved.
         started: when building the model began (a one-off pretraining is the cache's cost): the record's start.
+        hp: the cell's sizes once its data was resolved (real data sets its own); ``None`` if that failed.
         error: what building raised; :func:`run_cell` raises it again inside the cell, so it becomes the
             cell's status (``oom``, ``error``, ``interrupted``) like a failure of its own build.
     """
@@ -212,6 +213,7 @@ class Built:
     state: TrainState | None = None
     weights: StartingWeights | None = None
     started: float = 0.0
+    hp: HParams | None = None
     error: BaseException | None = None
 
 
@@ -256,8 +258,8 @@ def build_cell(cell: Cell, config: RunConfig) -> Built:
     try:
         # As while training: a pretraining run on the way sees the same arithmetic.
         with cell_arithmetic(cell, config):
-            dataset, hp = cell_data(cell, config, hp)
-            _build_into(built, cell, config, hp, method_hp, device, dataset)
+            dataset, built.hp = cell_data(cell, config, hp)
+            _build_into(built, cell, config, built.hp, method_hp, device, dataset)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the build's failure is kept and becomes the cell's record
         built.error = exc
     return built
@@ -543,7 +545,11 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
         if reason is not None:
             status, detail = "skipped", reason
         else:
-            dataset, hp = cell_data(cell, config, hp)
+            # A prebuilt cell's data was resolved by its build; the data are then its state's.
+            if built is not None and built.hp is not None:
+                dataset, hp = None, built.hp
+            else:
+                dataset, hp = cell_data(cell, config, hp)
             _train(cell, config, hp, method_hp, device, metering, timer, progress, dataset, built)
     except Diverged as exc:
         status, detail, failed_step = "diverged", str(exc), exc.step
@@ -595,7 +601,7 @@ def _budget_for(strategy: str, config: RunConfig) -> int | None:
 
 
 def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
-           metering: EpochMetering, timer: EpochTimer, progress: _Progress, dataset: Dataset,
+           metering: EpochMetering, timer: EpochTimer, progress: _Progress, dataset: Dataset | None,
            built: Built | None = None) -> None:
     """Weights, model, strategy, warm-up, the timed epochs with held-out evaluation, the memory step.
 

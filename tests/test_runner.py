@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gradeff.runner as runner
-from gradeff.cell.plan import cannot_run, task_dataset
+from gradeff.cell.plan import cannot_run, cell_data, cell_settings, task_dataset
 from gradeff.devices import resolve_device
 from gradeff.grid import Cell
 from gradeff.hparams import hparams_for
@@ -392,3 +392,22 @@ def test_dataloader_workers_feed_the_same_samples_in_the_same_order():
     assert workers.summary.final_heldout_loss == own.summary.final_heldout_loss
     assert [e.closure_calls for e in workers.epochs] == [e.closure_calls for e in own.epochs]
     assert all(e.data_seconds > 0 for e in workers.epochs)
+
+
+def test_a_prebuilt_cell_resolves_its_data_once_and_records_the_same_as_a_cell_built_by_the_runner(monkeypatch):
+    """The fixtures' path (build_cell, then run_cell with the build) asks for the cell's data once, at the build, and
+    trains and records exactly what the runner's own build would."""
+    calls = []
+
+    def counted(*args):
+        calls.append(args[0].id)
+        return cell_data(*args)
+
+    cell = Cell("llm", "adam", "standard")
+    own = run_cell(cell, CONFIG)
+    monkeypatch.setattr(runner, "cell_data", counted)
+    built = runner.build_cell(cell, CONFIG)
+    record = run_cell(cell, CONFIG, built=built)
+    assert calls == [cell.id] and built.hp == cell_settings(cell, CONFIG).hp
+    assert record.status == own.status == "ok" and record.hparams == own.hparams
+    assert [e.loss for e in record.epochs] == [e.loss for e in own.epochs]

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gradeff.data import Dataset
     from gradeff.grid import Cell
     from gradeff.pretrain import StartingWeights
+    from gradeff.runner import RunConfig
 
 __all__ = ["cell_record", "task_record"]
 
@@ -39,13 +40,13 @@ def task_record(cell: Cell, dataset: Dataset) -> dict:
     }
 
 
-def cell_record(cell: Cell, config: Any, /, *, device: str, started: float, finished: float,
+def cell_record(cell: Cell, config: RunConfig, /, *, device: str, started: float, finished: float,
                 dataset: Dataset | None = None, model: torch.nn.Module | None = None,
                 weights: StartingWeights | None = None, process: str | None = None, **results: Any) -> CellRecord:
-    """``cell``'s record: its axes under ``config`` (a :class:`gradeff.runner.RunConfig`: profile, seed, session,
-    process) on ``device``, the ``dataset`` it trained on (its floor and task), the ``model`` as trained (its
-    parameter counts), where its ``weights`` came from, and ``results``: the :class:`CellRecord` fields of what was
-    measured (``status``, ``epochs``, ``summary``, ``meters``, ``hparams`` ...).
+    """``cell``'s record: its axes under ``config`` (profile, seed, session, process) on ``device``, the
+    ``dataset`` it trained on (its floor and task), the ``model`` as trained (its parameter counts), where its
+    ``weights`` came from, and ``results``: the :class:`CellRecord` fields of what was measured (``status``,
+    ``epochs``, ``summary``, ``meters``, ``hparams`` ...).
 
     Args:
         process: the process kind recorded with the environment; ``None``: ``config.process``.

@@ -93,10 +93,9 @@ def _gather(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     bits, depends on its input's layout. So the rows are selected from the tensor's dimensions in the order of its
     strides and put back: the batch has the layout ``tensor[indices]`` would have, and the same numbers follow.
     """
-    inner = sorted(range(1, tensor.dim()), key=lambda dim: -tensor.stride(dim))
-    order = [0, *inner]
-    if order == list(range(tensor.dim())):
-        return tensor.index_select(0, indices)
+    if tensor.is_contiguous():
+        return tensor.index_select(0, indices)  # every step of a contiguous dataset: no stride sorting in Python
+    order = [0, *sorted(range(1, tensor.dim()), key=lambda dim: -tensor.stride(dim))]
     restore = [order.index(dim) for dim in range(tensor.dim())]
     return tensor.permute(order).index_select(0, indices).permute(restore)
 
