@@ -139,6 +139,17 @@ def test_no_module_imports_another_modules_private_names():
 
 
 def test_private_names_are_seen_in_every_form_of_import():
-    names = {(target, name) for target, taken, _ in _imports("gradeff.pytest_plugin") for name in taken}
-    assert ("gradeff.options", "SETTINGS") in names  # a parenthesised import, over two lines
-    assert any(target == "gradeff.progress" for target, _ in names)  # an import inside a function
+    names = {(target, name) for target, taken, _ in _imports("gradeff.pytest.plugin") for name in taken}
+    assert ("gradeff.pytest.options", "SETTINGS") in names  # a parenthesised import, over two lines
+    assert any(target == "gradeff.pytest.progress" for target, _ in names)  # an import inside a function
+
+
+def test_the_pytest_layer_is_imported_by_nothing_below_it():
+    """gradeff.pytest reads the cell and the core; the core never reads it back (only the plugin's public name,
+    gradeff.pytest_plugin, is a module outside the package that names it)."""
+    graph = import_graph()
+    upward = sorted(f"{module} imports {target}" for module, targets in graph.items()
+                    if not _one_unit(module, "gradeff.pytest") and module != "gradeff.pytest_plugin"
+                    for target in targets if _one_unit(target, "gradeff.pytest"))
+    assert upward == []
+    assert graph["gradeff.pytest_plugin"] == {"gradeff.pytest.plugin"}

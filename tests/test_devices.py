@@ -76,7 +76,7 @@ def test_environment_names_the_gpu_by_index_and_uuid(monkeypatch):
 PINNED_TEST = """
 import os
 import pytest
-from gradeff.options import SETTINGS
+from gradeff.pytest.options import SETTINGS
 
 @pytest.mark.parametrize("i", range(6))
 def test_device(request, i):

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from gradeff.dryrun import DEVICE_MEMORY, Target, _measure, dry_run_lines, plan_cell, target_for
 from gradeff.grid import Cell
 from gradeff.hparams import hparams_for, method_hparams_for
 from gradeff.meters.flops import count_step_flops
@@ -11,6 +10,7 @@ from gradeff.meters.memory import parameter_bytes
 from gradeff.methods import apply_method
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS
+from gradeff.pytest.dryrun import DEVICE_MEMORY, Target, _measure, dry_run_lines, plan_cell, target_for
 from gradeff.runner import RunConfig
 from gradeff.strategies.budget import profile_step
 

@@ -234,8 +234,8 @@ def test_a_benchmarks_cell_id_carries_its_method_and_dataset_as_grid_ids_do():
     """Known at collection for the gate: the main study's convention, with the benchmark in the strategy's place."""
     from types import SimpleNamespace
 
-    from gradeff.fixtures import bench_cell_id
     from gradeff.grid import cell_id
+    from gradeff.pytest.fixtures import bench_cell_id
 
     def item(**params):
         return SimpleNamespace(callspec=SimpleNamespace(params=params), fixturenames=("gradeff_meters",),

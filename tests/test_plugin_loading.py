@@ -26,23 +26,26 @@ def pytest_gradeff_register(registries):
 """
 
 PROBE = """
-import gradeff.pytest_plugin as plugin
+import gradeff.pytest.plugin as plugin
+import gradeff.pytest_plugin as public_name
 
 
 def test_probe(pytestconfig):
     manager = pytestconfig.pluginmanager
+    assert public_name is plugin  # the public name is the plugin's module, not a second one holding its hooks
     assert [name for name, p in manager.list_name_plugin() if p is plugin] == ["gradeff.pytest_plugin"]
     assert len(manager.hook.pytest_gradeff_register.get_hookimpls()) == 1  # the conftest's, once
     assert pytestconfig.getoption("gradeff_profile") == "tiny"
 """
 
 
-def test_the_entry_point_names_the_plugin_module():
-    """Installed metadata: one pytest11 entry point, named like its module, so that -p and pytest_plugins name it."""
+def test_the_entry_point_bears_the_plugins_public_name():
+    """Installed metadata: one pytest11 entry point, named gradeff.pytest_plugin (what -p and pytest_plugins say)
+    and loading the plugin's code, gradeff.pytest.plugin."""
     # Every distribution, as pytest reads them (a checkout's own gradeff.egg-info may stand first on sys.path).
     points = {(p.name, p.value) for dist in distributions() for p in dist.entry_points
               if p.group == "pytest11" and p.value.startswith("gradeff")}
-    assert points == {("gradeff.pytest_plugin", "gradeff.pytest_plugin")}
+    assert points == {("gradeff.pytest_plugin", "gradeff.pytest.plugin")}
 
 
 @pytest.mark.parametrize("how", [(), ("-p", "gradeff.pytest_plugin")], ids=["entry-point", "and-dash-p"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradeff.progress import PRETRAINED, STATUS, CellProgress, duration_text, progress_line
+from gradeff.pytest.progress import PRETRAINED, STATUS, CellProgress, duration_text, progress_line
 
 
 class _Reporter:

@@ -4,7 +4,7 @@ import fnmatch
 
 import pytest
 
-from gradeff.options import parse_seeds
+from gradeff.pytest.options import parse_seeds
 from gradeff.results import read_records
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
@@ -77,7 +77,7 @@ def test_two_seeds_write_two_records_and_resume_skips_both(grid_pytester):
 
 
 def test_summary_gives_rows_per_seed_then_intervals_and_ends_with_the_answer():
-    from gradeff.summary import summary_lines
+    from gradeff.pytest.summary import summary_lines
     from tests.analysis.factories import runs
 
     records = [*runs("llm-adam-standard", (1.50, 1.52)), *runs("llm-sgd-standard", (1.90, 1.92)),
@@ -99,7 +99,7 @@ def test_summary_gives_rows_per_seed_then_intervals_and_ends_with_the_answer():
 
 
 def test_summary_of_one_seed_is_unchanged(make_record):
-    from gradeff.summary import summary_lines
+    from gradeff.pytest.summary import summary_lines
 
     lines = summary_lines([make_record("llm-adam-standard"), make_record("llm-sgd-standard")])
     assert [line.split()[0] for line in lines[1:3]] == ["llm-adam-standard", "llm-sgd-standard"]

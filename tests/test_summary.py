@@ -1,7 +1,7 @@
 """The terminal summary: one table per grid, PEFT rows read by accuracy, pretraining reported once."""
 
+from gradeff.pytest.summary import summary_lines
 from gradeff.results import CellRecord, EpochRecord, Summary
-from gradeff.summary import summary_lines
 
 
 def _record(cell, *, grid="main", status="ok", accuracy=None, weights=None, **axes):
@@ -100,7 +100,7 @@ def test_time_to_target_reads_steps_not_reached_or_na_and_protocols_are_named():
     there, `n/a` without a test split; one line per protocol says where the cells' rates came from."""
     import dataclasses
 
-    from gradeff.summary import target_text
+    from gradeff.pytest.summary import target_text
 
     base = _record("llm-adam-standard").summary
     assert target_text(dataclasses.replace(base, steps_to_target=36, target_reached=True)) == "36 steps"
@@ -119,7 +119,7 @@ def test_time_to_target_reads_steps_not_reached_or_na_and_protocols_are_named():
 def test_long_ids_are_cut_with_an_ellipsis_and_columns_stay_aligned():
     """A 60-character model key: its id is cut to ID_WIDTH with '…', every row's status starts in one column, and
     no number is cut even on a narrow terminal."""
-    from gradeff.summary import ID_WIDTH
+    from gradeff.pytest.summary import ID_WIDTH
 
     long_model = "x" * 60
     lines = summary_lines([_record("llm-adam-standard"), _record(f"{long_model}-adam-standard", model=long_model)],

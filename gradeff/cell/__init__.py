@@ -2,6 +2,6 @@
 
 ``plan``: what a cell runs with, resolved once before anything is built (its hyper-parameters, its data, whether it
 can run at all). ``record``: the one builder of a :class:`gradeff.results.CellRecord`. The runner
-(:mod:`gradeff.runner`), the public fixtures (:mod:`gradeff.fixtures`), the dry run and a sharded cell's coordinator
-(:mod:`gradeff.distributed`) all go through them, so a cell is planned and recorded one way whoever runs it.
+(:mod:`gradeff.runner`), the public fixtures (:mod:`gradeff.pytest.fixtures`), the dry run and a sharded cell's
+coordinator (:mod:`gradeff.distributed`) all go through them, so a cell is planned and recorded one way whoever runs it.
 """

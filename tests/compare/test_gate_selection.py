@@ -4,12 +4,12 @@ selected cell that left no record fails the session unless --allow-missing."""
 
 import pytest
 
-from gradeff.gate import cell_of_nodeid
+from gradeff.pytest.gate import cell_of_nodeid
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 # Loses the record of one cell, as a crash between training and writing would.
 LOSE_ONE = """
-import gradeff.pytest_plugin as plugin
+import gradeff.pytest.plugin as plugin
 
 _append = plugin.append_record
 

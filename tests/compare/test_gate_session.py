@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.options import default_threads
+from gradeff.pytest.options import default_threads
 from gradeff.results import read_records
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")

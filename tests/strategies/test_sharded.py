@@ -223,7 +223,7 @@ def test_a_rank_that_fails_ends_the_cell_without_hanging_the_others(failing_mode
 def test_resume_settles_a_sharded_cell_only_for_its_world_size(tmp_path):
     from gradeff.environment import code_version
     from gradeff.hparams import hparams_for
-    from gradeff.pytest_plugin import _settled_cells
+    from gradeff.pytest.plugin import _settled_cells
     from gradeff.results import append_record
 
     path = tmp_path / "results.jsonl"

@@ -156,7 +156,7 @@ class _Setup:
 
 def cell_setup(config: pytest.Config, cell, seed: int) -> _Setup:
     """The setup of a grid cell (what ``gradeff_cell`` runs): the public fixtures' source in a grid test."""
-    from gradeff.options import SETTINGS, run_config
+    from gradeff.pytest.options import SETTINGS, run_config
 
     return _Setup.of(cell, run_config(config, seed), config.stash[SETTINGS], grid=True)
 
@@ -189,7 +189,7 @@ def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_me
     from gradeff.grid import Cell, incompatibility
     from gradeff.models import MODELS
     from gradeff.optim import OPTIMIZERS
-    from gradeff.options import SETTINGS, run_config
+    from gradeff.pytest.options import SETTINGS, run_config
     from gradeff.registry import UnknownKeyError
 
     cell = _param(request, "cell")

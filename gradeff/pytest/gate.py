@@ -85,8 +85,8 @@ _SEED_SUFFIX = re.compile(r"-seed\d+$")
 
 def cells_of_items(items: Iterable) -> list[str]:
     """Cell ids of the collected grid tests (those parametrized with a ``cell``) and benchmarks written with the
-    public fixtures (:func:`gradeff.fixtures.bench_cell_id`), in order, once each."""
-    from gradeff.fixtures import bench_cell_id
+    public fixtures (:func:`gradeff.pytest.fixtures.bench_cell_id`), in order, once each."""
+    from gradeff.pytest.fixtures import bench_cell_id
 
     found = []
     for item in items:

@@ -1,0 +1,652 @@
+"""The gradeff pytest plugin: options, markers, the cell fixture and the terminal summary.
+
+Loaded in every pytest session of an environment gradeff is installed in, by its ``pytest11`` entry point.
+The plugin's name is ``gradeff.pytest_plugin``: the entry point's name, and a module that is this one under that
+name, so ``-p gradeff.pytest_plugin`` and ``pytest_plugins = ["gradeff.pytest_plugin"]`` name the same plugin
+(``-p no:gradeff.pytest_plugin`` turns it off). Importing it must stay light: collecting the grid never imports
+transformers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gradeff.devices import pin_worker_device, resolve_device
+from gradeff.distributed import read_world_size
+from gradeff.grid import GRIDS, PLURALS, cells
+from gradeff.models import MODELS
+from gradeff.pytest.options import (
+    DEFAULT_RESULTS,
+    PRECISION,
+    SETTINGS,
+    WORLD_SIZE,
+    add_options,
+    benchmark_storage_given,
+    read_settings,
+    run_config,
+)
+from gradeff.results import FINAL_STATUSES, append_record, read_records
+from gradeff.shard import ShardPlan
+
+__all__ = ["DEFAULT_RESULTS", "grid_params"]
+# --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
+# benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method).
+pytest_plugins = ["gradeff.listing", "gradeff.pytest.fixtures"]
+_SESSION_KEY = "gradeff_session"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from gradeff.extend import add_options as add_extension_options
+    from gradeff.shard import add_options as add_shard_options
+
+    add_shard_options(parser)
+    from gradeff.precision import add_options as add_precision_options
+
+    add_precision_options(parser)
+    from gradeff.distributed import add_options as add_world_size_option
+
+    add_world_size_option(parser)
+    from gradeff.pytest.dryrun import add_options as add_dry_run_options
+
+    add_dry_run_options(parser)
+    add_options(parser)
+    add_extension_options(parser)
+
+
+def pytest_addhooks(pluginmanager) -> None:
+    """``pytest_gradeff_register``: a conftest or plugin adds its own models, optimizers, strategies, ..."""
+    from gradeff import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
+                   epochs: int | None, precision: str = "fp32",
+                   world_size: int | None = None, protocol: str = "tuned") -> dict[tuple[str, int], str]:
+    """``(cell id, seed)`` pairs with a final record for this profile, epoch count, protocol and code version →
+    status."""
+    from gradeff.environment import code_version
+    from gradeff.hparams import hparams_for
+
+    if not path.exists():
+        return {}
+    version = code_version()
+    settled = {}
+    for record in read_records(path, errors=[]):
+        # Cheap tests first: hparams_for is only asked about records that could settle a cell.
+        if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
+                and record.seed in seeds and record.code_version == version
+                and record.hparams.get("precision", "fp32") == precision
+                # The same code version writes the protocol: a record without one (made by hand) is not told apart.
+                and record.hparams.get("protocol", protocol) == protocol
+                # A sharded cell's record settles it only for the same number of processes.
+                and record.hparams.get("world_size", world_size) == world_size
+                and record.hparams.get("epochs")
+                == hparams_for(record.model, profile, epochs=epochs, dataset=record.dataset or None).epochs):
+            settled[(record.cell, record.seed)] = record.status
+    return settled
+
+
+def _stop_like_ctrl_c() -> None:
+    """SIGTERM (what CI timeouts and schedulers send) stops the run as Ctrl-C does; a second signal ends it at once.
+
+    The first SIGINT or SIGTERM raises KeyboardInterrupt in the main thread: the running cell is recorded
+    ``interrupted``, the summary is printed and the results file stays whole. A second one, while that
+    is happening, exits without a traceback (status 128 + signal number, the shell's convention).
+    """
+    import signal
+    import sys
+
+    from gradeff import stop
+
+    received: list[int] = []
+    stop.clear()
+
+    def handler(signum, frame):
+        received.append(signum)
+        if len(received) == 1:
+            why = f"signal {signal.Signals(signum).name}"
+            stop.request(why)
+            if not _in_finalizer(frame):
+                raise KeyboardInterrupt(why)
+            # Raised inside a __del__, Python would print it as ignored and go on: the next optimizer step or
+            # test setup raises it instead (gradeff.stop).
+            return
+        sys.stderr.write(f"\ngradeff: second {signal.Signals(signum).name}, stopping now\n")
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    # Only the main thread may install handlers (an embedding program may configure pytest elsewhere).
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, handler)
+
+
+def _in_finalizer(frame) -> bool:
+    """Whether the interrupted code runs inside an object's ``__del__``, where an exception is dropped."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A stop requested while its KeyboardInterrupt was swallowed: no further test starts."""
+    from gradeff.stop import raise_if_requested
+
+    raise_if_requested()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if (hasattr(config.option, "benchmark_disable") and not benchmark_storage_given(config)
+            and (config.getoption("dist", "no") != "no" or os.environ.get("PYTEST_XDIST_WORKER"))):
+        # pytest-benchmark cannot time under xdist and warns so at the end of every run; the loop times every
+        # epoch itself, so it is switched off here, before its own configure (--benchmark-enable still wins).
+        # Asked to store its timings, it is left on, so that the settings refuse that request with the reason.
+        config.option.benchmark_disable = True
+    if not config.getoption("gradeff_allow_hub"):
+        # Models are built from configs or local folders; nothing may reach for a hub mid-run.
+        for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+            os.environ.setdefault(variable, "1")
+    from gradeff.extend import register_all
+
+    # The user's entries first: markers, option checks and the grids below all see them.
+    model_paths = register_all(config)
+    for key, spec in MODELS.items():
+        config.addinivalue_line("markers", f"{key}: cells of the {spec.name} model")
+    for family in sorted({spec.family for spec in MODELS.values()}):
+        config.addinivalue_line("markers", f"{family}: cells of {family} models")
+    for key, spec in GRIDS.items():
+        config.addinivalue_line("markers", f"{key}: cells of the {spec.name} grid")
+    config.addinivalue_line("markers", "grid: every grid's cells, none of the suite's own benchmarks (the harness's "
+                            "overhead, CG on its test problems): the README's main job is `pytest benchmarks -m grid`")
+    config.addinivalue_line("markers", "cell(model, optimizer, strategy, method, dataset): exact cell selection, "
+                            "e.g. -m \"cell(optimizer='adam')\" (unlike -k adam, does not match adamw)")
+    config.addinivalue_line("markers", "gradeff_grid(key): parametrize the test's `cell` argument with the grid's "
+                            "cells (after --gradeff-<axis> options)")
+    settings = read_settings(config)
+    from gradeff.pytest.gate import path_conflicts
+
+    conflicts = path_conflicts(results=settings.results, report=settings.report, baseline=settings.baseline,
+                               compare_args=settings.compare_args)
+    if conflicts:
+        raise pytest.UsageError("; ".join(conflicts))
+    if model_paths:
+        # A model-path model starts from its folder's weights, recorded as --gradeff-weights would be.
+        settings = dataclasses.replace(settings, weights=(*settings.weights, *model_paths))
+    _stop_like_ctrl_c()
+    # The controller names the session; xdist workers inherit the name so the summary can find
+    # exactly this session's records in an append-only file that may hold earlier runs.
+    workerinput = getattr(config, "workerinput", None)
+    session = workerinput[_SESSION_KEY] if workerinput and _SESSION_KEY in workerinput else uuid.uuid4().hex[:12]
+    if workerinput is not None:
+        # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).
+        settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
+    settled = _settled_cells(settings.results, profile=settings.profile, seeds=settings.seeds,
+                             epochs=settings.epochs,
+                             precision=config.getoption("gradeff_precision"),
+                             world_size=read_world_size(config),
+                             protocol=settings.protocol) if settings.resume else {}
+    config.stash[SETTINGS] = dataclasses.replace(settings, session=session, settled=settled)
+    from gradeff.shard import read_shard
+
+    config.stash[_SHARD] = read_shard(config, settings.profile)
+    from gradeff.precision import read_precision
+
+    config.stash[PRECISION] = read_precision(config, settings.device)
+    config.stash[WORLD_SIZE] = read_world_size(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from gradeff.extend import reset
+
+    # Registered entries belong to this session; another session in this process (pytester) starts clean.
+    reset()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist: hand the session name to each worker."""
+    node.workerinput[_SESSION_KEY] = node.config.stash[SETTINGS].session
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    """pytest-benchmark: add the stack's versions and the device to the JSON's machine info."""
+    from gradeff.environment import environment
+
+    machine_info["gradeff"] = environment(str(resolve_device(config.stash[SETTINGS].device)))
+
+
+def grid_params(grid: str = "main", **axes) -> list:
+    """``pytest.param`` of every cell of a grid (a :class:`~gradeff.grid.Cell`), with its id and markers.
+
+    Each cell carries its model key, model family and grid as markers (``-m llm``, ``-m decoder``,
+    ``-m peft``), ``grid`` (every grid's cells), and an exact
+    ``cell(model=..., optimizer=..., strategy=..., method=..., dataset=...)`` marker.
+
+    Args:
+        axes: ``<plural>=[keys]`` per axis, as :func:`gradeff.grid.cells` takes.
+    """
+    params = []
+    for cell in cells(grid, **axes):
+        marks = [
+            getattr(pytest.mark, cell.model),
+            getattr(pytest.mark, MODELS[cell.model].family),
+            getattr(pytest.mark, grid),
+            pytest.mark.grid,
+            pytest.mark.cell(**cell.axes()),
+        ]
+        params.append(pytest.param(cell, id=cell.id, marks=marks))
+    return params
+
+
+_SHARD = pytest.StashKey[ShardPlan | None]()
+_SHARD_LINE = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """--gradeff-shard I/N: keep shard I's cells of what -k, -m and the axis options selected; deselect the rest.
+    Then the fine-tuned backbones' cells are interleaved (:mod:`gradeff.schedule`)."""
+    from gradeff.schedule import fine_tuned_backbone, interleave_backbones
+
+    _keep_shard(config, items)
+    items[:] = interleave_backbones(items, fine_tuned_backbone)
+
+
+def _keep_shard(config: pytest.Config, items: list) -> None:
+    plan = config.stash.get(_SHARD, None)
+    if plan is None:
+        return
+    from gradeff.shard import shard_items
+
+    kept, deselected = shard_items(items, plan.shard, plan.costs)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+    balance = f"balanced by recorded wall time from {plan.costs_path}" if plan.costs else "balanced by cell count"
+    config.stash[_SHARD_LINE] = (f"gradeff shard {plan.shard}: {len(kept)} of {len(kept) + len(deselected)} selected "
+                                 f"tests, {len(deselected)} deselected ({balance})")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """--gradeff-dry-run: plan the selected grid cells (on meta), print the table, and run none of them."""
+    config = session.config
+    named = config.getoption("gradeff_dry_run")
+    if named is None:
+        _pretrain_ahead(session)
+        return None
+    from gradeff.pytest.dryrun import dry_run_lines, plan_cell, pretraining_seconds, target_for
+
+    settings = config.stash[SETTINGS]
+    target = target_for(named, settings.device, precision=config.stash[PRECISION],
+                        peak_tflops=config.getoption("gradeff_peak_tflops"), mfu=config.getoption("gradeff_mfu"))
+    run = run_config(config, settings.seed)
+    cells = [item.callspec.params["cell"] for item in session.items
+             if hasattr(item, "callspec") and "cell" in item.callspec.params]
+    plans = [plan_cell(cell, run, target) for cell in dict.fromkeys(cells)]
+    pretraining = {model: pretraining_seconds(model, run, target)
+                   for model in dict.fromkeys(cell.model for cell, plan in zip(dict.fromkeys(cells), plans)
+                                              if plan.pretrains)}
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in dry_run_lines(plans, target, profile=settings.profile, pretraining=pretraining):
+        reporter.write_line(line)
+    return True
+
+
+def _pretrain_ahead(session: pytest.Session) -> None:
+    """Pretrain the selected cells' backbones before the first cell, each by the process that claims it first
+    (:func:`gradeff.pretrain.pretrain_ahead`): under pytest-xdist the workers pretrain side by side. Not on
+    xdist's controller (it runs no cell), nor in a session that runs none."""
+    config = session.config
+    if config.option.collectonly or config.pluginmanager.get_plugin("dsession") is not None or not session.items:
+        return
+    from gradeff.devices import resolve_device
+    from gradeff.pretrain import pretrain_ahead
+    from gradeff.runner import intra_op_threads
+    from gradeff.schedule import fine_tuned_backbone
+
+    settings = config.stash[SETTINGS]
+    needed = [(model, item.callspec.params.get("gradeff_seed", settings.seed)) for item in session.items
+              if (model := fine_tuned_backbone(item)) is not None]
+    if not needed:
+        return
+    # The cells' thread count: it is part of a pretraining's recipe (see gradeff.pretrain).
+    with intra_op_threads(settings.threads):
+        pretrain_ahead(needed, settings.profile, local=dict(settings.weights), cache_dir=settings.cache_dir,
+                       device=str(resolve_device(settings.device)))
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    line = config.stash.get(_SHARD_LINE, None)
+    return [line] if line else []
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``@pytest.mark.gradeff_grid("peft")`` with a ``cell`` argument gets one call per cell.
+
+    Parametrizing here rather than in the test module lets ``--gradeff-<axis>`` options decide the
+    cells: the keys they name replace the grid's own on that axis.
+    """
+    marker = metafunc.definition.get_closest_marker("gradeff_grid")
+    if marker is None or "cell" not in metafunc.fixturenames:
+        return
+    settings = metafunc.config.stash[SETTINGS]
+    selection = settings.selection
+    metafunc.parametrize("cell", grid_params(*marker.args, **{PLURALS[axis]: keys for axis, keys in selection.items()}))
+    if len(settings.seeds) > 1:
+        # Repeats: one call per cell and seed (llm-adam-accum-seed1). With one seed the ids stay the cells' own,
+        # so -k selections and baselines keep working.
+        metafunc.parametrize("gradeff_seed", settings.seeds, ids=[f"seed{seed}" for seed in settings.seeds])
+
+
+@pytest.fixture
+def gradeff_seed(request: pytest.FixtureRequest) -> int:
+    """The seed a cell runs with: ``--gradeff-seed``, or one of ``--gradeff-seeds`` (grid tests are parametrized)."""
+    return request.config.stash[SETTINGS].seed
+
+
+@pytest.fixture
+def gradeff_threads(request: pytest.FixtureRequest):
+    """torch's intra-op threads set to the session's ``--gradeff-threads`` for a test that trains outside a cell.
+
+    A cell sets its own count; a benchmark that runs torch itself (the measurement overhead, CG's test problems)
+    would otherwise take torch's default, one thread per core: under ``-n 2`` that is three busy threads on two
+    cores, and torch's workers spin waiting for the core the other worker holds. Yields the count.
+    """
+    from gradeff.runner import intra_op_threads
+
+    threads = request.config.stash[SETTINGS].threads
+    with intra_op_threads(threads):
+        yield threads
+
+
+@pytest.fixture
+def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
+    """Run a cell (a :class:`~gradeff.grid.Cell`, or its keys: ``gradeff_cell(model, optimizer, strategy,
+    method=, dataset=, grid=)``): time each epoch with ``benchmark``, append the record, return it.
+
+    The record goes to the results file the moment the cell ends (also under pytest-xdist, where
+    pytest-benchmark switches itself off and the epochs are then timed by the loop alone).
+
+    The test's own cell is trained from its public fixtures (``gradeff_model``, ``gradeff_optimizer``,
+    ``gradeff_data``: the objects the test received, built at its setup) and recorded with its
+    ``gradeff_meters``; another cell from a build of its own, the same way.
+    """
+    from gradeff.grid import Cell
+    from gradeff.pytest.fixtures import cell_setup
+    from gradeff.runner import run_cell
+
+    settings = request.config.stash[SETTINGS]
+    callspec = getattr(request.node, "callspec", None)
+    own = callspec.params.get("cell") if callspec is not None else None
+
+    used: dict[str, object] = {}
+
+    def timer(epoch_fn, rounds, after_epoch):
+        # pytest-benchmark's fixture is requested here, when a cell times its epochs: a cell that ends before
+        # training (a budget out of reach, a failed build) would leave it unused, which it warns about.
+        benchmark = used["benchmark"] = request.getfixturevalue("benchmark")
+        benchmark.group = used["group"]
+        if benchmark.disabled:
+            # Disabled (--benchmark-disable, or under xdist) pedantic runs its target once:
+            # hand it all epochs, timed by the loop.
+            benchmark.pedantic(lambda: [(epoch_fn(), after_epoch()) for _ in range(rounds)])
+        else:
+            # One round per epoch: --benchmark-json then holds every epoch's time; the held-out
+            # evaluation runs in the round's teardown, outside its timing.
+            benchmark.pedantic(epoch_fn, rounds=rounds, iterations=1, warmup_rounds=0,
+                               teardown=lambda: after_epoch())
+
+    def run(cell: Cell | str, optimizer: str | None = None, strategy: str | None = None, method: str | None = None,
+            dataset: str | None = None, grid: str = "main"):
+        if not isinstance(cell, Cell):
+            given = {"optimizer": optimizer, "strategy": strategy, "method": method, "dataset": dataset}
+            # An axis the test does not pass is the one value its grid holds it at.
+            axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, cell)
+                    for axis, value in given.items()}
+            cell = Cell(cell, **axes, grid=grid)
+        if (cell.id, gradeff_seed) in settings.settled:
+            pytest.skip(f"--gradeff-resume: already recorded as {settings.settled[cell.id, gradeff_seed]} "
+                        f"in {settings.results}")
+        used["group"] = cell.model
+        if cell == own:
+            setup = request.getfixturevalue("_gradeff_setup")
+            meters = request.getfixturevalue("gradeff_meters") if "gradeff_meters" in request.fixturenames else None
+        else:
+            setup, meters = cell_setup(request.config, cell, gradeff_seed), None
+        built = setup.build()
+        metering = meters._new_metering() if meters is not None and not setup.config.isolate else None
+        record = run_cell(cell, setup.config, timer=timer, built=built, metering=metering)
+        del built, setup  # a hand-run cell's objects go with it; the test's own stay its fixtures'
+        if meters is not None:
+            meters._recorded(record)
+        append_record(settings.results, record)
+        _tell_progress(request.node, record)
+        if record.status == "interrupted":
+            # The running cell is on file; now stop the session the way Ctrl-C always does.
+            raise KeyboardInterrupt
+        if "benchmark" in used:
+            used["benchmark"].extra_info.update(cell=record.cell, status=record.status, record=record.to_json())
+        return record
+
+    return run
+
+
+def _tell_progress(node: pytest.Item, record) -> None:
+    """The record's status, and a pretraining it ran, for the progress lines (user_properties reach the
+    controller under pytest-xdist too)."""
+    from gradeff.pytest.progress import PRETRAINED, STATUS
+
+    node.user_properties.append((STATUS, record.status))
+    info = record.weights.get("pretraining") if isinstance(record.weights, dict) else None
+    if isinstance(info, dict) and info.get("reused") is False and isinstance(info.get("seconds"), (int, float)):
+        node.user_properties.append((PRETRAINED, {"model": record.model, "seconds": float(info["seconds"])}))
+
+
+_SESSION_RECORDS = pytest.StashKey[tuple[list, list[str]]]()
+
+
+def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
+    """This session's records and the results file's unreadable lines, read once at session end."""
+    if _SESSION_RECORDS not in config.stash:
+        settings = config.stash[SETTINGS]
+        records: list = []
+        errors: list[str] = []
+        if settings.results.exists():
+            records = [r for r in read_records(settings.results, errors=errors) if r.session == settings.session]
+        config.stash[_SESSION_RECORDS] = (records, errors)
+    return config.stash[_SESSION_RECORDS]
+
+
+_GATE = pytest.StashKey[tuple[int, str]]()
+# The cells this session selected (grid tests left after -k, -m and sharding), for the gate.
+_SELECTED = pytest.StashKey[list[str]]()
+# Where an xdist worker hands its selection back to the controller (config.workeroutput).
+_SELECTED_OUTPUT = "gradeff_selected"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from gradeff.pytest.gate import cells_of_items
+
+    selected = session.config.stash[_SELECTED] = cells_of_items(session.items)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        # pytest-xdist: the whole selection goes back to the controller when this worker finishes, benchmarks
+        # written with the public fixtures included (their cell ids are not in their node ids).
+        workeroutput[_SELECTED_OUTPUT] = selected
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """pytest-xdist: the controller collects nothing; it learns the selection from a worker's node ids."""
+    from gradeff.pytest.gate import cell_of_nodeid
+
+    config = node.config
+    if _SELECTED in config.stash and config.stash[_SELECTED]:
+        return  # every worker collects the same items
+    selection = config.stash[SETTINGS].selection
+    known = {cell.id for grid in GRIDS for cell in cells(grid, **{PLURALS[a]: keys for a, keys in selection.items()})}
+    config.stash[_SELECTED] = list(dict.fromkeys(c for c in (cell_of_nodeid(i, known) for i in ids) if c))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist: a finished worker's own selection joins the controller's (every worker collects the same items;
+    one that crashed hands nothing back, a replacement or another worker does)."""
+    output = getattr(node, "workeroutput", None) or {}
+    if output.get(_SELECTED_OUTPUT):
+        config = node.config
+        config.stash[_SELECTED] = list(dict.fromkeys([*config.stash.get(_SELECTED, []), *output[_SELECTED_OUTPUT]]))
+
+
+_SESSION = pytest.StashKey[pytest.Session]()
+# Files of this session that could not be written ("cannot write PATH: No space left on device (ENOSPC)").
+_UNWRITTEN = pytest.StashKey[list[str]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_SESSION] = session
+    session.config.stash[_UNWRITTEN] = []
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if (reporter is not None and reporter.isatty() and getattr(session.config, "workerinput", None) is None
+            and session.config.getoption("gradeff_dry_run") is None):
+        from gradeff.pytest.progress import CellProgress
+
+        # A line per finished cell on a terminal (one rewritten line under xdist); a log keeps pytest's own.
+        compact = bool(getattr(session.config.option, "numprocesses", None))
+        session.config.pluginmanager.register(CellProgress(reporter, compact=compact), "gradeff-progress")
+
+
+def _write_session_file(config: pytest.Config, path: Path, text: str) -> None:
+    """Write one of the session's files atomically; a failure is noted (one line) and ends the session 74."""
+    from gradeff.outputs import OutputError, write_text
+
+    try:
+        write_text(path, text)
+    except OutputError as exc:
+        config.stash[_UNWRITTEN].append(str(exc))
+
+
+def _incomplete_output(config: pytest.Config) -> None:
+    """Exit 74 (incomplete output) unless the session already fails for a test or a regression: its verdict stands."""
+    from gradeff.outputs import EXIT_INCOMPLETE_OUTPUT
+
+    session = config.stash.get(_SESSION, None)
+    if session is not None and config.stash[_UNWRITTEN] and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = EXIT_INCOMPLETE_OUTPUT
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """Write the session's own records and selection (``last-session.*``); with --gradeff-baseline, run the regression
+    gate on them: a regression fails the session."""
+    from gradeff import stop
+
+    if stop.reason is not None:
+        # Asked to stop, the session says so even where every KeyboardInterrupt was swallowed (gradeff.stop).
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    config = session.config
+    settings = config.stash.get(SETTINGS, None)
+    if settings is None or getattr(config, "workerinput", None) is not None:
+        return
+    from gradeff.pytest.gate import current_records, session_files
+
+    records, _ = _session_records(config)
+    records = current_records(records, settings.results, settings.settled)
+    selection = config.stash.get(_SELECTED, [])
+    if config.option.collectonly or config.getoption("gradeff_dry_run") is not None:
+        return  # no cell was meant to run: nothing to judge, and the last session's files stay
+    if settings.baseline is None and (not (records or selection) or config.stash.get(_SHARD, None) is not None):
+        # No cell selected (a project's own unit tests): nothing of gradeff's to leave behind. A shard is one part of
+        # a run, whose records are its own results file: the shards of `gradeff launch` share a folder, and one
+        # shard's last-session files would replace another's.
+        return
+    current, selected = session_files(settings.results)
+    # This session's records and the cells it was asked to run, as files of their own: what `gradeff compare
+    # BASELINE results/last-session.jsonl` reads. The gate below judges them in memory, so a disk too full to keep
+    # them still gets a verdict. (No grid test selected, e.g. only hand-written cells: every baseline cell is
+    # expected.)
+    _write_session_file(config, current, "".join(r.to_json() + "\n" for r in records))
+    _write_session_file(config, selected, "".join(f"{cell}\n" for cell in selection))
+    if settings.baseline is None:
+        _incomplete_output(config)
+        return
+    from gradeff.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE, arguments, run
+
+    # The options were checked at configure time (parse_compare_args), before any cell ran.
+    verdict = run(arguments(settings.baseline, current, settings.compare_args), current_records=records,
+                  selected_cells=selection or None)
+    code, error = verdict.code, verdict.error
+    if code == EXIT_INCOMPLETE_OUTPUT:
+        # The gate's own --output could not be written: said once, with the session's other unwritten files.
+        config.stash[_UNWRITTEN].append(error)
+        error = None
+    config.stash[_GATE] = (code, verdict.text + (f"gradeff compare: error: {error}\n" if error else ""))
+    if code in (EXIT_REGRESSION, EXIT_UNUSABLE):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _incomplete_output(config)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables: the Answer is the last thing printed
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    """One table per grid of the cells this session ran (see :mod:`gradeff.pytest.summary`), then report and gate."""
+    if getattr(config, "workerinput", None) is not None:
+        return
+    settings = config.stash.get(SETTINGS, None)
+    if settings is None:
+        return
+    records, errors = _session_records(config)
+    if not records:
+        return
+    from gradeff.pytest.summary import answer_lines, summary_lines
+    from gradeff.safe_text import one_line
+
+    def write(line: str) -> None:
+        # Cell ids, failure messages and paths come from records: one line each, control characters visible.
+        terminalreporter.write_line(one_line(line))
+
+    terminalreporter.section(one_line(f"gradeff: {len(records)} cells, profile {settings.profile}, "
+                                      f"results in {settings.results}"))
+    for line in summary_lines(records, width=config.get_terminal_writer().fullwidth, answer=False):
+        write(line)
+    for message in errors:
+        write(f"unreadable line skipped: {message}")
+    if settings.report is not None:
+        from gradeff.outputs import OutputError
+        from gradeff.report import write_report
+
+        try:
+            path = write_report(records, settings.report, skipped_lines=errors, sources=[str(settings.results)])
+            write(f"report: {path.resolve()}")
+        except OutputError as exc:
+            config.stash[_UNWRITTEN].append(str(exc))
+    for problem in config.stash.get(_UNWRITTEN, []):
+        write(f"gradeff: error: {problem}")
+    gate = config.stash.get(_GATE, None)
+    if gate is not None:
+        code, text = gate
+        verdict = {0: "no regression", 1: "REGRESSION", 2: "unusable input"}.get(code, "no regression")
+        terminalreporter.section(one_line(f"gradeff compare with {settings.baseline}: {verdict}"))
+        for line in text.rstrip().splitlines():
+            write(line)
+    # The verdicts last: what a reader of the terminal sees without scrolling back.
+    verdicts = answer_lines(records)
+    if verdicts:
+        terminalreporter.section("gradeff: the answer")
+        for line in verdicts:
+            write(line)
+    if config.stash.get(_UNWRITTEN, []):
+        write(f"gradeff: incomplete output: {len(config.stash[_UNWRITTEN])} file(s) not written (exit 74)")
+    _incomplete_output(config)
