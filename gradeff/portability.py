@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradeff.formatting import as_number
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, meter_field
 
 __all__ = ["COUNTED_MEMORY", "NUMERICS_KEYS", "PERTURBATIONS", "PERTURBED_SUFFIX", "Band", "Perturbation",
            "Sensitivity",
@@ -97,9 +97,7 @@ COUNTED_MEMORY = ("parameter_bytes", "trainable_parameter_bytes", "gradient_byte
 
 
 def _memory_figures(record: CellRecord) -> list[float | None]:
-    meters = record.meters if isinstance(record.meters, dict) else {}
-    memory = meters.get("memory") if isinstance(meters.get("memory"), dict) else {}
-    return [as_number(memory.get(key)) for key in COUNTED_MEMORY]
+    return [as_number(meter_field(record, "memory", key)) for key in COUNTED_MEMORY]
 
 
 def memory_deviation(reference: CellRecord, other: CellRecord) -> float | None:

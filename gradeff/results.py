@@ -25,13 +25,14 @@ import copy
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = [
-    "FAILED_STATUSES", "FINAL_STATUSES", "NONFINITE_KEY", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord",
-    "Summary", "append_record", "latest_by_cell", "latest_by_run", "read_records",
+    "FAILED_STATUSES", "FINAL_STATUSES", "METER_FIELDS", "NONFINITE_KEY", "SCHEMA_VERSION", "STATUSES", "CellRecord",
+    "EpochRecord", "Summary", "UnknownMeterField", "append_record", "latest_by_cell", "latest_by_run", "meter_field",
+    "meter_section", "read_records",
 ]
 
 # 4: three splits — ``heldout_*`` figures are the test split's, ``validation_*`` the validation split's —, the
@@ -54,6 +55,60 @@ STATUSES = ("ok", "diverged", "oom", "error", "skipped", "interrupted")
 FINAL_STATUSES = ("ok", "diverged", "oom", "skipped")
 # The cell ran and failed: what a regression gate flags and a loss curve marks with a cross.
 FAILED_STATUSES = ("diverged", "oom", "error")
+
+
+# What a record's ``meters`` holds, meter by meter (a cell's, and each epoch's ram, gpu, energy and cost): the fields
+# of the records the meters yield (gradeff/meters/: RamRecord, GpuRecord, EnergyRecord, MemoryBreakdown,
+# ComputeRecord; conjugate gradient's counters, gradeff.optim.cg.cg_stats), what gradeff.metering.aggregate adds for
+# a cell (energy's grams of CO2, the metering cost's share of the epochs' time), why the FLOPs were not counted, and a
+# sharded cell's per-rank breakdowns. Named here, not read off those classes, because reading records never imports
+# torch; tests/test_meter_fields.py holds the two to each other. A reader naming a field outside this table fails at
+# once (UnknownMeterField) rather than reading "not measured" in every table.
+METER_FIELDS: dict[str, frozenset[str]] = {
+    "ram": frozenset({"peak_rss_bytes", "peak_source", "mean_rss_bytes", "peak_system_percent", "samples",
+                      "duration_s"}),
+    "gpu": frozenset({"available", "device_name", "util_mean_percent", "util_max_percent", "mem_used_peak_bytes",
+                      "power_mean_w", "alloc_peak_bytes", "reserved_peak_bytes", "samples", "short_window",
+                      "duration_s"}),
+    "energy": frozenset({"joules", "source", "duration_s", "co2_grams"}),
+    "cost": frozenset({"reads_s", "sampler_cpu_s", "epoch_s", "fraction"}),
+    "memory": frozenset({"parameter_bytes", "trainable_parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
+                         "activation_bytes", "peak_bytes", "peak_by_device", "ranks"}),
+    "compute": frozenset({"flops_per_sample", "model_flops", "seconds", "achieved_flops_per_s", "peak_flops_per_s",
+                          "peak_source", "mfu", "not_measured"}),
+    "cg": frozenset({"steps", "iterations", "restarts", "restart_rate", "restart_reasons", "func_evals",
+                     "line_search_evals"}),
+}
+
+
+class UnknownMeterField(LookupError):
+    """A reader asked for a meter or a field no meter writes (a typo, a renamed field)."""
+
+
+def meter_section(holder: CellRecord | EpochRecord, meter: str) -> Mapping:
+    """``holder.meters[meter]`` (a cell's or an epoch's), or an empty mapping where it is absent or malformed.
+
+    Older and hand-edited records have empty, partial or malformed ``meters``, so nothing that reads them may
+    assume a key exists; a meter outside :data:`METER_FIELDS` is an error naming the meters.
+    """
+    if meter not in METER_FIELDS:
+        raise UnknownMeterField(f"no meter is named {meter!r}; the meters: {', '.join(METER_FIELDS)}")
+    meters = holder.meters if isinstance(holder.meters, Mapping) else {}
+    section = meters.get(meter)
+    return section if isinstance(section, Mapping) else {}
+
+
+def meter_field(holder: CellRecord | EpochRecord, meter: str, name: str, default: object = None) -> object:
+    """``holder.meters[meter][name]`` as stored, or ``default`` where the record lacks it.
+
+    Raises:
+        UnknownMeterField: ``meter`` or ``name`` is not in :data:`METER_FIELDS` (the message names the valid ones).
+    """
+    section = meter_section(holder, meter)
+    if name not in METER_FIELDS[meter]:
+        raise UnknownMeterField(f"the {meter} meter writes no field {name!r}; its fields: "
+                                f"{', '.join(sorted(METER_FIELDS[meter]))}")
+    return section.get(name, default)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,8 +242,7 @@ class _Reached:
 
 
 def _epoch_joules(epoch: EpochRecord) -> float | None:
-    energy = epoch.meters.get("energy") if isinstance(epoch.meters, dict) else None
-    return energy.get("joules") if isinstance(energy, dict) else None
+    return meter_field(epoch, "energy", "joules")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

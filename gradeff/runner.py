@@ -37,7 +37,7 @@ from gradeff.optim.cg import cg_stats
 from gradeff.precision import autocast, make_scaler
 from gradeff.pretrain import StartingWeights, starting_weights
 from gradeff.protocols import RateChoice
-from gradeff.results import CellRecord, EpochRecord, Summary
+from gradeff.results import CellRecord, EpochRecord, Summary, meter_field
 from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.strategies.budget import profile_step
 from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
@@ -491,7 +491,7 @@ def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer, metering: Ep
             raise KeyboardInterrupt
         trials.append({"lr": lr, "status": trial.status, "validation_loss": trial.summary.final_validation_loss,
                        "final_loss": trial.summary.final_loss, "seconds": trial.finished_at - trial.started_at,
-                       "joules": (trial.meters.get("energy") or {}).get("joules")})
+                       "joules": meter_field(trial, "energy", "joules")})
         return trial.summary.final_validation_loss if trial.status == "ok" else None
 
     try:

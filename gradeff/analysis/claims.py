@@ -36,7 +36,7 @@ from gradeff.analysis.metrics import METRICS, Metric, metric_value, quality_metr
 from gradeff.analysis.pairing import SINGLE_DRAW, TIE, Ranking, rank
 from gradeff.analysis.runs import CellRuns, by_cell, canonical, seed_values
 from gradeff.analysis.stats import Interval, interval
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, meter_field
 
 __all__ = ["CLAIMS", "VERDICTS", "Claim", "ClaimResult", "Effect", "effect_of", "effect_verdict", "evaluate_claims",
            "range_verdict"]
@@ -172,9 +172,7 @@ def _tally(hits: int, misses: int, opposed: int) -> str:
 
 def _energy_unmeasured(records: Iterable[CellRecord]) -> str:
     """Why energy cannot answer a paper's measured energy here (``""`` when every record read a meter)."""
-    sources = sorted({str((r.meters.get("energy") or {}).get("source") or "none")
-                      if isinstance(r.meters, Mapping) and isinstance(r.meters.get("energy"), Mapping) else "none"
-                      for r in records})
+    sources = sorted({str(meter_field(r, "energy", "source") or "none") for r in records})
     if all(source in _MEASURED_ENERGY for source in sources):
         return ""
     return (f"the energy here is {' / '.join(sources)} (an estimate is CPU time × a fixed power per logical CPU), "

@@ -121,9 +121,7 @@ def reference_of(runs: CellRuns, group: Mapping[str, CellRuns]) -> CellRuns | No
 
 def allocator_peak_bytes(record: CellRecord) -> float | None:
     """The GPU allocator's peak over the cell's epochs (``meters.gpu.alloc_peak_bytes``); ``None`` off a GPU."""
-    meters = record.meters if isinstance(record.meters, Mapping) else {}
-    gpu = meters.get("gpu")
-    return as_number(gpu.get("alloc_peak_bytes")) if isinstance(gpu, Mapping) else None
+    return analysis.meter_value(record, "gpu", "alloc_peak_bytes")
 
 
 def compiled_within_target(record: CellRecord) -> bool | None:

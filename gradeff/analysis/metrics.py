@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gradeff.formatting import as_number
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, meter_field, meter_section
 
 __all__ = [
     "ANSWER_OBJECTIVES", "MEMORY_PARTS", "METRICS", "OBJECTIVE_TITLES", "QUALITY", "RSS_RESOLUTION_BYTES",
@@ -43,19 +43,10 @@ MEMORY_PARTS = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "a
 RSS_RESOLUTION_BYTES = 4 * 2**20
 
 
-def meter_section(record: CellRecord, meter: str) -> Mapping:
-    """``record.meters[meter]``, or an empty mapping where the record lacks it or it is not a mapping.
-
-    Older and hand-edited records have empty, partial or malformed ``meters``, so nothing that
-    reads them may assume a key exists.
-    """
-    section = record.meters.get(meter) if isinstance(record.meters, Mapping) else None
-    return section if isinstance(section, Mapping) else {}
-
-
 def meter_value(record: CellRecord, meter: str, name: str) -> float | None:
-    """One number from ``record.meters[meter][name]``, or ``None`` if absent, ``None`` or not a finite number."""
-    return as_number(meter_section(record, meter).get(name))
+    """One number from ``record.meters[meter][name]``, or ``None`` if absent, ``None`` or not a finite number
+    (an unknown meter or field raises :class:`gradeff.results.UnknownMeterField`)."""
+    return as_number(meter_field(record, meter, name))
 
 
 def memory_parts(record: CellRecord) -> list[float] | None:
@@ -119,7 +110,7 @@ def _last_epoch(name: str) -> Callable[[CellRecord], float | None]:
 def _meter(meter: str, name: str) -> Callable[[CellRecord], float | None]:
     def extract(record: CellRecord) -> float | None:
         return meter_value(record, meter, name)
-    extract.raw = lambda record: meter_section(record, meter).get(name)
+    extract.raw = lambda record: meter_field(record, meter, name)
     return extract
 
 

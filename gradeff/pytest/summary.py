@@ -22,7 +22,7 @@ from gradeff.analysis.answer import answer, line_text
 from gradeff.analysis.runs import canonical
 from gradeff.formatting import as_number, format_value
 from gradeff.grid import GRIDS
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, meter_field
 
 __all__ = ["ID_WIDTH", "WIDTH", "answer_lines", "summary_lines", "table_lines", "target_text"]
 
@@ -48,11 +48,6 @@ def _count(value) -> str:
     return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.1f}k"
 
 
-def _section(record: CellRecord, meter: str) -> dict:
-    section = record.meters.get(meter) if isinstance(record.meters, dict) else None
-    return section if isinstance(section, dict) else {}
-
-
 def _train_memory(record: CellRecord):
     """The step's live peak where it was measured, else the breakdown's sum."""
     peak = metrics.metric_value(record, "peak")
@@ -74,12 +69,12 @@ def target_text(summary) -> str:
 
 def _loss_row(r: CellRecord) -> list[str]:
     s = r.summary
-    memory, ram, energy = (_section(r, k) for k in ("memory", "ram", "energy"))
     return [r.status, _quality_text(r), f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}",
             _fmt(r.loss_floor, '.3f'), target_text(s), _fmt(s.mean_epoch_seconds, '.3f'), str(s.optimizer_steps),
-            _fmt(metrics.forward_backward_passes(r), 'd'), _fmt(_mib(memory.get('activation_bytes')), '.2f'),
-            _fmt(_mib(memory.get('optimizer_state_bytes')), '.2f'), _fmt(_mib(ram.get('peak_rss_bytes')), '.0f'),
-            _fmt(energy.get('joules'), '.1f')]
+            _fmt(metrics.forward_backward_passes(r), 'd'),
+            _fmt(_mib(meter_field(r, 'memory', 'activation_bytes')), '.2f'),
+            _fmt(_mib(meter_field(r, 'memory', 'optimizer_state_bytes')), '.2f'),
+            _fmt(_mib(meter_field(r, 'ram', 'peak_rss_bytes')), '.0f'), _fmt(meter_field(r, 'energy', 'joules'), '.1f')]
 
 
 _LOSS_HEADER = ("cell", "status", "test", "train loss first → last", "floor", "to target", "s/epoch", "steps", "f+b",
@@ -94,7 +89,7 @@ def _accuracy_row(r: CellRecord) -> list[str]:
             _fmt(metrics.metric_value(r, 'test_loss'), '.3f'),
             f"{_count(parameters.get('trainable'))}/{_count(parameters.get('total'))}",
             _fmt(_mib(_train_memory(r)), '.2f'), _fmt(s.mean_epoch_seconds, '.3f'),
-            _fmt(_section(r, 'energy').get('joules'), '.1f')]
+            _fmt(meter_field(r, 'energy', 'joules'), '.1f')]
 
 
 _ACCURACY_HEADER = ("cell", "status", "acc %", "bayes", "test loss", "trainable/total", "mem MiB", "s/epoch", "J")
@@ -112,11 +107,10 @@ def _plan_text(plan: dict) -> str:
 
 def _memory_row(r: CellRecord) -> list[str]:
     plan = r.plan if isinstance(r.plan, dict) else {}
-    memory = _section(r, "memory")
     budget, predicted = (_mib(as_number(plan.get(k))) for k in ("budget_bytes", "predicted_peak_bytes"))
     return [r.status, _plan_text(plan), _fmt(budget, '.2f'), _fmt(predicted, '.2f'),
-            _fmt(_mib(as_number(memory.get('peak_bytes'))), '.2f'), _fmt(r.summary.mean_epoch_seconds, '.3f'),
-            _fmt(as_number(_section(r, 'energy').get('joules')), '.1f')]
+            _fmt(_mib(as_number(meter_field(r, 'memory', 'peak_bytes'))), '.2f'),
+            _fmt(r.summary.mean_epoch_seconds, '.3f'), _fmt(as_number(meter_field(r, 'energy', 'joules')), '.1f')]
 
 
 _MEMORY_HEADER = ("cell", "status", "plan", "budget", "predicted", "peak MiB", "s/epoch", "J")
@@ -287,7 +281,7 @@ def summary_lines(records: Iterable[CellRecord], *, width: int = WIDTH, answer: 
                      f"{_fmt(info.get('seconds'), '.1f')} s, not counted in any cell; source-task held-out accuracy "
                      f"{_fmt(info.get('heldout_accuracy') and 100 * info['heldout_accuracy'], '.1f')} %")
     lines += _protocol_lines(records)
-    sources = sorted({_section(r, "energy").get("source", "none") for r in records if r.meters})
+    sources = sorted({meter_field(r, "energy", "source", "none") for r in records if r.meters})
     if sources:
         lines.append(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")
     return lines + (answer_lines(records) if answer else [])

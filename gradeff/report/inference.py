@@ -39,7 +39,7 @@ from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.netscore import LABELS, Score
 from gradeff.report.view import BaselinesView, Cell, Row, Table, display_name, first_word, html_id, status_text
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, meter_field
 
 __all__ = [
     "BASELINES_MISSING_NOTE", "ESTIMATED", "RANKING_NOTE", "SCORE_INPUTS", "baselines_views", "cell_label",
@@ -331,7 +331,7 @@ def _training_cells(record: CellRecord) -> tuple[Cell, Cell]:
     time = Cell(text=NA, css="na", title="not measured") if seconds is None else \
         Cell(text=format_seconds(seconds), sub=f"{epochs} epoch{'' if epochs == 1 else 's'}")
     joules = analysis.metric_value(record, "energy")
-    source = analysis.meter_section(record, "energy").get("source")
+    source = meter_field(record, "energy", "source")
     if joules is None:
         energy = Cell(text=NA, css="na", title="not measured")
     elif source == "estimate":

@@ -35,7 +35,7 @@ from gradeff.report.view import (
     first_word,
     status_text,
 )
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, meter_field
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
@@ -195,7 +195,7 @@ def grid_table(model_slug: str, name: str, metric: Metric, runs: Mapping[str, Ce
         for opt in optimizers
     )
     note = f"{_NOTE} {'Lower' if metric.goal == 'min' else 'Higher'} is better."
-    if metric.key == "gpu_util" and any(analysis.meter_section(r, "gpu").get("short_window") for r in records):
+    if metric.key == "gpu_util" and any(meter_field(r, "gpu", "short_window") for r in records):
         note += " Some runs were shorter than NVML's sampling window: their utilization is approximate."
     extra = _metric_note(metric, records) if metric.key in ("energy", "joules_to_target", "ram_peak") else ""
     if extra:

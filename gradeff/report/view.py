@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from gradeff.analysis import meter_section, meter_value
+from gradeff.analysis import meter_value
 from gradeff.formatting import NA
 from gradeff.optim import OPTIMIZERS
 from gradeff.registry import Registry
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, meter_field
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
@@ -379,7 +379,7 @@ def short_label(record: CellRecord) -> str:
 
 def energy_sources(records: Iterable[CellRecord]) -> list[str]:
     """The energy meter sources (``nvml``, ``rapl``, ``estimate``, ``none``) the records name, sorted."""
-    sources = (meter_section(record, "energy").get("source") for record in records)
+    sources = (meter_field(record, "energy", "source") for record in records)
     return sorted({source for source in sources if isinstance(source, str)})
 
 
