@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from gradeff.cell.plan import cannot_run, cell_data, cell_settings
-from gradeff.cell.record import cell_record
+from gradeff.cell.plan import CellSettings, cannot_run, cell_data, cell_settings
+from gradeff.cell.record import cell_record, hparams_record
 from gradeff.data import TASKS, Dataset
 from gradeff.devices import resolve_device
 from gradeff.distributed import run_sharded
@@ -32,7 +32,7 @@ from gradeff.metering import EpochMetering, MeterSettings, aggregate, memory_bre
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
 from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
-from gradeff.optim import OPTIMIZERS, build_optimizer, optimizer_kernel
+from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.optim.cg import cg_stats
 from gradeff.precision import autocast, make_scaler
 from gradeff.pretrain import StartingWeights, starting_weights
@@ -713,8 +713,7 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
         inference=_inference_record(progress.inference, summary.final_heldout_accuracy),
         curve=tuple(point.as_dict() for point in curve),
         evaluation=evaluation.record(finished - progress.started) if evaluation is not None else {},
-        hparams=asdict(hp) | {"method": asdict(method_hp), "precision": config.precision,
-                              "protocol": config.protocol, "lr_source": rate.source,
-                              "optimizer_kernel": optimizer_kernel(state.optimizer if state is not None else None)},
+        hparams=hparams_record(CellSettings(hp, method_hp, rate), config,
+                               state.optimizer if state is not None else None),
         meters=meters,
     )

@@ -1,5 +1,7 @@
 """The grid's own tests are written with the public fixtures: what they receive is what the runner trains."""
 
+import re
+
 import pytest
 import torch
 
@@ -250,3 +252,41 @@ def test_a_benchmarks_cell_id_carries_its_method_and_dataset_as_grid_ids_do():
         cell_id("main", model="vit", optimizer="adamw", strategy="my_step", method="bitfit", dataset="digits")
     assert bench_cell_id(SimpleNamespace(callspec=SimpleNamespace(params={"gradeff_model": "llm"}),
                                          fixturenames=("gradeff_model",), originalname="test_x")) is None
+
+
+RATE_BENCH = '''
+import pytest
+
+
+@pytest.mark.parametrize("gradeff_optimizer", ["adam"], indirect=True)
+@pytest.mark.parametrize("gradeff_model", ["llm"], indirect=True)
+def test_rate(gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters):
+    with gradeff_meters as meters, meters.epoch() as log:
+        for batch in gradeff_data.batches(0):
+            gradeff_model(**batch).loss.backward()
+            gradeff_optimizer.step()
+            log.step(0.0, samples=len(batch["input_ids"]))
+    group = gradeff_optimizer.param_groups[0]
+    print("LR", repr(group.get("initial_lr", group["lr"])))
+'''
+
+
+@pytest.mark.parametrize("protocol", ["tuned", "shared"])
+def test_a_benchmarks_record_names_the_rate_its_optimizer_trained_at(pytester, tmp_path, protocol):
+    """The protocol sets a benchmark's rate as it sets a grid cell's (llm-adam's tuned rate is not the shared one);
+    the record's hparams name that rate, where it came from and the precision, as a grid cell's do."""
+    from gradeff.cell.plan import cell_settings
+
+    pytester.makepyfile(test_rate=RATE_BENCH)
+    results = tmp_path / "r.jsonl"
+    outcome = pytester.runpytest_subprocess(*PLUGIN, "-s", "-p", "no:cacheprovider", "--gradeff-epochs", "1",
+                                            "--gradeff-protocol", protocol, f"--gradeff-results={results}")
+    outcome.assert_outcomes(passed=1)
+    trained = float(re.search(r"LR (\S+)", outcome.stdout.str()).group(1))
+    (record,) = read_records(results)
+    expected = cell_settings(Cell("llm", "adam", "standard"), RunConfig(epochs=1, protocol=protocol))
+    assert record.hparams["lr"] == trained == expected.hp.lr
+    assert record.hparams["lr_source"] == expected.rate.source and record.hparams["lr_source"].startswith(protocol)
+    assert record.hparams["protocol"] == protocol and record.hparams["precision"] == "fp32"
+    shared = cell_settings(Cell("llm", "adam", "standard"), RunConfig(epochs=1, protocol="shared")).hp.lr
+    assert (trained != shared) == (protocol == "tuned")

@@ -7,22 +7,37 @@ and where its weights came from; the machine, session and code version) are fill
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from gradeff.data import TASKS
 from gradeff.environment import code_version, environment
 from gradeff.inference import deployed_parameter_counts
+from gradeff.optim import optimizer_kernel
 from gradeff.results import CellRecord
 
 if TYPE_CHECKING:
     import torch
 
+    from gradeff.cell.plan import CellSettings
     from gradeff.data import Dataset
     from gradeff.grid import Cell
     from gradeff.pretrain import StartingWeights
     from gradeff.runner import RunConfig
 
-__all__ = ["cell_record", "task_record"]
+__all__ = ["cell_record", "hparams_record", "task_record"]
+
+
+def hparams_record(settings: CellSettings, config: RunConfig, optimizer: torch.optim.Optimizer | None) -> dict:
+    """A record's ``hparams``: the sizes the cell ran with, its method's settings, its precision, the rate and
+    where it came from (protocol and source), and the optimizer's kernel (``None`` where none was built).
+
+    ``settings`` are those the cell's optimizer was built with (:func:`gradeff.cell.plan.cell_settings`), so the
+    rate a record names is the rate it trained at, whoever trained it.
+    """
+    hp, method_hp, rate = settings
+    return asdict(hp) | {"method": asdict(method_hp), "precision": config.precision, "protocol": config.protocol,
+                         "lr_source": rate.source, "optimizer_kernel": optimizer_kernel(optimizer)}
 
 
 def task_record(cell: Cell, dataset: Dataset) -> dict:

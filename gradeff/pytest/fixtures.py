@@ -33,7 +33,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -103,15 +103,18 @@ class _Setup:
     state: Any = None
     dataset: Any = None
     built: Any = None
+    planned: Any = None
 
     @classmethod
     def of(cls, cell, config, settings, **fields) -> _Setup:
+        from gradeff.cell.plan import cell_settings
         from gradeff.devices import resolve_device
-        from gradeff.hparams import hparams_for
 
+        # The settings the runner builds the cell's optimizer with (its rate as the protocol sets it): what the
+        # data is sized by and what a benchmark's record names.
+        planned = cell_settings(cell, config)
         return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
-                   hp=hparams_for(cell.model, settings.profile, epochs=settings.epochs, dataset=cell.dataset),
-                   **fields)
+                   hp=planned.hp, planned=planned, **fields)
 
     def builds(self) -> bool:
         """Whether the fixtures build anything: a grid cell's only where the runner trains one build in this
@@ -424,10 +427,8 @@ class BenchMeters:
                               device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
 
     def _record(self, status: str, detail: str):
-        from gradeff.cell.record import cell_record
-        from gradeff.hparams import method_hparams_for
+        from gradeff.cell.record import cell_record, hparams_record
         from gradeff.metering import aggregate
-        from gradeff.optim import optimizer_kernel
         from gradeff.results import EpochRecord, Summary
 
         setup, config, cell = self._setup, self._setup.config, self._setup.cell
@@ -451,9 +452,8 @@ class BenchMeters:
             strategy=setup.bench, status=status, detail=detail, epochs=epochs,
             summary=Summary.of(list(epochs), finished - self._started, untrained=None,
                                floor=heldout.loss_floor if heldout is not None else None),
-            hparams=asdict(setup.hp) | {"method": asdict(method_hparams_for(cell.method, cell.model, config.profile)),
-                                        "optimizer_kernel": optimizer_kernel(setup.state.optimizer
-                                                                             if setup.state is not None else None)},
+            hparams=hparams_record(setup.planned._replace(hp=setup.hp), config,
+                                   setup.state.optimizer if setup.state is not None else None),
             meters=self.meters,
         )
 
