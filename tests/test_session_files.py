@@ -16,9 +16,12 @@ def test_a_session_without_gradeff_cells_leaves_no_files(pytester):
 
 
 @pytest.mark.parametrize("option", ["--benchmark-json={tmp}/bench.json", "--benchmark-autosave"])
-def test_benchmark_storage_under_xdist_is_refused_with_the_reason(grid_pytester, option):
+def test_benchmark_storage_under_xdist_is_refused_with_the_reason(grid_pytester, option, monkeypatch):
     """-n 2 switches pytest-benchmark off: its storage options would write nothing, so the session stops at once,
     saying why and what to run instead; without -n the same selection is accepted."""
+    # The sessions below run in this process: where this suite itself runs under -n, they must not read its
+    # worker's environment as their own (pytest-benchmark and the plugin would take them for xdist workers).
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     flag = option.format(tmp=grid_pytester.path)
     refused = grid_pytester.runpytest(*PLUGIN, "-n", "2", flag, "-k", "llm-adam-standard")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
