@@ -83,7 +83,7 @@ from gradeff.portability import (
     perturbed_path,
     sensitivities,
 )
-from gradeff.results import CellRecord, latest_by_run, read_records
+from gradeff.results import CellRecord, latest_by_run, read_records, record_field
 from gradeff.safe_text import one_line
 
 __all__ = [
@@ -156,7 +156,8 @@ def _differences(b: CellRecord, c: CellRecord) -> tuple[list[str], list[str]]:
     # Another profile or seed trains another model on other data, another precision in other arithmetic: no
     # number is comparable.
     settings = [(key, getattr(b, key), getattr(c, key)) for key in ("profile", "seed")]
-    settings.append(("precision", b.hparams.get("precision", "fp32"), c.hparams.get("precision", "fp32")))
+    settings.append(("precision", record_field(b, "hparams", "precision", "fp32"),
+                     record_field(c, "hparams", "precision", "fp32")))
     refusals = [f"{key} differs: {before} (baseline) vs {after} (current)" for key, before, after in settings
                 if before != after]
     warnings = []
@@ -171,7 +172,7 @@ def _environment_differences(b: CellRecord, c: CellRecord) -> dict[str, str]:
     """``{key: "cpu differs: X (baseline) vs Y (current)"}`` for each of ``ENVIRONMENT_KEYS`` that differs."""
     messages = {}
     for key in ENVIRONMENT_KEYS:
-        before, after = b.environment.get(key), c.environment.get(key)
+        before, after = record_field(b, "environment", key), record_field(c, "environment", key)
         if key == "device":  # cuda:0 and cuda:1 are the same kind of device
             before, after = (str(v).split(":")[0] if v is not None else None for v in (before, after))
         if before != after:

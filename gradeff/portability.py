@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradeff.formatting import as_number
-from gradeff.results import CellRecord, meter_field
+from gradeff.results import CellRecord, meter_field, record_field
 
 __all__ = ["COUNTED_MEMORY", "NUMERICS_KEYS", "PERTURBATIONS", "PERTURBED_SUFFIX", "Band", "Perturbation",
            "Sensitivity",
@@ -51,8 +51,7 @@ PERTURBED_SUFFIX = ".perturbed.jsonl"
 
 
 def _value(record: CellRecord, key: str) -> object:
-    environment = record.environment if isinstance(record.environment, dict) else {}
-    value = environment.get(key)
+    value = record_field(record, "environment", key)
     if key == "device" and value is not None:
         return str(value).split(":")[0]  # cuda:0 and cuda:1 are the same kind of device
     return value

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = [
-    "FAILED_STATUSES", "FINAL_STATUSES", "METER_FIELDS", "NONFINITE_KEY", "SCHEMA_VERSION", "STATUSES", "CellRecord",
-    "EpochRecord", "Summary", "UnknownMeterField", "append_record", "latest_by_cell", "latest_by_run", "meter_field",
-    "meter_section", "read_records",
+    "FAILED_STATUSES", "FINAL_STATUSES", "METER_FIELDS", "NONFINITE_KEY", "SCHEMA_VERSION", "SECTION_FIELDS",
+    "STATUSES", "CellRecord", "EpochRecord", "Summary", "UnknownRecordField", "append_record", "latest_by_cell",
+    "latest_by_run", "meter_field", "meter_section", "read_records", "record_field", "record_section",
 ]
 
 # 4: three splits — ``heldout_*`` figures are the test split's, ``validation_*`` the validation split's —, the
@@ -63,7 +63,7 @@ FAILED_STATUSES = ("diverged", "oom", "error")
 # a cell (energy's grams of CO2, the metering cost's share of the epochs' time), why the FLOPs were not counted, and a
 # sharded cell's per-rank breakdowns. Named here, not read off those classes, because reading records never imports
 # torch; tests/test_meter_fields.py holds the two to each other. A reader naming a field outside this table fails at
-# once (UnknownMeterField) rather than reading "not measured" in every table.
+# once (UnknownRecordField) rather than reading "not measured" in every table.
 METER_FIELDS: dict[str, frozenset[str]] = {
     "ram": frozenset({"peak_rss_bytes", "peak_source", "mean_rss_bytes", "peak_system_percent", "samples",
                       "duration_s"}),
@@ -81,8 +81,68 @@ METER_FIELDS: dict[str, frozenset[str]] = {
 }
 
 
-class UnknownMeterField(LookupError):
-    """A reader asked for a meter or a field no meter writes (a typo, a renamed field)."""
+# What a record's other sections hold, section by section. Writers: gradeff/cell/record.py (task, parameters,
+# weights: StartingWeights.to_record, environment: gradeff.environment.environment and the process, hparams:
+# HParams's fields, the method's settings and how the rate was chosen), the runner (plan: what a strategy did,
+# inference: InferenceCost and the NetScore family, tuning: the rate search, evaluation: the held-out passes' cost)
+# and a sharded cell's coordinator (plan and hparams: its world). A strategy registered by a project may write plan
+# fields of its own; the readers here ask only for these. tests/test_record_fields.py holds the table to the writers.
+SECTION_FIELDS: dict[str, frozenset[str]] = {
+    "task": frozenset({"key", "name", "train_samples", "loss_floor", "heldout_samples", "heldout_loss_floor",
+                       "bayes_accuracy", "sanity_accuracy", "info"}),
+    "parameters": frozenset({"total", "trainable"}),
+    "weights": frozenset({"source", "path", "pretraining", "format", "checkpoint", "stand_in", "real"}),
+    "plan": frozenset({
+        # checkpointing and offload
+        "checkpointed_layers", "layers", "offload", "offloaded_bytes_per_step",
+        # a budget: its kind, the step's profile, the plan chosen (BudgetPlan.to_record) or the compiler's fraction
+        "kind", "budget_fraction", "profile", "budget_bytes", "margin", "target_bytes", "checkpointed",
+        "predicted_peak_bytes", "unconstrained_peak_bytes", "fits", "prefix_peak_bytes", "measured_frugal_peak_bytes",
+        "activation_memory_budget", "compile_backend", "compile_seconds",
+        # a sharded cell
+        "sharded_blocks", "row_bytes", "world_size", "backend", "devices"}),
+    "inference": frozenset({"parameters", "macs_per_image", "macs_by_op", "grad_mode", "latency_s", "latency_p90_s",
+                            "latency_samples", "batch_size", "throughput_images", "throughput_seconds",
+                            "images_per_s", "peak_bytes", "peak_by_device", "allocator_peak_bytes", "energy_source",
+                            "energy_joules", "energy_per_image_j", "mean_power_w", "energy_estimated", "scores"}),
+    "tuning": frozenset({"param", "tuning_free", "trials", "seconds", "joules", "chosen", "reference",
+                         "reference_source", "at_edge", "picked_on", "budget"}),
+    "evaluation": frozenset({"every_steps", "points", "test_seconds", "validation_seconds", "fraction"}),
+    "hparams": frozenset({"lr", "batch_size", "accum_steps", "epochs", "train_samples", "heldout_samples",
+                          "validation_samples", "eval_every", "warmup_ratio", "seq_len", "num_states", "num_classes",
+                          "image_size", "caption_len", "method", "precision", "protocol", "lr_source",
+                          "optimizer_kernel", "world_size"}),
+    "environment": frozenset({"python", "torch", "transformers", "cuda", "platform", "cpu", "cpu_id", "cpu_count",
+                              "cpu_capability", "kernel_env", "device", "device_name", "gpu_driver", "gpu_index",
+                              "gpu_uuid", "torch_threads", "process"}),
+}
+
+
+class UnknownRecordField(LookupError):
+    """A reader asked for a section, meter or field no writer fills (a typo, a renamed field)."""
+
+
+def record_section(record: CellRecord, section: str) -> Mapping:
+    """``record.<section>`` (``hparams``, ``plan``, ...), or an empty mapping where it is absent or malformed
+    (older and hand-edited records); a section outside :data:`SECTION_FIELDS` is an error naming the sections."""
+    if section not in SECTION_FIELDS:
+        raise UnknownRecordField(f"a record has no section {section!r}; its sections: {', '.join(SECTION_FIELDS)}")
+    value = getattr(record, section, None)
+    return value if isinstance(value, Mapping) else {}
+
+
+def record_field(record: CellRecord, section: str, name: str, default: object = None) -> object:
+    """``record.<section>[name]`` as stored, or ``default`` where the record lacks it.
+
+    Raises:
+        UnknownRecordField: ``section`` or ``name`` is not in :data:`SECTION_FIELDS` (the message names the valid
+            ones), so a typo fails where it is read instead of reading "not measured".
+    """
+    values = record_section(record, section)
+    if name not in SECTION_FIELDS[section]:
+        raise UnknownRecordField(f"a record's {section} has no field {name!r}; its fields: "
+                                 f"{', '.join(sorted(SECTION_FIELDS[section]))}")
+    return values.get(name, default)
 
 
 def meter_section(holder: CellRecord | EpochRecord, meter: str) -> Mapping:
@@ -92,7 +152,7 @@ def meter_section(holder: CellRecord | EpochRecord, meter: str) -> Mapping:
     assume a key exists; a meter outside :data:`METER_FIELDS` is an error naming the meters.
     """
     if meter not in METER_FIELDS:
-        raise UnknownMeterField(f"no meter is named {meter!r}; the meters: {', '.join(METER_FIELDS)}")
+        raise UnknownRecordField(f"no meter is named {meter!r}; the meters: {', '.join(METER_FIELDS)}")
     meters = holder.meters if isinstance(holder.meters, Mapping) else {}
     section = meters.get(meter)
     return section if isinstance(section, Mapping) else {}
@@ -102,11 +162,11 @@ def meter_field(holder: CellRecord | EpochRecord, meter: str, name: str, default
     """``holder.meters[meter][name]`` as stored, or ``default`` where the record lacks it.
 
     Raises:
-        UnknownMeterField: ``meter`` or ``name`` is not in :data:`METER_FIELDS` (the message names the valid ones).
+        UnknownRecordField: ``meter`` or ``name`` is not in :data:`METER_FIELDS` (the message names the valid ones).
     """
     section = meter_section(holder, meter)
     if name not in METER_FIELDS[meter]:
-        raise UnknownMeterField(f"the {meter} meter writes no field {name!r}; its fields: "
+        raise UnknownRecordField(f"the {meter} meter writes no field {name!r}; its fields: "
                                 f"{', '.join(sorted(METER_FIELDS[meter]))}")
     return section.get(name, default)
 

@@ -23,7 +23,7 @@ from gradeff.analysis.pairing import IDENTICAL, SINGLE_DRAW, TIE, WINNER
 from gradeff.analysis.runs import CellRuns, canonical
 from gradeff.analysis.verdicts import Verdict, verdicts
 from gradeff.formatting import NA, as_number, format_value
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, record_field
 
 __all__ = ["ANSWER_STUDIES", "SANITY_METHOD", "AnswerLine", "answer", "cell_label", "line_text", "sanity_accuracy",
            "verdict_text"]
@@ -85,8 +85,7 @@ def sanity_accuracy(records: Iterable[CellRecord], dataset: str) -> float | None
     if values:
         return sum(values) / len(values)
     for record in records:
-        task = record.task if isinstance(record.task, Mapping) else {}
-        value = as_number(task.get("sanity_accuracy"))
+        value = as_number(record_field(record, "task", "sanity_accuracy"))
         if value is not None:
             return 100 * value
     return None

@@ -36,7 +36,7 @@ from gradeff.analysis.metrics import METRICS, Metric, metric_value, quality_metr
 from gradeff.analysis.pairing import SINGLE_DRAW, TIE, Ranking, rank
 from gradeff.analysis.runs import CellRuns, by_cell, canonical, seed_values
 from gradeff.analysis.stats import Interval, interval
-from gradeff.results import CellRecord, meter_field
+from gradeff.results import CellRecord, meter_field, record_field
 
 __all__ = ["CLAIMS", "VERDICTS", "Claim", "ClaimResult", "Effect", "effect_of", "effect_verdict", "evaluate_claims",
            "range_verdict"]
@@ -667,7 +667,7 @@ def _llm_loss_scale(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
     llm = [r for r in records if r.model == "llm" and r.epochs]
     if not llm:
         return "n/a", NOT_MEASURABLE, "needs llm cells", 0
-    vocab = max(int(r.hparams.get("num_states") or 0) + 4 for r in llm)
+    vocab = max(int(record_field(r, "hparams", "num_states") or 0) + 4 for r in llm)
     highest = max((e.loss for r in llm for e in r.epochs if math.isfinite(e.loss)), default=math.nan)
     measured = (f"highest llm loss {highest:.3f} (mean cross-entropy per target token; uniform over the "
                 f"{vocab}-token vocabulary: ln V = {math.log(vocab):.3f})")

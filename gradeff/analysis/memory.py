@@ -24,7 +24,7 @@ from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.formatting import as_number
 from gradeff.grid import GRIDS
 from gradeff.models import MODELS
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, record_field, record_section
 from gradeff.strategies import BUDGET_KINDS, STRATEGIES
 
 __all__ = [
@@ -61,12 +61,12 @@ def split_studies(records: Iterable[CellRecord]) -> Studies:
 
 def plan_of(record: CellRecord) -> Mapping:
     """The record's ``plan``, or an empty mapping where it has none or it is not a mapping."""
-    return record.plan if isinstance(record.plan, Mapping) else {}
+    return record_section(record, "plan")
 
 
 def plan_number(record: CellRecord, key: str) -> float | None:
     """One number of the record's plan, or ``None`` if absent or not a finite number."""
-    return as_number(plan_of(record).get(key))
+    return as_number(record_field(record, "plan", key))
 
 
 def _spec(record: CellRecord):
@@ -76,7 +76,7 @@ def _spec(record: CellRecord):
 def budget_kind(record: CellRecord) -> str | None:
     """``adaptive`` or ``compiler`` for a budget cell, else ``None``: the plan's word, else the strategy's."""
     # The plan says what ran; the registry covers records whose plan was lost (an oom before planning).
-    kind = plan_of(record).get("kind")
+    kind = record_field(record, "plan", "kind")
     if kind in BUDGET_KINDS:
         return kind
     spec = _spec(record)
@@ -137,7 +137,7 @@ def compiled_within_target(record: CellRecord) -> bool | None:
 
 def is_offload(record: CellRecord) -> bool:
     """Whether the cell kept what is saved for backward in host memory."""
-    offload = plan_of(record).get("offload")
+    offload = record_field(record, "plan", "offload")
     if isinstance(offload, bool):
         return offload
     spec = _spec(record)
@@ -146,7 +146,7 @@ def is_offload(record: CellRecord) -> bool:
 
 def checkpointed_blocks(record: CellRecord) -> tuple[str, ...]:
     """The names of the blocks a budget plan checkpointed (empty when the plan lists none)."""
-    names = plan_of(record).get("checkpointed")
+    names = record_field(record, "plan", "checkpointed")
     return tuple(str(n) for n in names) if isinstance(names, (list, tuple)) else ()
 
 
@@ -421,7 +421,7 @@ def level_claims(runs: Mapping[str, CellRuns]) -> list[LevelClaim]:
 def plan_key(runs: CellRuns) -> tuple | None:
     """What an adaptive plan decided, the same on every seed: the blocks it checkpointed and whether it fit
     (``None`` for a cell without a plan, or seeds whose plans differ)."""
-    plans = {(checkpointed_blocks(r), plan_of(r).get("fits")) for r in runs.runs if plan_of(r)}
+    plans = {(checkpointed_blocks(r), record_field(r, "plan", "fits")) for r in runs.runs if plan_of(r)}
     return plans.pop() if len(plans) == 1 else None
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gradeff.formatting import as_number
-from gradeff.results import CellRecord, meter_field, meter_section
+from gradeff.results import CellRecord, meter_field, meter_section, record_field
 
 __all__ = [
     "ANSWER_OBJECTIVES", "MEMORY_PARTS", "METRICS", "OBJECTIVE_TITLES", "QUALITY", "RSS_RESOLUTION_BYTES",
@@ -45,7 +45,7 @@ RSS_RESOLUTION_BYTES = 4 * 2**20
 
 def meter_value(record: CellRecord, meter: str, name: str) -> float | None:
     """One number from ``record.meters[meter][name]``, or ``None`` if absent, ``None`` or not a finite number
-    (an unknown meter or field raises :class:`gradeff.results.UnknownMeterField`)."""
+    (an unknown meter or field raises :class:`gradeff.results.UnknownRecordField`)."""
     return as_number(meter_field(record, meter, name))
 
 
@@ -207,8 +207,8 @@ def task_kind(record: CellRecord) -> str:
     from gradeff.data import TASKS
     from gradeff.models import MODELS
 
-    task = record.task if isinstance(record.task, Mapping) else {}
-    info = task.get("info") if isinstance(task.get("info"), Mapping) else {}
+    info = record_field(record, "task", "info")
+    info = info if isinstance(info, Mapping) else {}
     if info.get("multi_label") or any(getattr(e, "heldout_f1_micro", None) is not None for e in record.epochs):
         return "multi_label"
     key = record.dataset or (MODELS[record.model].task if record.model in MODELS else "")
@@ -232,7 +232,7 @@ def quality_metric(records: Iterable[CellRecord]) -> Metric:
 
 def is_isolated(record: CellRecord) -> bool:
     """Whether the cell ran in a process of its own (``--gradeff-isolate``): only then is its RSS its own."""
-    return isinstance(record.environment, Mapping) and record.environment.get("process") == "isolated"
+    return record_field(record, "environment", "process") == "isolated"
 
 
 def memory_metric(records: Iterable[CellRecord]) -> Metric | None:
@@ -303,8 +303,7 @@ def forward_backward_passes(record: CellRecord) -> int | None:
     calls = record.summary.closure_calls
     if not isinstance(calls, int) or record.strategy not in STRATEGIES:
         return None  # a strategy this gradeff does not know: how many micro-batches a closure ran is unknown
-    hparams = record.hparams if isinstance(record.hparams, Mapping) else {}
-    accum = as_number(hparams.get("accum_steps"))
+    accum = as_number(record_field(record, "hparams", "accum_steps"))
     return calls * micro_batches_per_step(record.strategy, int(accum) if accum is not None else 1)
 
 

@@ -9,10 +9,10 @@ model's own weights were loaded (``CLIP-shaped, random init, 0.26 M``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from gradeff.formatting import as_number
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, record_field
 
 __all__ = ["group_title", "provenance", "real_weights", "weights_source", "what_ran"]
 
@@ -24,16 +24,14 @@ _STARTS = {"random": "random init", "pretrained": "pretrained here on a syntheti
 
 def weights_source(record: CellRecord) -> str | None:
     """``random``, ``pretrained``, ``local``, or ``None`` where the record does not say."""
-    weights = record.weights if isinstance(record.weights, Mapping) else {}
-    source = weights.get("source")
+    source = record_field(record, "weights", "source")
     return source if isinstance(source, str) and source else None
 
 
 def real_weights(record: CellRecord) -> bool:
     """Whether the record started from the named model's real weights: the record says so (``weights.real``),
     or they came from a folder the user gave (what ``--gradeff-weights`` is for)."""
-    weights = record.weights if isinstance(record.weights, Mapping) else {}
-    real = weights.get("real")
+    real = record_field(record, "weights", "real")
     return real if isinstance(real, bool) else weights_source(record) == "local"
 
 
@@ -45,8 +43,7 @@ def _count(value: float) -> str:
 
 def provenance(record: CellRecord) -> str:
     """How the record's weights came about and its size: ``random init, 0.26 M`` (parts it lacks left out)."""
-    parameters = record.parameters if isinstance(record.parameters, Mapping) else {}
-    total = as_number(parameters.get("total"))
+    total = as_number(record_field(record, "parameters", "total"))
     parts = [_STARTS.get(weights_source(record) or "", ""), _count(total) if total else ""]
     return ", ".join(part for part in parts if part)
 

@@ -24,7 +24,7 @@ from gradeff.formatting import as_number
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.netscore import Score
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, record_field, record_section
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
@@ -38,8 +38,7 @@ FULL = "full"
 
 
 def _count(record: CellRecord, name: str) -> float | None:
-    parameters = record.parameters if isinstance(record.parameters, Mapping) else {}
-    return as_number(parameters.get(name))
+    return as_number(record_field(record, "parameters", name))
 
 
 def trainable_parameters(record: CellRecord) -> float | None:
@@ -64,8 +63,7 @@ TRAINABLE = Metric(key="trainable_parameters", label="Trainable parameters", uni
 
 def bayes_accuracy(record: CellRecord) -> float | None:
     """The Bayes classifier's accuracy on the cell's held-out split, in percent: the ceiling (``None`` if unknown)."""
-    task = record.task if isinstance(record.task, Mapping) else {}
-    value = as_number(task.get("bayes_accuracy"))
+    value = as_number(record_field(record, "task", "bayes_accuracy"))
     return None if value is None else 100 * value
 
 
@@ -175,9 +173,8 @@ def pretraining_by_backbone(records: Iterable[CellRecord]) -> dict[str, list[tup
     """
     result: dict[str, list[tuple[CellRecord, Mapping]]] = {}
     for record in records:
-        weights = record.weights if isinstance(record.weights, Mapping) else {}
-        info = weights.get("pretraining")
-        if weights.get("source") == "pretrained" and isinstance(info, Mapping):
+        info = record_field(record, "weights", "pretraining")
+        if record_field(record, "weights", "source") == "pretrained" and isinstance(info, Mapping):
             result.setdefault(record.model, []).append((record, info))
     return result
 
@@ -210,7 +207,7 @@ def training_seconds(record: CellRecord) -> float | None:
 
 def inference_of(record: CellRecord) -> Mapping:
     """The record's ``inference`` mapping, or an empty one where it has none or it is not a mapping."""
-    return record.inference if isinstance(record.inference, Mapping) else {}
+    return record_section(record, "inference")
 
 
 def measured_on_standard(record: CellRecord) -> bool:
@@ -222,7 +219,7 @@ def measured_on_standard(record: CellRecord) -> bool:
 
 def inference_number(record: CellRecord, name: str) -> float | None:
     """One figure of the record's inference cost, or ``None`` if absent or not a finite number."""
-    return as_number(inference_of(record).get(name))
+    return as_number(record_field(record, "inference", name))
 
 
 def score_of(record: CellRecord, key: str) -> Score | None:
@@ -233,7 +230,7 @@ def score_of(record: CellRecord, key: str) -> Score | None:
         ended before its inference was measured). A recorded value that is not a finite number reads
         as missing, never as 0.
     """
-    scores = inference_of(record).get("scores")
+    scores = record_field(record, "inference", "scores")
     entry = scores.get(key) if isinstance(scores, Mapping) else None
     if not isinstance(entry, Mapping):
         return None

@@ -30,7 +30,7 @@ from gradeff.pytest.options import (
     read_settings,
     run_config,
 )
-from gradeff.results import FINAL_STATUSES, append_record, read_records
+from gradeff.results import FINAL_STATUSES, append_record, read_records, record_field
 from gradeff.shard import ShardPlan
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
@@ -81,12 +81,12 @@ def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
         # Cheap tests first: hparams_for is only asked about records that could settle a cell.
         if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
                 and record.seed in seeds and record.code_version == version
-                and record.hparams.get("precision", "fp32") == precision
+                and record_field(record, "hparams", "precision", "fp32") == precision
                 # The same code version writes the protocol: a record without one (made by hand) is not told apart.
-                and record.hparams.get("protocol", protocol) == protocol
+                and record_field(record, "hparams", "protocol", protocol) == protocol
                 # A sharded cell's record settles it only for the same number of processes.
-                and record.hparams.get("world_size", world_size) == world_size
-                and record.hparams.get("epochs")
+                and record_field(record, "hparams", "world_size", world_size) == world_size
+                and record_field(record, "hparams", "epochs")
                 == hparams_for(record.model, profile, epochs=epochs, dataset=record.dataset or None).epochs):
             settled[(record.cell, record.seed)] = record.status
     return settled
@@ -450,7 +450,7 @@ def _tell_progress(node: pytest.Item, record) -> None:
     from gradeff.pytest.progress import PRETRAINED, STATUS
 
     node.user_properties.append((STATUS, record.status))
-    info = record.weights.get("pretraining") if isinstance(record.weights, dict) else None
+    info = record_field(record, "weights", "pretraining")
     if isinstance(info, dict) and info.get("reused") is False and isinstance(info.get("seconds"), (int, float)):
         node.user_properties.append((PRETRAINED, {"model": record.model, "seconds": float(info["seconds"])}))
 

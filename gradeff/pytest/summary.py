@@ -22,7 +22,7 @@ from gradeff.analysis.answer import answer, line_text
 from gradeff.analysis.runs import canonical
 from gradeff.formatting import as_number, format_value
 from gradeff.grid import GRIDS
-from gradeff.results import CellRecord, meter_field
+from gradeff.results import CellRecord, meter_field, record_field, record_section
 
 __all__ = ["ID_WIDTH", "WIDTH", "answer_lines", "summary_lines", "table_lines", "target_text"]
 
@@ -82,12 +82,12 @@ _LOSS_HEADER = ("cell", "status", "test", "train loss first → last", "floor", 
 
 
 def _accuracy_row(r: CellRecord) -> list[str]:
-    s, parameters = r.summary, r.parameters if isinstance(r.parameters, dict) else {}
+    s = r.summary
     accuracy = metrics.metric_value(r, "heldout_accuracy")
-    bayes = r.task.get("bayes_accuracy") if isinstance(r.task, dict) else None
+    bayes = record_field(r, "task", "bayes_accuracy")
     return [r.status, _fmt(accuracy, '.1f'), _fmt(bayes and 100 * bayes, '.1f'),
             _fmt(metrics.metric_value(r, 'test_loss'), '.3f'),
-            f"{_count(parameters.get('trainable'))}/{_count(parameters.get('total'))}",
+            f"{_count(record_field(r, 'parameters', 'trainable'))}/{_count(record_field(r, 'parameters', 'total'))}",
             _fmt(_mib(_train_memory(r)), '.2f'), _fmt(s.mean_epoch_seconds, '.3f'),
             _fmt(meter_field(r, 'energy', 'joules'), '.1f')]
 
@@ -95,20 +95,20 @@ def _accuracy_row(r: CellRecord) -> list[str]:
 _ACCURACY_HEADER = ("cell", "status", "acc %", "bayes", "test loss", "trainable/total", "mem MiB", "s/epoch", "J")
 
 
-def _plan_text(plan: dict) -> str:
-    fraction, blocks = as_number(plan.get("activation_memory_budget")), as_number(plan.get("checkpointed_layers"))
+def _plan_text(r: CellRecord) -> str:
+    fraction = as_number(record_field(r, "plan", "activation_memory_budget"))
+    blocks = as_number(record_field(r, "plan", "checkpointed_layers"))
     if fraction is not None:
         return f"act {fraction:.2f}"
     if blocks is not None:
-        layers = as_number(plan.get("layers"))
+        layers = as_number(record_field(r, "plan", "layers"))
         return f"{blocks:.0f}/{layers:.0f} blocks" if layers is not None else f"{blocks:.0f} blocks"
     return "-"
 
 
 def _memory_row(r: CellRecord) -> list[str]:
-    plan = r.plan if isinstance(r.plan, dict) else {}
-    budget, predicted = (_mib(as_number(plan.get(k))) for k in ("budget_bytes", "predicted_peak_bytes"))
-    return [r.status, _plan_text(plan), _fmt(budget, '.2f'), _fmt(predicted, '.2f'),
+    budget, predicted = (_mib(as_number(record_field(r, "plan", k))) for k in ("budget_bytes", "predicted_peak_bytes"))
+    return [r.status, _plan_text(r), _fmt(budget, '.2f'), _fmt(predicted, '.2f'),
             _fmt(_mib(as_number(meter_field(r, 'memory', 'peak_bytes'))), '.2f'),
             _fmt(r.summary.mean_epoch_seconds, '.3f'), _fmt(as_number(meter_field(r, 'energy', 'joules')), '.1f')]
 
@@ -218,19 +218,20 @@ def answer_lines(records: Iterable[CellRecord]) -> list[str]:
 
 def _protocol_lines(records: list[CellRecord]) -> list[str]:
     """Which learning-rate protocol the trained cells ran under, and where their rates came from."""
-    trained = [r for r in records if r.status != "skipped" and isinstance(r.hparams, dict) and "protocol" in r.hparams]
+    trained = [r for r in records if r.status != "skipped" and "protocol" in record_section(r, "hparams")]
     lines = []
-    for protocol in dict.fromkeys(r.hparams["protocol"] for r in trained):
+    for protocol in dict.fromkeys(record_field(r, "hparams", "protocol") for r in trained):
         sources: dict[str, int] = {}
         for r in trained:
-            if r.hparams["protocol"] == protocol:
-                source = str(r.hparams.get("lr_source", ""))
+            if record_field(r, "hparams", "protocol") == protocol:
+                source = str(record_field(r, "hparams", "lr_source", ""))
                 kind = source.split(":")[0] if ":" in source else source
                 sources[kind] = sources.get(kind, 0) + 1
         lines.append(f"learning rates: protocol {protocol} — " + ", ".join(f"{kind} {count}" for kind, count in
                                                                          sources.items()))
-    lines += [f"tuned with --gradeff-tune lr: {r.cell} chose {r.tuning['chosen']:.3g} at the {r.tuning['at_edge']} "
-              f"edge of the rates tried" for r in records if isinstance(r.tuning, dict) and r.tuning.get("at_edge")]
+    lines += [f"tuned with --gradeff-tune lr: {r.cell} chose {record_field(r, 'tuning', 'chosen'):.3g} at the "
+              f"{record_field(r, 'tuning', 'at_edge')} edge of the rates tried"
+              for r in records if record_field(r, "tuning", "at_edge")]
     return lines
 
 
@@ -270,7 +271,7 @@ def summary_lines(records: Iterable[CellRecord], *, width: int = WIDTH, answer: 
     lines.append(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")
     pretrained: dict[str, dict] = {}
     for r in records:
-        info = r.weights.get("pretraining") if isinstance(r.weights, dict) else None
+        info = record_field(r, "weights", "pretraining")
         if info:
             # The session pretrained a backbone if any of its cells did; the others reused that copy.
             first_run = pretrained.get(r.model, {}).get("reused") is False

@@ -49,7 +49,7 @@ from gradeff.report.view import (
     html_id,
     status_text,
 )
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, record_field
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
@@ -168,7 +168,7 @@ def _inference_text(records: Sequence[CellRecord]) -> str:
     carried = sum(bool(peft_analysis.inference_of(r)) for r in records)
     if not carried:
         return f"{NA}: no record carries it"
-    estimated = sum(peft_analysis.inference_of(r).get("energy_source") == "estimate" for r in records)
+    estimated = sum(record_field(r, "inference", "energy_source") == "estimate" for r in records)
     same = sum(peft_analysis.measured_on_standard(r) for r in records)
     return (f"{carried} of {len(records)} cells"
             + (f" ({same} more deploy their standard cell's model bit for bit, measured there)" if same else "")

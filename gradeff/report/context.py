@@ -20,7 +20,7 @@ from gradeff.report.view import (
     status_text,
     text_or_na,
 )
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, record_field, record_section
 
 __all__ = ["environment_tables", "failures_table", "hparams_table", "methods", "runs_table"]
 
@@ -84,7 +84,7 @@ def environment_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
     """
     distinct: dict[tuple, list[CellRecord]] = {}
     for record in records:
-        env = record.environment if isinstance(record.environment, Mapping) else {}
+        env = record_section(record, "environment")
         distinct.setdefault(tuple(sorted((str(k), text_or_na(v)) for k, v in env.items())), []).append(record)
     tables = []
     for index, (env, group) in enumerate(distinct.items(), start=1):
@@ -108,9 +108,8 @@ def _flat(prefix: str, value: object, out: dict[str, object]) -> None:
 
 def _hparams(record: CellRecord) -> dict[str, object]:
     out: dict[str, object] = {}
-    if isinstance(record.hparams, Mapping):
-        # Where each rate came from is a sentence per cell (the summary tallies it), not a setting to tabulate.
-        _flat("", {k: v for k, v in record.hparams.items() if k != "lr_source"}, out)
+    # Where each rate came from is a sentence per cell (the summary tallies it), not a setting to tabulate.
+    _flat("", {k: v for k, v in record_section(record, "hparams").items() if k != "lr_source"}, out)
     return out
 
 
@@ -121,15 +120,13 @@ def _value_text(value: object) -> str:
 
 
 def _weights_source(record: CellRecord) -> str:
-    weights = record.weights if isinstance(record.weights, Mapping) else {}
-    return text_or_na(weights.get("source"))
+    return text_or_na(record_field(record, "weights", "source"))
 
 
 def _weights_text(record: CellRecord) -> str:
     # random, pretrained, or local with its folder: the same model may start from different places.
-    weights = record.weights if isinstance(record.weights, Mapping) else {}
-    source = _weights_source(record)
-    return f"local ({weights['path']})" if source == "local" and weights.get("path") else source
+    source, folder = _weights_source(record), record_field(record, "weights", "path")
+    return f"local ({folder})" if source == "local" and folder else source
 
 
 def _cells_text(pairs: Sequence[tuple[str, str]]) -> str:
@@ -199,7 +196,7 @@ def _hparams_note(keys: Sequence[str]) -> str:
 
 
 def _carried(records: Sequence[CellRecord]) -> str:
-    carried = sum(isinstance(r.inference, Mapping) and bool(r.inference) for r in records)
+    carried = sum(bool(record_section(r, "inference")) for r in records)
     return f"{carried} of the {len(records)} cells here carry it."
 
 

@@ -39,7 +39,7 @@ from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.netscore import LABELS, Score
 from gradeff.report.view import BaselinesView, Cell, Row, Table, display_name, first_word, html_id, status_text
-from gradeff.results import CellRecord, meter_field
+from gradeff.results import CellRecord, meter_field, record_field
 
 __all__ = [
     "BASELINES_MISSING_NOTE", "ESTIMATED", "RANKING_NOTE", "SCORE_INPUTS", "baselines_views", "cell_label",
@@ -112,13 +112,12 @@ def _row_label(record: CellRecord, seeds: bool = False) -> str:
 
 
 def _is_estimated(record: CellRecord) -> bool:
-    inference = peft.inference_of(record)
-    return inference.get("energy_estimated") is True or inference.get("energy_source") == "estimate"
+    return (record_field(record, "inference", "energy_estimated") is True
+            or record_field(record, "inference", "energy_source") == "estimate")
 
 
 def _energy_cell(record: CellRecord) -> Cell:
-    inference = peft.inference_of(record)
-    source = inference.get("energy_source")
+    source = record_field(record, "inference", "energy_source")
     value = peft.inference_number(record, "energy_per_image_j")
     if value is None:
         reason = "no energy meter (source none)" if source in (None, "none") else "not measured"
@@ -198,7 +197,7 @@ def inference_table(slug: str, title: str, records: Sequence[CellRecord]) -> Tab
     if not any(peft.inference_of(r) for r in records):
         return Table(id=f"{slug}-inference", caption=caption, header=(), rows=(),
                      note="n/a: no cell of this backbone and dataset recorded its inference cost." + same_model)
-    sources = sorted({str(peft.inference_of(r).get("energy_source")) for r in records if peft.inference_of(r)})
+    sources = sorted({str(record_field(r, "inference", "energy_source")) for r in records if peft.inference_of(r)})
     estimated = any(_is_estimated(r) for r in records)
     return Table(
         id=f"{slug}-inference", caption=caption, header=("cell", *_INFERENCE_HEADER),
@@ -282,7 +281,6 @@ def weights_line(record: CellRecord) -> str:
     """How a baseline's starting weights were obtained, and what that makes of its accuracy, in one line."""
     name = naming.what_ran(record)
     source = peft.weights_source(record)
-    weights = record.weights if isinstance(record.weights, Mapping) else {}
     give = f"give real weights with --gradeff-weights {record.model}=PATH"
     if source == "random":
         if record.method in METHODS and not METHODS[record.method].trains:
@@ -291,7 +289,8 @@ def weights_line(record: CellRecord) -> str:
         return (f"{name}: random weights: the probe reads random features, so its accuracy says nothing about "
                 f"{first_word(name)}; {give}.")
     if source == "pretrained":
-        info = weights.get("pretraining") if isinstance(weights.get("pretraining"), Mapping) else {}
+        info = record_field(record, "weights", "pretraining")
+        info = info if isinstance(info, Mapping) else {}
         steps, accuracy = as_number(info.get("optimizer_steps")), as_number(info.get("heldout_accuracy"))
         detail = ", ".join(part for part in (
             "" if steps is None else f"{steps:.0f} steps",
@@ -299,7 +298,8 @@ def weights_line(record: CellRecord) -> str:
         return (f"{name}: the suite's own pretraining on a synthetic source task (cached"
                 + (f"; {detail}" if detail else "") + f"), not the model's published weights; {give}.")
     if source == "local":
-        return f"{name}: weights loaded from the local folder {weights.get('path') or NA} (--gradeff-weights)."
+        folder = record_field(record, "weights", "path") or NA
+        return f"{name}: weights loaded from the local folder {folder} (--gradeff-weights)."
     return f"{name}: starting weights not recorded ({source or NA})."
 
 

@@ -34,7 +34,7 @@ from gradeff.report.view import (
     html_id,
     status_text,
 )
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, record_field
 
 __all__ = ["MISSING_NOTE", "SPREAD_WARNING", "TABLE_HEADER", "build_memory_view", "format_change", "format_range",
            "memory_methods"]
@@ -118,12 +118,11 @@ def _status_cell(runs: CellRuns) -> Cell:
 
 
 def _plan_cell(record: CellRecord) -> Cell:
-    plan = ma.plan_of(record)
     if record.plan is not None and not isinstance(record.plan, Mapping):
         return Cell(text=NA, css="na", title="the record's plan is not a mapping")
     if ma.is_compiled(record):
         fraction = ma.plan_number(record, "activation_memory_budget")
-        backend = plan.get("compile_backend")
+        backend = record_field(record, "plan", "compile_backend")
         if fraction is None:
             return Cell(text=NA, css="na", title="no activation memory budget recorded")
         return Cell(text=f"activation budget {fraction:.2f}", css="text",
@@ -136,7 +135,7 @@ def _plan_cell(record: CellRecord) -> Cell:
             return Cell(text=f"{text} + host offload", css="text",
                         sub="" if offloaded is None else f"{format_bytes(offloaded)} to the host per step")
         return Cell(text=text, css="text", sub=", ".join(ma.checkpointed_blocks(record)))
-    if record.strategy == ma.STANDARD and not plan:
+    if record.strategy == ma.STANDARD and not ma.plan_of(record):
         return Cell(text="none", css="text", title="nothing checkpointed, compiled or offloaded")
     return Cell(text=NA, css="na", title="this record carries no plan (an older record, or it ended before planning)")
 
@@ -165,7 +164,7 @@ def _predicted_cell(record: CellRecord) -> Cell:
         title = ("torch.compile's partitioner makes no peak prediction" if ma.is_compiled(record) else
                  "no prediction: only the budget-adaptive plan predicts a peak")
         return Cell(text=NA, css="na", title=title)
-    fits = ma.plan_of(record).get("fits")
+    fits = record_field(record, "plan", "fits")
     sub = {True: "fits the target", False: "over the target"}.get(fits, "") if isinstance(fits, bool) else ""
     return Cell(text=format_bytes(predicted), sub=sub)
 

@@ -40,7 +40,7 @@ from gradeff.report.view import (
     html_id,
     status_text,
 )
-from gradeff.results import CellRecord
+from gradeff.results import CellRecord, record_field
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
@@ -207,8 +207,8 @@ def _group_summary(runs: Mapping[str, CellRuns]) -> str:
     counts = Counter(r.status for r in records)
     weights = distinct_text(naming.weights_source(r) for r in records)
     samples = distinct_text(
-        f"{r.task.get('train_samples', NA)} / {r.task.get('heldout_samples', NA)}" if isinstance(r.task, Mapping)
-        else NA for r in records)
+        f"{record_field(r, 'task', 'train_samples', NA)} / {record_field(r, 'task', 'heldout_samples', NA)}"
+        if isinstance(r.task, Mapping) else NA for r in records)
     seeds = distinct_text(r.seed for r in records)
     return (f"{len(runs)} cells, {len(records)} runs (seeds {seeds}): " + ", ".join(f"{n} {s}" for s, n in
                                                                                   counts.items())
@@ -364,8 +364,8 @@ def _pretraining_table(records: Sequence[CellRecord]) -> Table:
             _distinct_cell(infos, "heldout_accuracy", _fraction_text),
             _distinct_cell(infos, "bayes_accuracy", _fraction_text),
             Cell(text=_reuse_text(by_backbone[model]), css="text"))))
-    others = Counter(r.weights.get("source", NA) if isinstance(r.weights, Mapping) else NA for r in records
-                     if r.model not in by_backbone)
+    others = Counter(record_field(r, "weights", "source", NA) if isinstance(r.weights, Mapping) else NA
+                     for r in records if r.model not in by_backbone)
     other_text = ("" if not others else " Other starting weights in this study: "
                   + ", ".join(f"{source} ({n} cell{'' if n == 1 else 's'})" for source, n in others.items()) + ".")
     caption = "One-off pretraining of each backbone on the synthetic source task"

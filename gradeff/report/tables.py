@@ -35,7 +35,7 @@ from gradeff.report.view import (
     first_word,
     status_text,
 )
-from gradeff.results import CellRecord, meter_field
+from gradeff.results import CellRecord, meter_field, record_field
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
@@ -456,8 +456,8 @@ def target_table(model_slug: str, runs: Mapping[str, CellRuns], optimizers: Sequ
     rows = tuple(Row(label=display_name(OPTIMIZERS, opt),
                      cells=tuple(_target_cell(by_cell.get((opt, st)), min(means) if means else None)
                                  for st in strategies)) for opt in optimizers)
-    every = sorted({r.evaluation.get("every_steps") for r in records
-                    if isinstance(r.evaluation, Mapping) and r.evaluation.get("every_steps")})
+    every = sorted({record_field(r, "evaluation", "every_steps") for r in records
+                    if record_field(r, "evaluation", "every_steps")})
     return Table(id=f"{model_slug}-to-target", caption="Optimizer steps to the target test loss",
                  header=("optimizer", *strategies), rows=rows,
                  note=f"{target}halfway from the untrained model's test loss to the test split's floor. "
@@ -476,7 +476,7 @@ def protocol_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
     """
     latest: dict[tuple, CellRecord] = {}
     for record in records:
-        protocol = record.hparams.get("protocol") if isinstance(record.hparams, Mapping) else None
+        protocol = record_field(record, "hparams", "protocol")
         if protocol and record.grid == "main":
             latest[(protocol, record.cell, record.seed)] = record
     protocols = tuple(dict.fromkeys(key[0] for key in latest))
