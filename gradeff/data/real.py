@@ -227,8 +227,17 @@ def _atomic_write(path: Path, write) -> Path:
         return path
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     write(tmp)
-    # Concurrent workers may both write; the rename makes whichever lands last the (identical) file.
-    os.replace(tmp, path)
+    # Concurrent workers may both write: the first file to land stays. A rename over it would change the file's
+    # mtime, which the prepared tensors' cache key reads (_fingerprint), so the worker that read it first would
+    # have cached its tensors under a key nothing asks for again.
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another worker's identical file landed first
+    except OSError:
+        os.replace(tmp, path)  # a filesystem without hard links: the last identical file wins
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

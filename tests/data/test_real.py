@@ -129,6 +129,20 @@ def test_prepared_tensors_are_cached_and_reused(formats, tmp_path):
     assert len(list((tmp_path / "data" / "prepared").iterdir())) == 1
 
 
+def test_a_file_two_workers_write_at_once_is_the_first_that_landed(tmp_path):
+    """The built-in datasets and the prepared tensors are written by whichever worker gets there; a later writer never
+    replaces the file (its mtime is part of the prepared tensors' cache key), and leaves no temporary behind."""
+    target = tmp_path / "digits.parquet"
+
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(b"second")
+        target.write_bytes(b"first")  # another worker's file lands while this one writes
+
+    assert real._atomic_write(target, write) == target
+    assert target.read_bytes() == b"first" and [p.name for p in tmp_path.iterdir()] == [target.name]
+    assert real._atomic_write(target, lambda tmp: pytest.fail("an existing file is not written again")) == target
+
+
 def test_no_network_call_is_attempted(formats, tmp_path, monkeypatch):
     """With the hub disabled, reading every format (and the built-in data) never opens a connection."""
     attempts = []
