@@ -144,12 +144,26 @@ def test_private_names_are_seen_in_every_form_of_import():
     assert any(target == "gradeff.pytest.progress" for target, _ in names)  # an import inside a function
 
 
+# Names outside gradeff.pytest that are its modules: the plugin's public name and the modules' earlier names.
+PYTEST_LAYER_NAMES = {"gradeff.pytest_plugin": "gradeff.pytest.plugin",
+                      **{f"gradeff.{name}": f"gradeff.pytest.{name}"
+                         for name in ("options", "fixtures", "summary", "gate", "progress", "dryrun")}}
+
+
 def test_the_pytest_layer_is_imported_by_nothing_below_it():
-    """gradeff.pytest reads the cell and the core; the core never reads it back (only the plugin's public name,
-    gradeff.pytest_plugin, is a module outside the package that names it)."""
+    """gradeff.pytest reads the cell and the core; the core never reads it back (only the names that are its
+    modules, each importing nothing but the module it is)."""
     graph = import_graph()
     upward = sorted(f"{module} imports {target}" for module, targets in graph.items()
-                    if not _one_unit(module, "gradeff.pytest") and module != "gradeff.pytest_plugin"
+                    if not _one_unit(module, "gradeff.pytest") and module not in PYTEST_LAYER_NAMES
                     for target in targets if _one_unit(target, "gradeff.pytest"))
     assert upward == []
-    assert graph["gradeff.pytest_plugin"] == {"gradeff.pytest.plugin"}
+    assert {name: graph[name] for name in PYTEST_LAYER_NAMES} == {
+        name: {module} for name, module in PYTEST_LAYER_NAMES.items()}
+
+
+def test_an_earlier_name_of_a_pytest_layer_module_is_that_module():
+    import importlib
+
+    for name, module in PYTEST_LAYER_NAMES.items():
+        assert importlib.import_module(name) is importlib.import_module(module), name
