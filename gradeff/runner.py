@@ -14,10 +14,11 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import torch
 
+from gradeff.cell.execute import run_isolated, run_tuned
 from gradeff.cell.plan import CellSettings, cannot_run, cell_data, cell_settings
 from gradeff.cell.record import cell_record, hparams_record
 from gradeff.data import TASKS, Dataset
@@ -37,7 +38,7 @@ from gradeff.optim.cg import cg_stats
 from gradeff.precision import autocast, make_scaler
 from gradeff.pretrain import StartingWeights, starting_weights
 from gradeff.protocols import RateChoice
-from gradeff.results import CellRecord, EpochRecord, Summary, meter_field
+from gradeff.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.strategies.budget import profile_step
 from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
@@ -420,96 +421,23 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, 
     if built is not None and not trains_prebuilt(cell, config):
         raise ValueError(f"{cell.id}: a prebuilt state is trained only where the runner trains one build in this "
                          "process (not a skipped, tuned, isolated or sharded cell)")
+    # Dispatched once: in a process of its own, as a rate search, or one training here (which shards a sharded
+    # strategy's cell over its ranks).
     if config.isolate:
-        return _run_isolated(cell, config)
+        return run_isolated(cell, config, _isolated_entry)
     if config.tune is None or not METHODS[cell.method].trains or incompatibility(cell) is not None:
         return _run_once(cell, config, timer=timer, built=built, metering=metering)
-    return _run_tuned(cell, config, timer=timer, metering=metering)
-
-
-def _run_isolated(cell: Cell, config: RunConfig) -> CellRecord:
-    """The cell in a fresh, spawned process: nothing of earlier cells in its address space, so the process's
-    RSS high-water mark is the cell's own. Costs the process's start (importing torch: seconds). Its epochs are
-    timed by the loop in that process; Ctrl-C reaches it too and it records ``interrupted`` as usual."""
-    import json
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from gradeff.extend import dump_registered
-
-    # A spawned process starts with torch's default thread count; it trains on the caller's, as the cell would here.
-    threads = config.threads if config.threads is not None else _torch_threads()
-    child = replace(config, isolate=False, process="isolated", threads=threads)
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        # The session's own entries (a conftest's, an entry point's, a model path) are registered there too.
-        line = pool.submit(_isolated_entry, cell, child, dump_registered()).result()
-    return CellRecord.from_dict(json.loads(line))
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
+    return run_tuned(cell, config, train=_run_once, warm=_warm_search, timer=timer, metering=metering)
 
 
 def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> str:
+    """A cell's run in an isolated process (:func:`gradeff.cell.execute.run_isolated`): the session's entries
+    registered, the cell run, its record as a JSON line."""
     if registered:
         from gradeff.extend import load_registered
 
         load_registered(registered)
-    # A record crosses the process boundary as its JSON line, the form every reader already trusts.
     return run_cell(cell, config).to_json()
-
-
-def _run_tuned(cell: Cell, config: RunConfig, *, timer: EpochTimer, metering: EpochMetering | None) -> CellRecord:
-    """Search the cell's rate on its validation split, then train it once at the best rate and report that run.
-
-    The trials never read the test split (:attr:`RunConfig.trial`); the reported run is a fresh training at the
-    chosen rate. An optimizer with nothing to tune is trained once at the protocol's rate, and its record says why.
-    """
-    from gradeff.hparams import lr_centre, lr_grid
-    from gradeff.tuning import search
-
-    hp, method_hp, rate = cell_settings(cell, config)
-    reference = hp.lr * method_hp.lr_scale
-    free = OPTIMIZERS[cell.optimizer].tuning_free
-    if free:
-        record = _run_once(cell, config, timer=timer, metering=metering)
-        return replace(record, tuning={"param": None, "tuning_free": free, "trials": [], "seconds": 0.0,
-                                       "joules": 0.0})
-    # One untimed build and step first: the first trial of a session would otherwise carry the process's
-    # one-off costs (imports, lazy kernels, the dataset's build) into the search's seconds.
-    _warm_search(cell, replace(config, lr=reference, trial=True))
-    started = time.perf_counter()
-    trials = []
-    interrupted: list[CellRecord] = []
-
-    def score(lr: float) -> float | None:
-        trial = _run_once(cell, replace(config, lr=lr, trial=True, lr_source="a tuning trial's rate"))
-        if trial.status == "interrupted":
-            interrupted.append(trial)
-            raise KeyboardInterrupt
-        trials.append({"lr": lr, "status": trial.status, "validation_loss": trial.summary.final_validation_loss,
-                       "final_loss": trial.summary.final_loss, "seconds": trial.finished_at - trial.started_at,
-                       "joules": meter_field(trial, "energy", "joules")})
-        return trial.summary.final_validation_loss if trial.status == "ok" else None
-
-    try:
-        found = search(score, {*lr_grid(lr_centre(cell.optimizer, reference), config.tune_points), reference})
-    except KeyboardInterrupt:
-        return interrupted[0]  # Ctrl-C in a trial: recorded as the cell's, and the session stops
-    seconds = time.perf_counter() - started
-    chosen = found.chosen if found.chosen is not None else reference
-    record = _run_once(cell, replace(config, lr=chosen, lr_source=(
-        "live search (--gradeff-tune lr): best final validation loss" if found.chosen is not None
-        else f"no trial ended ok: the protocol's rate ({rate.source})")), timer=timer, metering=metering)
-    joules = [t["joules"] for t in trials]
-    tuning = {"param": "lr", "chosen": chosen, "reference": reference, "reference_source": rate.source,
-              "trials": sorted(trials, key=lambda t: t["lr"]), "at_edge": found.at_edge,
-              "picked_on": "final validation loss" if found.chosen is not None else "nothing ended ok",
-              "budget": {"trials": len(trials), "epochs": hp.epochs, "seeds": [config.seed]},
-              "seconds": seconds, "joules": None if any(j is None for j in joules) else sum(joules)}
-    return replace(record, tuning=tuning)
 
 
 def _warm_search(cell: Cell, config: RunConfig) -> None:
