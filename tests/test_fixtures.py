@@ -183,6 +183,17 @@ def test_under_xdist_a_custom_benchmark_without_a_record_is_missing(pytester, tm
     assert set((tmp_path / "last-session.cells").read_text().split()) == {"llm-adamw-my_step", "llm-sgd-standard"}
 
 
+# One epoch of a benchmark's own loop, then the rate its optimizer trained at ("LR 0.001").
+ONE_EPOCH_THEN_RATE = '''
+    with gradeff_meters as meters, meters.epoch() as log:
+        for batch in gradeff_data.batches(0):
+            gradeff_model(**batch).loss.backward()
+            gradeff_optimizer.step()
+            log.step(0.0, samples=len(batch["input_ids"]))
+    group = gradeff_optimizer.param_groups[0]
+    print("LR", repr(group.get("initial_lr", group["lr"])))
+'''
+
 METHOD_BENCH = '''
 import pytest
 
@@ -193,14 +204,7 @@ def test_adapted(gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters)
     trainable = [p for p in gradeff_model.parameters() if p.requires_grad]
     assert 0 < sum(p.numel() for p in trainable) < sum(p.numel() for p in gradeff_model.parameters()) / 2
     assert {id(p) for g in gradeff_optimizer.param_groups for p in g["params"]} == {id(p) for p in trainable}
-    with gradeff_meters as meters, meters.epoch() as log:
-        for batch in gradeff_data.batches(0):
-            gradeff_model(**batch).loss.backward()
-            gradeff_optimizer.step()
-            log.step(0.0, samples=len(batch["input_ids"]))
-    group = gradeff_optimizer.param_groups[0]
-    print("LR", group.get("initial_lr", group["lr"]))
-
+''' + ONE_EPOCH_THEN_RATE + '''
 
 @pytest.mark.parametrize("gradeff_method", ["nope"], indirect=True)
 @pytest.mark.parametrize("gradeff_model", ["llm"], indirect=True)
@@ -261,14 +265,7 @@ import pytest
 @pytest.mark.parametrize("gradeff_optimizer", ["adam"], indirect=True)
 @pytest.mark.parametrize("gradeff_model", ["llm"], indirect=True)
 def test_rate(gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters):
-    with gradeff_meters as meters, meters.epoch() as log:
-        for batch in gradeff_data.batches(0):
-            gradeff_model(**batch).loss.backward()
-            gradeff_optimizer.step()
-            log.step(0.0, samples=len(batch["input_ids"]))
-    group = gradeff_optimizer.param_groups[0]
-    print("LR", repr(group.get("initial_lr", group["lr"])))
-'''
+''' + ONE_EPOCH_THEN_RATE
 
 
 @pytest.mark.parametrize("protocol", ["tuned", "shared"])

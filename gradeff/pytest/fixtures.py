@@ -94,7 +94,9 @@ class _Setup:
 
     cell: Any
     config: Any
-    hp: Any
+    # The settings the runner builds the cell's optimizer with (its rate as the protocol sets it): what the data is
+    # sized by and what a benchmark's record names.
+    planned: Any
     device: Any
     settings: Any
     bench: str = ""
@@ -103,18 +105,18 @@ class _Setup:
     state: Any = None
     dataset: Any = None
     built: Any = None
-    planned: Any = None
 
     @classmethod
     def of(cls, cell, config, settings, **fields) -> _Setup:
         from gradeff.cell.plan import cell_settings
         from gradeff.devices import resolve_device
 
-        # The settings the runner builds the cell's optimizer with (its rate as the protocol sets it): what the
-        # data is sized by and what a benchmark's record names.
-        planned = cell_settings(cell, config)
         return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
-                   hp=planned.hp, planned=planned, **fields)
+                   planned=cell_settings(cell, config), **fields)
+
+    @property
+    def hp(self):
+        return self.planned.hp
 
     def builds(self) -> bool:
         """Whether the fixtures build anything: a grid cell's only where the runner trains one build in this
@@ -145,7 +147,8 @@ class _Setup:
             from gradeff.cell.plan import cell_data
 
             # Real data sets its own sizes (rows, classes): the hyper-parameters follow, as in a cell.
-            self.dataset, self.hp = cell_data(self.cell, self.config, self.hp)
+            self.dataset, hp = cell_data(self.cell, self.config, self.hp)
+            self.planned = self.planned._replace(hp=hp)
         return self.dataset
 
     def train_state(self):
@@ -452,7 +455,7 @@ class BenchMeters:
             strategy=setup.bench, status=status, detail=detail, epochs=epochs,
             summary=Summary.of(list(epochs), finished - self._started, untrained=None,
                                floor=heldout.loss_floor if heldout is not None else None),
-            hparams=hparams_record(setup.planned._replace(hp=setup.hp), config,
+            hparams=hparams_record(setup.planned, config,
                                    setup.state.optimizer if setup.state is not None else None),
             meters=self.meters,
         )

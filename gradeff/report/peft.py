@@ -364,8 +364,7 @@ def _pretraining_table(records: Sequence[CellRecord]) -> Table:
             _distinct_cell(infos, "heldout_accuracy", _fraction_text),
             _distinct_cell(infos, "bayes_accuracy", _fraction_text),
             Cell(text=_reuse_text(by_backbone[model]), css="text"))))
-    others = Counter(record_field(r, "weights", "source", NA) if isinstance(r.weights, Mapping) else NA
-                     for r in records if r.model not in by_backbone)
+    others = Counter(record_field(r, "weights", "source", NA) for r in records if r.model not in by_backbone)
     other_text = ("" if not others else " Other starting weights in this study: "
                   + ", ".join(f"{source} ({n} cell{'' if n == 1 else 's'})" for source, n in others.items()) + ".")
     caption = "One-off pretraining of each backbone on the synthetic source task"
