@@ -13,7 +13,7 @@ Two measures of the meters' cost:
   interval. It sees everything, including the sampling threads getting in the way of torch's
   threads, but on a shared two-core machine a round's epochs vary by 10 % or more, so it
   cannot resolve 1 %.
-* **accounted**: what the meters record about themselves (:mod:`gradeff.metering`): seconds of
+* **accounted**: what the meters record about themselves (:mod:`gradeff.cell.metering`): seconds of
   synchronous reads on the training thread plus CPU seconds of the sampling threads, over the
   epochs' seconds. Precise, but blind to indirect effects (cache, scheduling).
 
@@ -33,11 +33,12 @@ import time
 import pytest
 import torch
 
-from gradeff.grid import Cell
-from gradeff.hparams import hparams_for
-from gradeff.loop import train_epoch, warm_up
-from gradeff.metering import EpochMetering, aggregate
-from gradeff.runner import RunConfig, prepare_state
+from gradeff.cell.config import RunConfig
+from gradeff.cell.loop import train_epoch, warm_up
+from gradeff.cell.metering import EpochMetering, aggregate
+from gradeff.cell.run import prepare_state
+from gradeff.studies.grid import Cell
+from gradeff.studies.hparams import hparams_for
 
 # torch on the session's --gradeff-threads, as a cell trains, never one thread per core beside another worker.
 pytestmark = pytest.mark.usefixtures("gradeff_threads")

@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from gradeff.loading import LoadedResults
+    from gradeff.records.loading import LoadedResults
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_OUTPUT", "build_parser", "main"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # launch: a shard failed
 EXIT_BAD_INPUT = 2  # the same code argparse uses for a bad command line: "fix what you gave me"
-EXIT_OUTPUT = 74  # gradeff.outputs.EXIT_INCOMPLETE_OUTPUT (kept literal: `gradeff list` imports nothing heavy)
+EXIT_OUTPUT = 74  # gradeff.records.outputs.EXIT_INCOMPLETE_OUTPUT (kept literal: `gradeff list` imports nothing heavy)
 
 # `gradeff report` formats; a table format is also chosen by the output's suffix.
 _FORMATS = ("html", "csv", "parquet")
 _TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet"}
-# The registries `gradeff list` prints (gradeff.listing.AXES; kept literal: --help imports nothing heavy).
+# The registries `gradeff list` prints (gradeff.pytest.listing.AXES; kept literal: --help imports nothing heavy).
 _AXES = ("models", "optimizers", "strategies", "methods", "datasets")
 
 
@@ -112,7 +112,7 @@ def _run_launch(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from gradeff.launch import LaunchError, LaunchOptions, launch
+    from gradeff.scale.launch import LaunchError, LaunchOptions, launch
 
     # Without arguments pytest would run its testpaths (the unit tests); launch is for the grids.
     pytest_args = args.pytest_args or ["benchmarks"]
@@ -129,7 +129,7 @@ def _run_launch(args: argparse.Namespace) -> int:
         baseline=Path(args.baseline) if args.baseline else None, compare_args=args.compare_args,
         parameters={key: value for key, value in named.items() if value is not None})
     started = time.perf_counter()
-    from gradeff.outputs import OutputError
+    from gradeff.records.outputs import OutputError
 
     try:
         outcomes, merged = launch(options, echo=lambda line: print(line, file=sys.stderr))
@@ -139,7 +139,7 @@ def _run_launch(args: argparse.Namespace) -> int:
     except OutputError as exc:  # the merged results file: the shards' own files are still there
         _error(str(exc))
         return EXIT_OUTPUT
-    from gradeff.results import read_records
+    from gradeff.records.results import read_records
 
     records = list(read_records(merged))
     failed = [o for o in outcomes if o.returncode not in (0, 5)]
@@ -187,8 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    # The gate owns its options (gradeff.compare); imported here so `gradeff list` stays light.
-    from gradeff.compare import main as compare_main
+    # The gate owns its options (gradeff.gate.compare); imported here so `gradeff list` stays light.
+    from gradeff.gate.compare import main as compare_main
 
     return compare_main(args.arguments)
 
@@ -201,7 +201,7 @@ def _run_report(args: argparse.Namespace) -> int:
     # Imported here: `gradeff list` and `--help` should not load jinja2 and the analysis.
     from pathlib import Path
 
-    from gradeff.loading import ResultsFileError, load_results
+    from gradeff.records.loading import ResultsFileError, load_results
 
     by_suffix = _TABLE_SUFFIXES.get(Path(args.output).suffix.lower()) if args.output else None
     if args.format == "html" and by_suffix:
@@ -230,7 +230,7 @@ def _run_report(args: argparse.Namespace) -> int:
         print(f"gradeff: warning: skipped unreadable line {line}", file=sys.stderr)
 
     if output != "-":
-        from gradeff.outputs import colliding_outputs
+        from gradeff.records.outputs import colliding_outputs
 
         # The report written over a results file it reads would destroy the records it shows.
         clashes = colliding_outputs({"-o": output} | {f"results file {i + 1}": p for i, p in enumerate(args.results)})
@@ -243,7 +243,7 @@ def _run_report(args: argparse.Namespace) -> int:
         else:
             _write_file(fmt, args.title, loaded, output, templates)
     except OSError as exc:
-        from gradeff.outputs import OutputError
+        from gradeff.records.outputs import OutputError
 
         _error(str(exc) if isinstance(exc, OutputError) else f"cannot write {output}: {exc.strerror or exc}")
         return EXIT_OUTPUT
@@ -258,7 +258,7 @@ def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templa
 
     path = Path(output)
     if fmt == "parquet":
-        from gradeff.dataframe import write_parquet
+        from gradeff.report.dataframe import write_parquet
 
         write_parquet(loaded.records, path)
         return
@@ -266,7 +266,7 @@ def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templa
 
     if fmt == "csv" and path.suffix.lower() != ".csv":
         # write_report picks CSV by suffix; an explicit --format csv wins over the file name.
-        from gradeff.outputs import write_with
+        from gradeff.records.outputs import write_with
         from gradeff.report.csv_export import write_csv
 
         write_with(path, lambda handle: write_csv(loaded.records, handle))
@@ -297,7 +297,7 @@ def _run_list(args: argparse.Namespace) -> int:
     import pytest
 
     # The registrations a pytest session here makes (conftest hooks, plugins, entry points), listed by
-    # gradeff.listing's --gradeff-list. Named with -p so that a session without plugin autoloading lists too
+    # gradeff.pytest.listing's --gradeff-list. Named with -p so that a session without plugin autoloading lists too
     # (the entry point bears the module's name: never a second copy). No cache directory left behind.
     code = pytest.main(["-p", "gradeff.pytest_plugin", "-p", "no:cacheprovider", "--capture=no",
                         f"--gradeff-list={args.axis or 'all'}", *args.pytest_args])

@@ -17,8 +17,8 @@ from collections import defaultdict
 from dataclasses import fields, replace
 from pathlib import Path
 
-from gradeff.compare_rules import REGRESSION, TimeRule
-from gradeff.results import latest_by_cell, read_records
+from gradeff.gate.rules import REGRESSION, TimeRule
+from gradeff.records.results import latest_by_cell, read_records
 
 
 def _runs(directory: Path, kind: str) -> list[Path]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measure the time rule's false positives and false negatives on this machine: record the CI slice
 # once as a baseline, then RUNS times unchanged and RUNS times with every optimizer step made 2x
-# slower (tests/compare/slowdown_plugin.py), alternating so that load changes hit both kinds alike,
+# slower (tests/gate/slowdown_plugin.py), alternating so that load changes hit both kinds alike,
 # and judge every run against the baseline with the gate's default rules.
 #
 #   bash scripts/calibrate_gate.sh [RUNS] [DIR] [KINDS]   (default 5 runs, results/calibration, "same slow")
@@ -33,7 +33,7 @@ record "$dir/baseline.jsonl"
 for i in $(seq 1 "$runs"); do
     echo "calibrate: run $i of $runs ($(date -u +%H:%M:%S))"
     case " $kinds " in *" same "*) record "$dir/same-$i.jsonl" ;; esac
-    case " $kinds " in *" slow "*) record "$dir/slow-$i.jsonl" GRADEFF_SLOWDOWN="$factor" PYTHONPATH=tests/compare \
+    case " $kinds " in *" slow "*) record "$dir/slow-$i.jsonl" GRADEFF_SLOWDOWN="$factor" PYTHONPATH=tests/gate \
         PYTEST_ADDOPTS="-p slowdown_plugin" ;; esac
 done
 if [ "$kinds" = "same slow" ]; then

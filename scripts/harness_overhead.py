@@ -33,10 +33,11 @@ import time
 import torch
 
 from gradeff.benchmarks.test_overhead import bare_epoch, median_with_interval
-from gradeff.grid import Cell
-from gradeff.hparams import hparams_for
-from gradeff.loop import train_epoch, warm_up
-from gradeff.runner import RunConfig, prepare_state
+from gradeff.cell.config import RunConfig
+from gradeff.cell.loop import train_epoch, warm_up
+from gradeff.cell.run import prepare_state
+from gradeff.studies.grid import Cell
+from gradeff.studies.hparams import hparams_for
 
 
 def measure(model: str, rounds: int, seed: int = 0) -> dict:

@@ -5,7 +5,7 @@
 
 1. The slice (by default what ``.ci/run`` gates: ``benchmarks/test_grid.py --gradeff-optimizers adam,cgd``) is run
    serially with one torch thread, as CI runs it, so its epoch times are comparable with CI's.
-2. The same slice again once per perturbation (``gradeff.portability.PERTURBATIONS``: two threads, AVX2 kernels,
+2. The same slice again once per perturbation (``gradeff.gate.portability.PERTURBATIONS``: two threads, AVX2 kernels,
    scalar kernels), under ``pytest -n 2``: only the summation order changes, which is what another CPU changes.
    ``OMP_WAIT_POLICY=PASSIVE``, so the extra OpenMP threads wait without spinning (on a shared machine a spinning
    pair made a run ten times slower; it changes no number).
@@ -13,7 +13,7 @@
    the old ones at once (written whole, then renamed). A failed run leaves the old baseline untouched.
 
 The gate reads the perturbation runs beside the baseline (``<stem>.perturbed.jsonl``) and judges a cell run on
-another numerics environment within the band they measure (``gradeff.portability``).
+another numerics environment within the band they measure (``gradeff.gate.portability``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _check(primary: list, perturbed: list) -> None:
     versions = {r.code_version for r in (*primary, *perturbed)}
     if len(versions) != 1:
         raise SystemExit(f"record_baseline: the code changed while recording ({', '.join(sorted(versions))})")
-    from gradeff.portability import PERTURBATIONS, perturbations
+    from gradeff.gate.portability import PERTURBATIONS, perturbations
 
     runs = perturbations(perturbed)
     short = [cell for cell in cells if len(runs.get((cell, primary[0].seed), [])) != len(PERTURBATIONS)]
@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("selection", nargs="*", help="pytest arguments selecting the slice (after --)")
     args = parser.parse_args(argv)
     selection = args.selection or list(DEFAULT_SLICE)
-    from gradeff.outputs import write_text
-    from gradeff.portability import PERTURBATIONS, perturbed_path
-    from gradeff.results import read_records
+    from gradeff.gate.portability import PERTURBATIONS, perturbed_path
+    from gradeff.records.outputs import write_text
+    from gradeff.records.results import read_records
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gradeff-baseline-") as folder:

@@ -8,7 +8,7 @@ For every model × optimizer × method × dataset of the grid (its ``standard`` 
 ``--spread`` decades around the optimizer's centre is trained once per seed (``--seeds``) as a tuning trial, scored
 by its final validation loss (mean over the seeds; the test split is never read), and the best rate kept. A best
 rate at the grid's edge adds the next rate past that edge, up to ``--widen`` times. The rows replace the table's
-rows of the same cells (``gradeff/tuned_rates.json``, or ``--table``); the search's provenance (this command,
+rows of the same cells (``gradeff/cell/tuned_rates.json``, or ``--table``); the search's provenance (this command,
 seeds, grid, epochs, budget in trials and CPU seconds, code version, date) goes beside them.
 
 Budget: cells × seeds × (points + the widening actually used) trials of the profile's epochs, each a cell's
@@ -24,10 +24,10 @@ import argparse
 import shlex
 import sys
 
-from gradeff.grid import GRIDS, cells
-from gradeff.profiles import PROFILES
-from gradeff.protocols import TABLE_PATH, TunedTable
-from gradeff.rate_search import SearchSettings, search_cells, tunable_cells
+from gradeff.cell.protocols import TABLE_PATH, TunedTable
+from gradeff.cell.rate_search import SearchSettings, search_cells, tunable_cells
+from gradeff.specs.profiles import PROFILES
+from gradeff.studies.grid import GRIDS, cells
 
 
 def _keys(text: str | None) -> list[str] | None:

@@ -8,7 +8,7 @@ import matplotlib.figure  # noqa: F401
 import numpy  # noqa: F401
 import pytest
 
-from gradeff.results import CellRecord, EpochRecord, Summary
+from gradeff.records.results import CellRecord, EpochRecord, Summary
 
 pytest_plugins = ["pytester"]
 

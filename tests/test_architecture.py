@@ -1,10 +1,10 @@
-"""The package's import graph stays one-way: no import cycles between modules, no module reaching into another's
-private names.
+"""The package's import graph stays one-way: packages in layers that show the pipeline, no import cycles between
+modules, no module reaching into another's private names.
 
-Every ``import`` counts, at module level or inside a function (an import inside a function dodges a cycle at import
-time but keeps it in the design); imports under ``if TYPE_CHECKING:`` do not, since they never run. A package and its
-own submodules are one unit here: a registry package (``gradeff.models``) imports the submodule that builds an entry
-when it is asked for, and that submodule reads the package's registry.
+Every ``import`` counts, at module level, inside a function (an import inside a function dodges a cycle at import
+time but keeps it in the design) and under ``if TYPE_CHECKING:`` (a type-only import is still a dependency a reader
+must follow). A package and its own submodules are one unit for cycles: a registry package (``gradeff.models``)
+imports the submodule that builds an entry when it is asked for, and that submodule reads the package's registry.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ MODULES = _modules()
 
 
 def _owner(name: str) -> str | None:
-    """The module ``name`` lives in (``gradeff.runner.run_cell`` → ``gradeff.runner``)."""
+    """The module ``name`` lives in (``gradeff.cell.run.run_cell`` → ``gradeff.cell.run``)."""
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
@@ -41,10 +41,6 @@ def _imports(module: str) -> list[tuple[str, list[str], int]]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for other in child.orelse:
-                    visit(other)
-                continue
             if isinstance(child, ast.Import):
                 found.extend((alias.name, [], child.lineno) for alias in child.names)
             elif isinstance(child, ast.ImportFrom):
@@ -118,13 +114,12 @@ def test_the_cycle_finder_finds_a_cycle_and_only_a_cycle():
     assert cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
 
 
-def test_the_graph_sees_imports_inside_functions_and_skips_type_checking_ones():
+def test_the_graph_sees_imports_inside_functions_and_under_type_checking():
     graph = import_graph()
-    # gradeff.distributed imports gradeff.runner only for type hints; gradeff.runner imports it at run time.
-    assert "gradeff.distributed" in graph["gradeff.runner"]
-    assert "gradeff.runner" not in graph["gradeff.distributed"]
-    # An import inside a function counts (gradeff.hparams.task_default reads gradeff.data's registry).
-    assert "gradeff.data" in graph["gradeff.hparams"]
+    # An import inside a function counts (gradeff.studies.hparams.task_default reads gradeff.data's registry).
+    assert "gradeff.data" in graph["gradeff.studies.hparams"]
+    # So does a type-only one (gradeff.data names HParams for its annotations only).
+    assert "gradeff.specs.profiles" in graph["gradeff.data"]
 
 
 def test_there_are_no_import_cycles():
@@ -144,26 +139,65 @@ def test_private_names_are_seen_in_every_form_of_import():
     assert any(target == "gradeff.pytest.progress" for target, _ in names)  # an import inside a function
 
 
-# Names outside gradeff.pytest that are its modules: the plugin's public name and the modules' earlier names.
-PYTEST_LAYER_NAMES = {"gradeff.pytest_plugin": "gradeff.pytest.plugin",
-                      **{f"gradeff.{name}": f"gradeff.pytest.{name}"
-                         for name in ("options", "fixtures", "summary", "gate", "progress", "dryrun")}}
+# The floors of the house, bottom first: a package may import its own floor's packages (the cycle test keeps those
+# one-way) and any floor below, never one above. The pipeline reads upwards: the specs every axis stands on, the
+# meters, the axes, the studies that combine them, the records a cell leaves, the analysis of records, the gate and
+# the report over them, the cell that trains and writes records, the scale-out that runs cells, the front doors.
+FLOORS = (
+    ("specs",),
+    ("meters",),
+    ("models", "data", "optim", "methods", "strategies"),
+    ("studies",),
+    ("records",),
+    ("analysis",),
+    ("gate", "report"),
+    ("cell",),
+    ("scale",),
+    ("pytest", "cli", "__main__", "pytest_plugin"),
+)
+FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}
 
 
-def test_the_pytest_layer_is_imported_by_nothing_below_it():
-    """gradeff.pytest reads the cell and the core; the core never reads it back (only the names that are its
-    modules, each importing nothing but the module it is)."""
-    graph = import_graph()
-    upward = sorted(f"{module} imports {target}" for module, targets in graph.items()
-                    if not _one_unit(module, "gradeff.pytest") and module not in PYTEST_LAYER_NAMES
-                    for target in targets if _one_unit(target, "gradeff.pytest"))
+def _room(module: str) -> str | None:
+    """The top-level entry of gradeff a module belongs to (``gradeff.cell.run`` → ``cell``); None for the root."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_every_top_level_entry_is_on_a_floor():
+    rooms = {path.name.removesuffix(".py") for path in ROOT.iterdir()
+             if path.name != "__pycache__" and (path.is_dir() or path.suffix == ".py") and path.name != "__init__.py"}
+    assert rooms == set(FLOOR)
+
+
+def test_imports_point_down_the_floors():
+    """Type-only and in-function imports included; the package root (``__version__``, ``gradeff.load``) is the
+    package's face and may be read from anywhere."""
+    upward = []
+    for module, targets in import_graph().items():
+        here = _room(module)
+        for target in targets:
+            there = _room(target)
+            if here is not None and there is not None and here != there and FLOOR[there] > FLOOR[here]:
+                upward.append(f"{module} ({here}, floor {FLOOR[here]}) imports {target} ({there}, {FLOOR[there]})")
     assert upward == []
-    assert {name: graph[name] for name in PYTEST_LAYER_NAMES} == {
-        name: {module} for name, module in PYTEST_LAYER_NAMES.items()}
 
 
-def test_an_earlier_name_of_a_pytest_layer_module_is_that_module():
+def test_the_floor_check_sees_an_upward_import():
+    graph = {"gradeff.records.results": {"gradeff.analysis.stats"}}
+    here, there = _room("gradeff.records.results"), _room(next(iter(graph["gradeff.records.results"])))
+    assert FLOOR[there] > FLOOR[here]
+
+
+def test_every_package_says_what_it_owns_and_what_it_may_import():
+    for path in sorted(ROOT.iterdir()):
+        if path.is_dir() and (path / "__init__.py").exists():
+            doc = ast.get_docstring(ast.parse((path / "__init__.py").read_text(encoding="utf-8"))) or ""
+            assert "May import:" in doc, f"gradeff/{path.name}/__init__.py: a docstring with 'May import:'"
+
+
+def test_the_plugins_public_name_is_the_plugin_module():
+    """``-p gradeff.pytest_plugin`` and the pytest11 entry point name the one plugin module, not a copy."""
     import importlib
 
-    for name, module in PYTEST_LAYER_NAMES.items():
-        assert importlib.import_module(name) is importlib.import_module(module), name
+    assert importlib.import_module("gradeff.pytest_plugin") is importlib.import_module("gradeff.pytest.plugin")

@@ -196,3 +196,21 @@ def test_every_link_of_the_readme_and_docs_resolves():
             if not linked.exists() or (anchor and anchor not in _anchors(linked)):
                 broken.append(f"{page.name}: {target}")
     assert not broken, broken
+
+
+# A path the docs name in backticks (`gradeff/cell/plan.py`, `tests/records/`) as a file or folder of this checkout.
+NAMED_PATH = re.compile(r"`((?:gradeff|tests|scripts|benchmarks|baselines|reports|docs)/[^`\s<>*{}]*)`")
+
+
+def test_every_path_the_docs_name_exists():
+    """The layout, the "where a change goes" table and every page name files that are there: a moved or deleted
+    module fails here instead of sending a reader to nothing."""
+    missing = [f"{page.relative_to(CHECKOUT)}: {path}" for page in PAGES
+               for path in NAMED_PATH.findall(page.read_text(encoding="utf-8"))
+               if not (CHECKOUT / path.split("::")[0].rstrip("/")).exists()]
+    assert missing == []
+
+
+def test_the_named_path_pattern_finds_paths_and_skips_placeholders():
+    found = NAMED_PATH.findall("`gradeff/cell/plan.py` `gradeff/models/<family>.py` `tests/records/` `a/b.py`")
+    assert found == ["gradeff/cell/plan.py", "tests/records/"]

@@ -8,9 +8,10 @@ figures it asserted on.
 import pytest
 import torch
 
-from gradeff.grid import Cell
+from gradeff.cell.config import RunConfig
+from gradeff.cell.run import run_cell
 from gradeff.meters import EnergyMeter, GpuMeter
-from gradeff.runner import RunConfig, run_cell
+from gradeff.studies.grid import Cell
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -67,8 +68,8 @@ def test_the_step_loop_does_not_wait_for_the_gpu():
     import inspect
     import warnings
 
-    from gradeff import loop
-    from tests.test_loop import _state
+    from gradeff.cell import loop
+    from tests.cell.test_loop import _state
 
     state = _state(1, optimizer="adam")
     state.device = torch.device("cuda")

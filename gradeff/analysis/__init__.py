@@ -1,7 +1,7 @@
 """Analysis of cell records: metrics, cells over seeds, paired comparisons, strategy ratios, Pareto frontiers,
 verdicts and recommendations.
 
-Pure functions over :class:`~gradeff.results.CellRecord` values, in raw units; no formatting and no I/O
+Pure functions over :class:`~gradeff.records.results.CellRecord` values, in raw units; no formatting and no I/O
 (that is :mod:`gradeff.report`'s job). Every figure is read through :mod:`gradeff.analysis.metrics`
 (which metric answers quality, speed, memory and energy), every study's records are taken through
 :mod:`gradeff.analysis.scope`, every cell is read over all its seeds (:mod:`gradeff.analysis.runs`) and
@@ -11,6 +11,8 @@ measurements are ``None`` and never compete either. The studies read their recor
 :mod:`gradeff.analysis.peft` (the PEFT study) and :mod:`gradeff.analysis.memory` (the memory study);
 :mod:`gradeff.analysis.verdicts` ranks a group of cells and :mod:`gradeff.analysis.answer` turns the
 rankings into the Answer.
+
+May import: :mod:`gradeff.records` and everything below it; never the cell, the report or the front doors.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from gradeff.analysis.metrics import (
 from gradeff.analysis.metrics import is_isolated as isolated
 from gradeff.analysis.pairing import PairedRatio, paired_ratio
 from gradeff.analysis.runs import CellRuns, by_cell, canonical, canonical_key
-from gradeff.results import CellRecord
+from gradeff.records.results import CellRecord
 
 __all__ = [
     "MEMORY_PARTS", "METRICS", "TIE", "Metric", "best_cell", "best_value", "by_cell", "canonical", "comparable",

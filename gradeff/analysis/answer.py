@@ -22,8 +22,8 @@ from gradeff.analysis.metrics import ANSWER_OBJECTIVES, Metric, metric_value
 from gradeff.analysis.pairing import IDENTICAL, SINGLE_DRAW, TIE, WINNER
 from gradeff.analysis.runs import CellRuns, canonical
 from gradeff.analysis.verdicts import Verdict, verdicts
-from gradeff.formatting import NA, as_number, format_value
-from gradeff.results import CellRecord, record_field
+from gradeff.records.formatting import NA, as_number, format_value
+from gradeff.records.results import CellRecord, record_field
 
 __all__ = ["ANSWER_STUDIES", "SANITY_METHOD", "AnswerLine", "answer", "cell_label", "line_text", "sanity_accuracy",
            "verdict_text"]
@@ -113,8 +113,8 @@ def _sanity_note(line_verdicts: Mapping[str, Verdict], labels: Mapping[str, str]
 
 def _elsewhere_note(group: Sequence[CellRecord], same_model: Sequence[CellRecord]) -> str:
     """Which strategies the model ran on another dataset only (a grid runs the strategies that train the standard
-    model on its first dataset: :attr:`gradeff.grid.GridSpec.standard_twins_once`), so that the line's memory and
-    speed verdicts are read as what they are: a choice among the strategies measured on this dataset."""
+    model on its first dataset: :attr:`gradeff.studies.grid.GridSpec.standard_twins_once`), so that the line's
+    memory and speed verdicts are read as what they are: a choice among the strategies measured on this dataset."""
     here = {r.strategy for r in group}
     missing = {r.strategy: r.dataset for r in same_model if r.strategy not in here and r.method != SANITY_METHOD}
     if not missing:
@@ -197,8 +197,3 @@ def line_text(line: AnswerLine) -> str:
     for objective in ANSWER_OBJECTIVES[1:]:
         parts.append(f"{_OBJECTIVE_WORDS[objective]}: {verdict_text(line.verdicts[objective], line.labels)}")
     return " | ".join(parts) + "".join(f" [{note}]" for note in line.notes)
-
-
-def metric_label(verdict: Verdict) -> str:
-    """The label of the metric a verdict compared, or its objective where it had none."""
-    return verdict.metric.label if verdict.metric is not None else verdict.objective

@@ -36,7 +36,7 @@ from gradeff.analysis.metrics import METRICS, Metric, metric_value, quality_metr
 from gradeff.analysis.pairing import SINGLE_DRAW, TIE, Ranking, rank
 from gradeff.analysis.runs import CellRuns, by_cell, canonical, seed_values
 from gradeff.analysis.stats import Interval, interval
-from gradeff.results import CellRecord, meter_field, record_field
+from gradeff.records.results import CellRecord, meter_field, record_field
 
 __all__ = ["CLAIMS", "VERDICTS", "Claim", "ClaimResult", "Effect", "effect_of", "effect_verdict", "evaluate_claims",
            "range_verdict"]
@@ -531,7 +531,7 @@ def _checkpoint_loss(records: Sequence[CellRecord]) -> tuple[str, str, str, int]
     measured = f"identical in {identical} of {pairs} optimizer pairs (the same numbers on every seed)"
     if identical == pairs:
         return measured, CONTRADICTED, ("checkpointing recomputes the same activations (bit-identical gradients, "
-                                        "tests/test_strategy_laws.py): every pair is identical, it cannot change "
+                                        "tests/strategies/test_laws.py): every pair is identical, it cannot change "
                                         "the loss"), effect.n if effect else 0
     measured += f"; largest change {effect.text()}" if effect is not None else ""
     verdict = REPRODUCED if effect is not None and not effect.within_spread and effect.value > 0.01 else NOT_REPRODUCED

@@ -2,7 +2,7 @@
 every cell against ``standard``, the adaptive budget against the compiler's at the same target, and the
 PEFT paper's claim ("adaptive: peak -x % for +y % time and +z % energy") as measured.
 
-Pure functions over :class:`~gradeff.results.CellRecord` values in raw units, under
+Pure functions over :class:`~gradeff.records.results.CellRecord` values in raw units, under
 :mod:`gradeff.analysis`'s rules: only seeds that ended ``ok`` enter a ratio, ratios are taken seed by seed
 (:func:`gradeff.analysis.pairing.paired_ratio`), a missing measurement is ``None`` (never 0), and a plan
 is read defensively: older records have none, hand-edited ones may hold anything, and a key that is
@@ -21,11 +21,11 @@ from gradeff import analysis
 from gradeff.analysis import Metric, scope
 from gradeff.analysis.pairing import PairedRatio, paired_ratio
 from gradeff.analysis.runs import CellRuns, by_cell
-from gradeff.formatting import as_number
-from gradeff.grid import GRIDS
 from gradeff.models import MODELS
-from gradeff.results import CellRecord, record_field, record_section
+from gradeff.records.formatting import as_number
+from gradeff.records.results import CellRecord, record_field, record_section
 from gradeff.strategies import BUDGET_KINDS, STRATEGIES
+from gradeff.studies.grid import GRIDS
 
 __all__ = [
     "ADAPTIVE", "COMPILER", "DEVICE_MEMORY", "MEMORY_FOCUS", "PEAK", "STANDARD", "Change", "GroupKey", "LevelClaim",

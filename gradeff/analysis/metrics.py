@@ -26,8 +26,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gradeff.formatting import as_number
-from gradeff.results import CellRecord, meter_field, meter_section, record_field
+from gradeff.records.formatting import as_number
+from gradeff.records.results import CellRecord, meter_field, meter_section, record_field
 
 __all__ = [
     "ANSWER_OBJECTIVES", "MEMORY_PARTS", "METRICS", "OBJECTIVE_TITLES", "QUALITY", "RSS_RESOLUTION_BYTES",
@@ -45,7 +45,7 @@ RSS_RESOLUTION_BYTES = 4 * 2**20
 
 def meter_value(record: CellRecord, meter: str, name: str) -> float | None:
     """One number from ``record.meters[meter][name]``, or ``None`` if absent, ``None`` or not a finite number
-    (an unknown meter or field raises :class:`gradeff.results.UnknownRecordField`)."""
+    (an unknown meter or field raises :class:`gradeff.records.results.UnknownRecordField`)."""
     return as_number(meter_field(record, meter, name))
 
 
@@ -72,7 +72,7 @@ class Metric:
     Attributes:
         key: identifier (``test_loss``).
         label: column / axis title.
-        unit: formatting unit (see :func:`gradeff.formatting.format_value`).
+        unit: formatting unit (see :func:`gradeff.records.formatting.format_value`).
         goal: ``"min"`` or ``"max"``: which end of the scale wins.
         paper: which tables of the main paper show this metric (``""`` if none).
         extract: record → raw value or ``None``.

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gradeff.formatting import as_number
-from gradeff.results import CellRecord, record_field
+from gradeff.records.formatting import as_number
+from gradeff.records.results import CellRecord, record_field
 
 __all__ = ["group_title", "provenance", "real_weights", "weights_source", "what_ran"]
 

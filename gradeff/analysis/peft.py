@@ -2,7 +2,7 @@
 each method against full fine-tuning, checkpoint / standard ratios, the backbones' pretraining, and the
 foundation-model baselines, inference cost and NetScore family that every classification record carries.
 
-Pure functions over :class:`~gradeff.results.CellRecord` values in raw units, under
+Pure functions over :class:`~gradeff.records.results.CellRecord` values in raw units, under
 :mod:`gradeff.analysis`'s rules: only cells that ended ``ok`` compete or enter a ratio, every seed is
 read and comparisons pair seeds, and a missing measurement is ``None`` (never 0). Which method wins is
 :mod:`gradeff.analysis.verdicts`' job, as for every study.
@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from gradeff import analysis
 from gradeff.analysis import Metric
 from gradeff.analysis.naming import weights_source
+from gradeff.analysis.netscore import Score
 from gradeff.analysis.pairing import PairedRatio
 from gradeff.analysis.runs import CellRuns
 from gradeff.analysis.stats import Interval, interval
 from gradeff.data import TASKS
-from gradeff.formatting import as_number
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
-from gradeff.netscore import Score
-from gradeff.results import CellRecord, record_field, record_section
+from gradeff.records.formatting import as_number
+from gradeff.records.results import CellRecord, record_field, record_section
 from gradeff.strategies import STRATEGIES
 
 __all__ = [
@@ -223,7 +223,7 @@ def inference_number(record: CellRecord, name: str) -> float | None:
 
 
 def score_of(record: CellRecord, key: str) -> Score | None:
-    """One score of the NetScore family as recorded (``key``: a key of :data:`gradeff.netscore.LABELS`).
+    """One score of the NetScore family as recorded (``key``: a key of :data:`gradeff.analysis.netscore.LABELS`).
 
     Returns:
         The score; ``None`` where the record carries no such score (an older record, or a cell that

@@ -12,12 +12,12 @@ every figure is read over all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gradeff.analysis.metrics import Metric, metric_value
 from gradeff.analysis.stats import Interval, interval
-from gradeff.results import CellRecord
+from gradeff.records.results import CellRecord
 
 __all__ = ["CellRuns", "by_cell", "canonical", "canonical_key", "seed_values"]
 
@@ -32,11 +32,11 @@ def canonical_key(record: CellRecord) -> tuple:
     """A total order of records: grid, model, optimizer, strategy, method, dataset (registry order, unknown keys
     after, by name), then the cell id and the seed."""
     from gradeff.data import TASKS
-    from gradeff.grid import GRIDS
     from gradeff.methods import METHODS
     from gradeff.models import MODELS
     from gradeff.optim import OPTIMIZERS
     from gradeff.strategies import STRATEGIES
+    from gradeff.studies.grid import GRIDS
 
     return (_rank(GRIDS, record.grid), _rank(MODELS, record.model), _rank(OPTIMIZERS, record.optimizer),
             _rank(STRATEGIES, record.strategy), _rank(METHODS, record.method), _rank(TASKS, record.dataset),
@@ -134,7 +134,7 @@ class CellRuns:
     def mean_series(self, value: Callable[[object], float | None]) -> tuple[tuple[int, float], ...]:
         """``(epoch, mean)`` of a per-epoch figure over the seeds that ended ok (every seed where none did),
         for each epoch some seed measured."""
-        from gradeff.formatting import as_number
+        from gradeff.records.formatting import as_number
 
         sources = self.ok or self.runs
         by_epoch: dict[int, list[float]] = {}
@@ -158,8 +158,3 @@ def by_cell(records: Iterable[CellRecord]) -> dict[str, CellRuns]:
     for record in kept:
         groups.setdefault(record.cell, []).append(record)
     return {cell: CellRuns(cell, tuple(sorted(runs, key=lambda r: r.seed))) for cell, runs in groups.items()}
-
-
-def cells_of(runs: Mapping[str, CellRuns]) -> list[CellRecord]:
-    """The first record of each cell, in order: the cells' axes, for labels and grouping."""
-    return [cell_runs.first for cell_runs in runs.values()]

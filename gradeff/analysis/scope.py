@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gradeff.results import CellRecord
+from gradeff.records.results import CellRecord
 
 __all__ = ["STUDIES", "Study", "grids_of", "of_study", "split", "study_of"]
 

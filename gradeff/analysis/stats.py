@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["Interval", "TimeToTarget", "Winners", "differs", "interval", "target_loss", "time_to_target", "winners"]
+__all__ = ["Interval", "Winners", "differs", "interval", "winners"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -113,42 +113,3 @@ def winners(samples: Mapping[K, Sequence[float]], *, goal: str = "min", level: f
         return Winners(best=best, ties=tuple(key for key in present if means[key] == means[best]), confirmed=False)
     ties = tuple(key for key in present if key == best or not differs(present[key], present[best], level))
     return Winners(best=best, ties=ties, confirmed=True)
-
-
-def target_loss(initial: float, floor: float | None) -> float:
-    """The held-out loss a cell must reach: halfway from the untrained model's to the floor (or to 0)."""
-    return (initial + (floor if floor is not None else 0.0)) / 2
-
-
-@dataclass(frozen=True, slots=True)
-class TimeToTarget:
-    """What reaching the target cost: optimizer steps, seconds and joules up to the first epoch that reached it."""
-
-    target: float
-    epoch: int
-    optimizer_steps: int
-    seconds: float
-    joules: float | None
-
-
-def time_to_target(epochs: Iterable, target: float, *, loss: Callable = lambda e: e.heldout_loss,
-                   joules: Callable = lambda e: None) -> TimeToTarget | None:
-    """The cost of reaching ``target`` (at epoch resolution), or ``None`` if no epoch reached it.
-
-    Args:
-        epochs: epoch records in order (``optimizer_steps``, ``seconds``).
-        target: the held-out loss to reach.
-        loss: an epoch's held-out loss (``None`` where not measured).
-        joules: an epoch's energy (``None`` where not measured: the sum is then ``None``).
-    """
-    steps, seconds, energy = 0, 0.0, 0.0
-    for epoch in epochs:
-        steps += epoch.optimizer_steps
-        seconds += epoch.seconds
-        spent = joules(epoch)
-        energy = None if energy is None or spent is None else energy + spent
-        value = loss(epoch)
-        if value is not None and value <= target:
-            return TimeToTarget(target=target, epoch=epoch.epoch, optimizer_steps=steps, seconds=seconds,
-                                joules=energy)
-    return None

@@ -17,7 +17,7 @@ from gradeff.analysis.metrics import ANSWER_OBJECTIVES, Metric, objective_metric
 from gradeff.analysis.pairing import Ranking, rank
 from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.analysis.stats import Interval
-from gradeff.results import CellRecord
+from gradeff.records.results import CellRecord
 
 __all__ = ["Verdict", "verdict", "verdicts"]
 

@@ -1,8 +1,8 @@
 """How a cell runs besides one training in this process: in a fresh process of its own (``--gradeff-isolate``), or as
 a learning-rate search whose chosen rate is then trained and reported (``--gradeff-tune lr``). A sharded cell's ranks
-are :mod:`gradeff.distributed`'s.
+are :mod:`gradeff.cell.distributed`'s.
 
-:func:`gradeff.runner.run_cell` dispatches each cell once and hands these the training they repeat (its own
+:func:`gradeff.cell.run.run_cell` dispatches each cell once and hands these the training they repeat (its own
 one-training function, its process entry), so this module never imports the runner back.
 """
 
@@ -15,14 +15,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gradeff.cell.plan import cell_settings
-from gradeff.hparams import lr_centre, lr_grid
+from gradeff.cell.tuning import search
 from gradeff.optim import OPTIMIZERS
-from gradeff.results import CellRecord, meter_field
-from gradeff.tuning import search
+from gradeff.records.results import CellRecord, meter_field
+from gradeff.studies.hparams import lr_centre, lr_grid
 
 if TYPE_CHECKING:
-    from gradeff.grid import Cell
-    from gradeff.runner import RunConfig
+    from gradeff.cell.config import RunConfig
+    from gradeff.studies.grid import Cell
 
 __all__ = ["run_isolated", "run_tuned"]
 
@@ -42,7 +42,7 @@ def run_isolated(cell: Cell, config: RunConfig, entry: Callable[[Cell, RunConfig
 
     import torch
 
-    from gradeff.extend import dump_registered
+    from gradeff.studies.extend import dump_registered
 
     # A spawned process starts with torch's default thread count; it trains on the caller's, as the cell would here.
     threads = config.threads if config.threads is not None else torch.get_num_threads()
@@ -57,7 +57,7 @@ def run_tuned(cell: Cell, config: RunConfig, *, train: Callable[..., CellRecord]
               warm: Callable[[Cell, RunConfig], None], **reported) -> CellRecord:
     """Search the cell's rate on its validation split, then train it once at the best rate and report that run.
 
-    The trials never read the test split (:attr:`gradeff.runner.RunConfig.trial`); the reported run is a fresh
+    The trials never read the test split (:attr:`gradeff.cell.config.RunConfig.trial`); the reported run is a fresh
     training at the chosen rate. An optimizer with nothing to tune is trained once at the protocol's rate, and its
     record says why.
 

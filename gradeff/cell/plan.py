@@ -12,20 +12,21 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
+from gradeff.cell.devices import gpu_count, process_group_backend, resolve_device
+from gradeff.cell.precision import precision_incompatibility
+from gradeff.cell.protocols import RateChoice, choose_rate
 from gradeff.data import TASKS, Dataset, data_sizes
-from gradeff.devices import resolve_device
-from gradeff.distributed import sharding_incompatibility
-from gradeff.grid import Cell, incompatibility
-from gradeff.hparams import HParams, MethodHParams, hparams_for, method_hparams_for
+from gradeff.methods import METHODS
 from gradeff.models import MODELS
-from gradeff.precision import precision_incompatibility
-from gradeff.protocols import RateChoice, choose_rate
+from gradeff.optim import OPTIMIZERS
 from gradeff.strategies import STRATEGIES
+from gradeff.studies.grid import Cell, incompatibility
+from gradeff.studies.hparams import HParams, MethodHParams, hparams_for, method_hparams_for
 
 if TYPE_CHECKING:
-    from gradeff.runner import RunConfig
+    from gradeff.cell.config import RunConfig
 
-__all__ = ["CellSettings", "cannot_run", "cell_data", "cell_settings", "task_dataset"]
+__all__ = ["CellSettings", "cannot_run", "cell_data", "cell_settings", "sharding_incompatibility", "task_dataset"]
 
 
 class CellSettings(NamedTuple):
@@ -66,8 +67,8 @@ def task_dataset(task: str, hp: HParams, seed: int, cache_dir: str | None = None
 @lru_cache(maxsize=8)
 def _sized_dataset(task: str, sizes: tuple, seed: int, cache_dir: str | None) -> Dataset:
     # Built once per process (a tuning search's trials at other rates reuse it too), drawn once per machine.
+    from gradeff.cell.pretrain import cache_root
     from gradeff.data.cache import cached
-    from gradeff.pretrain import cache_root
 
     spec = TASKS[task]
 
@@ -97,7 +98,7 @@ def cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HPar
     source = source_for(cell.dataset, config.data)
     if source is None:
         return task_dataset(cell.dataset, hp, config.seed, config.cache_dir), hp
-    from gradeff.pretrain import cache_root
+    from gradeff.cell.pretrain import cache_root
 
     # The caps come from the profile alone, so every cell of a session asks for (and caches) the same tensors.
     caps = hparams_for(cell.model, config.profile, dataset=cell.dataset)
@@ -143,4 +144,30 @@ def _weights_needed(cell: Cell, config: RunConfig) -> str | None:
                 + (f"; and besides, {spec.unavailable}" if spec.unavailable else ""))
     if spec.unavailable:
         return f"not runnable: {spec.unavailable}"
+    return None
+
+
+def sharding_incompatibility(cell: Cell, config: RunConfig) -> str | None:
+    """Why ``cell`` cannot be sharded over ``config.world_size`` processes, or ``None`` (also for unsharded cells)."""
+    if not STRATEGIES[cell.strategy].shards:
+        return None
+    method, size = METHODS[cell.method], config.world_size
+    if not method.trains:
+        return f"{method.name} trains nothing, so there is nothing to shard"
+    if any(module == "bitsandbytes" for module, _ in method.requires):
+        return f"{method.name}'s 4-bit weights (bitsandbytes) cannot be cut into FSDP shards"
+    optimizer = OPTIMIZERS[cell.optimizer]
+    if not optimizer.target.startswith("torch.optim:"):
+        # torch's optimizers step DTensor shards; CG's flat vectors and bitsandbytes' 8-bit kernels take whole tensors.
+        return f"{optimizer.name} is not a torch.optim optimizer, which FSDP's sharded parameters need"
+    if config.precision == "fp16":
+        return "fp16 loss scaling of sharded gradients needs a sharded scaler; use bf16 or fp32"
+    hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
+    last = hp.train_samples % hp.batch_size
+    if hp.batch_size < size or 0 < last < size:
+        return (f"a micro-batch of {min(hp.batch_size, last or hp.batch_size)} samples cannot be split over "
+                f"{size} processes")
+    if process_group_backend(config.device) == "nccl":
+        if size > gpu_count():
+            return f"{size} processes need {size} GPUs; {gpu_count()} visible"
     return None

@@ -1,4 +1,5 @@
-"""The one builder of a cell's record: what every :class:`~gradeff.results.CellRecord` carries besides its results.
+"""The one builder of a cell's record: what every :class:`~gradeff.records.results.CellRecord` carries besides its
+results.
 
 Whoever trained the cell (the runner, the public fixtures, a sharded run's coordinator) passes what it measured; the
 fields every record shares (the cell's axes, profile, seed and device; the data it trained on; its parameter counts
@@ -10,20 +11,20 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from gradeff.cell.environment import code_version, environment
+from gradeff.cell.inference import deployed_parameter_counts
 from gradeff.data import TASKS
-from gradeff.environment import code_version, environment
-from gradeff.inference import deployed_parameter_counts
 from gradeff.optim import optimizer_kernel
-from gradeff.results import CellRecord
+from gradeff.records.results import CellRecord
 
 if TYPE_CHECKING:
     import torch
 
+    from gradeff.cell.config import RunConfig
     from gradeff.cell.plan import CellSettings
+    from gradeff.cell.pretrain import StartingWeights
     from gradeff.data import Dataset
-    from gradeff.grid import Cell
-    from gradeff.pretrain import StartingWeights
-    from gradeff.runner import RunConfig
+    from gradeff.studies.grid import Cell
 
 __all__ = ["cell_record", "hparams_record", "task_record"]
 

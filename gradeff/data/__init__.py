@@ -8,6 +8,8 @@ copies are given with ``--gradeff-data``). Real tasks (``digits``, ``pydoc`` on 
 
 This module stays light (no torch, no numpy): the registry is read when the grid is collected,
 and a task's builder is imported only when a cell builds its data.
+
+May import: :mod:`gradeff.specs`, :mod:`gradeff.meters` and the other axes (never in a cycle).
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from gradeff.registry import Registry
+from gradeff.specs.registry import Registry
 
 if TYPE_CHECKING:
     from gradeff.data.dataset import Dataset
-    from gradeff.hparams import HParams
+    from gradeff.specs.profiles import HParams
 
 __all__ = ["IGNORE_INDEX", "SPECIAL_TOKENS", "TASKS", "Dataset", "TaskSpec", "data_sizes", "epoch_order",
            "make_dataset"]
@@ -51,7 +53,7 @@ class TaskSpec:
         options: fixed keyword arguments of the builder (what makes this dataset this dataset).
         kind: what it asks of a model (``image_classification``, ``causal_lm``, ``masked_lm``,
             ``image_captioning``); a model trains on every task of its own task's kind.
-        sizes: profile → fields of :class:`gradeff.profiles.HParams` that are the dataset's own (CIFAR-100's 100
+        sizes: profile → fields of :class:`gradeff.specs.profiles.HParams` that are the dataset's own (CIFAR-100's 100
             classes, its split sizes at paper): they replace the model's where a cell trains on this dataset.
     """
 

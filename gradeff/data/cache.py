@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from gradeff.data.dataset import Dataset
-from gradeff.weights import sha256
+from gradeff.models.weights import sha256
 
 __all__ = ["FORMAT", "cache_file", "cached", "source_digest"]
 

@@ -399,12 +399,13 @@ def _columns(source: DataSource, column_names: list[str]) -> dict[str, str]:
     return chosen
 
 
-def validate_source(source: DataSource, cache_root: Path, profile: str | None = None) -> dict:
+def validate_source(source: DataSource, cache_root: Path, caps: tuple[int, int] | None = None) -> dict:
     """Open a source and check its splits and columns, as a cell would; returns what was found.
 
-    With a ``profile``, every image a cell of that profile can read (the first rows of each split, up to the
-    largest training and held-out sizes of any model: what :func:`_prepare` selects) is decoded too, so a
-    corrupt one is named, by file and row, before the first cell.
+    With ``caps`` (the most training and held-out rows any cell of the run reads: what :func:`_prepare` selects,
+    :func:`gradeff.studies.hparams.largest_caps` gives them per profile), every image a cell can read (the first rows
+    of each split, up to those caps) is decoded too, so a corrupt one is named, by file and row, before the first
+    cell.
     """
     train, heldout, validation, fmt, notes = open_splits(source, cache_root)
     columns = _columns(source, list(train.column_names))
@@ -413,8 +414,8 @@ def validate_source(source: DataSource, cache_root: Path, profile: str | None = 
         if missing:
             raise ValueError(f"{source.key}: the {name} split lacks column(s) {', '.join(missing)}")
     decoded = 0
-    if profile is not None and "image" in columns:
-        train_cap, heldout_cap = _largest_caps(source.key, profile)
+    if caps is not None and "image" in columns:
+        train_cap, heldout_cap = caps
         for name, split, cap in (("train", train, train_cap), ("held-out", heldout, heldout_cap),
                                  ("validation", validation, heldout_cap)):
             cells = undecoded_column(split.select(range(min(len(split), cap))), columns["image"])
@@ -423,15 +424,6 @@ def validate_source(source: DataSource, cache_root: Path, profile: str | None = 
     return {"format": fmt, "columns": columns, "train_rows": len(train), "heldout_rows": len(heldout),
             "validation_rows": len(validation), "heldout": notes["heldout_split"],
             "validation": notes["validation_split"], "images_decoded": decoded}
-
-
-def _largest_caps(key: str, profile: str) -> tuple[int, int]:
-    """The most training and held-out rows any model's cell of ``profile`` reads from task ``key``."""
-    from gradeff.hparams import hparams_for
-    from gradeff.models import MODELS
-
-    sizes = [hparams_for(model, profile, dataset=key) for model in MODELS]
-    return max(hp.train_samples for hp in sizes), max(hp.heldout_samples for hp in sizes)
 
 
 def _where(source: DataSource, cache_root: Path, split: str) -> str:

@@ -222,10 +222,6 @@ def texture_classes(parts: TextureParts, combinations: np.ndarray, image_size: i
     return TextureClasses(spectra=spectra, nuisances=nuisances)
 
 
-def _unit(vector: np.ndarray) -> np.ndarray:
-    return vector / np.linalg.norm(vector)
-
-
 def _splits(task: str, classes, num_classes: int, num_samples: int, heldout_samples: int,
             validation_samples: int | None, rng: np.random.Generator, info: dict, note: str, *,
             train_floor: bool = True) -> Dataset:

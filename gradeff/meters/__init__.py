@@ -6,6 +6,8 @@ each with its own record, without restarting its sampling thread.
 Records use raw units (bytes as ``int``, seconds and joules as ``float``) and ``None``
 for what the machine cannot measure, never a made-up 0. Devices are probed when a
 meter is created, never when this package is imported.
+
+May import: :mod:`gradeff.specs`.
 """
 
 from .energy import (

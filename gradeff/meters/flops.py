@@ -141,7 +141,7 @@ def count_step_flops(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> 
     The pass must not change what the cell then trains: the random-number generators (dropout) and the
     model's buffers (batch-norm running statistics) are put back, and the gradients dropped.
     """
-    from gradeff.untouched import untouched
+    from gradeff.meters.untouched import untouched
 
     with untouched(model):
         flops = counted(lambda: model(**batch).loss.backward())

@@ -28,10 +28,6 @@ class ProcFile:
         self._size = size
         self._fd: int | None = None
 
-    @property
-    def is_open(self) -> bool:
-        return self._fd is not None
-
     def open(self) -> bool:
         """Open the file if it is not open; ``False`` where it does not exist or is not allowed."""
         if self._fd is None:

@@ -6,6 +6,8 @@ in 4-bit NF4 with bitsandbytes); ``bitfit`` trains only the biases. The task hea
 classifier when fine-tuning on a new dataset) always trains. A method acts on the model before
 the loop and may ask for a call after every optimizer step (AdaLoRA re-allocates its rank
 budget there); the loop itself never branches on the method.
+
+May import: :mod:`gradeff.specs`, :mod:`gradeff.meters` and the other axes (never in a cycle).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from gradeff.registry import Registry
+from gradeff.specs.registry import Registry
 
 if TYPE_CHECKING:
     from torch import nn
@@ -158,7 +160,7 @@ def apply_method(key: str, model: nn.Module, hp: MethodHParams, *, total_steps: 
     Args:
         key: method key (see ``METHODS``).
         model: the model, weights loaded and strategy applied.
-        hp: the method's settings (see :func:`gradeff.hparams.method_hparams_for`).
+        hp: the method's settings (see :func:`gradeff.studies.hparams.method_hparams_for`).
         total_steps: optimizer steps the cell will take (AdaLoRA schedules its budget over them).
         head: names of the task-head modules, trained by every method.
 

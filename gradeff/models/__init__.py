@@ -2,6 +2,8 @@
 
 Model modules import transformers; this module does not, so collecting the grid stays
 light (the builders are imported by name only when a cell is built).
+
+May import: :mod:`gradeff.specs`, :mod:`gradeff.meters` and the other axes (never in a cycle).
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradeff.models.sizes import FINE_TUNING, SMALL_MAIN, TINY_IMAGE, TINY_MAIN, TINY_TEXT
-from gradeff.profiles import HParams, validate_profile
-from gradeff.registry import Registry
+from gradeff.specs.profiles import HParams, validate_profile
+from gradeff.specs.registry import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -49,10 +51,10 @@ class ModelSpec:
             the install hint.
         methods: the fine-tuning methods that make sense for it (a foundation-model baseline is
             evaluated with its own: ``zero_shot``, ``linear_probe``); empty: every method.
-        hparams: profile → :class:`gradeff.profiles.HParams` it trains with (rate, batch, epochs, task sizes);
+        hparams: profile → :class:`gradeff.specs.profiles.HParams` it trains with (rate, batch, epochs, task sizes);
             a profile it does not give uses those of the first model of the same task that gives it (a built-in
             one for a registered model).
-        pretraining: profile → fields of :class:`gradeff.hparams.PretrainHParams` this backbone pretrains with
+        pretraining: profile → fields of :class:`gradeff.studies.hparams.PretrainHParams` this backbone pretrains with
             instead of the profile's (a rate of its own); the source task's samples stay the profile's.
         lora_targets: module-name suffixes of the linears LoRA (AdaLoRA, QLoRA) adapts.
         hub_id: the hub repository of its published weights, what ``--gradeff-weights KEY=hub`` loads (with
@@ -162,27 +164,28 @@ MODELS: Registry[ModelSpec] = Registry(
         # unless real ones are given (--gradeff-weights; their records name the stand-in). PaliGemma and MobileVLM,
         # at billions of parameters, run only from given weights.
         ModelSpec(key="clip", name="CLIP ViT-B/16 (zero-shot)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.clip", methods=("zero_shot",), hub_id="openai/clip-vit-base-patch16",
+                  module="gradeff.studies.baselines.clip", methods=("zero_shot",),
+                  hub_id="openai/clip-vit-base-patch16",
                   lora_targets=_CLIP_LINEARS, hparams=FINE_TUNING),
         ModelSpec(key="siglip", name="SigLIP B/16-224 (zero-shot)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.siglip", methods=("zero_shot",),
+                  module="gradeff.studies.baselines.siglip", methods=("zero_shot",),
                   hub_id="google/siglip-base-patch16-224", lora_targets=_CLIP_LINEARS, hparams=FINE_TUNING),
         ModelSpec(key="dinov2", name="DINOv2 ViT-B/14 (linear probe)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.dinov2", fine_tunes=True, head=("classifier",),
+                  module="gradeff.studies.baselines.dinov2", fine_tunes=True, head=("classifier",),
                   methods=("linear_probe",), hub_id="facebook/dinov2-base", lora_targets=_VIT_LINEARS,
                   hparams=FINE_TUNING),
         ModelSpec(key="smolvlm", name="SmolVLM (prompted)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.smolvlm", methods=("zero_shot",),
+                  module="gradeff.studies.baselines.smolvlm", methods=("zero_shot",),
                   hub_id="HuggingFaceTB/SmolVLM-Instruct", lora_targets=_VLM_LINEARS, hparams=FINE_TUNING),
         ModelSpec(key="vlm_prompt", name="nanoVLM (prompted)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.vlm_prompt", methods=("zero_shot",),
+                  module="gradeff.studies.baselines.vlm_prompt", methods=("zero_shot",),
                   lora_targets=_VLM_LINEARS, hparams=FINE_TUNING),
         ModelSpec(key="paligemma", name="PaliGemma 3B (prompted)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.paligemma", methods=("zero_shot",),
+                  module="gradeff.studies.baselines.paligemma", methods=("zero_shot",),
                   hub_id="google/paligemma-3b-pt-224", needs_weights=True, lora_targets=_VLM_LINEARS,
                   hparams=FINE_TUNING),
         ModelSpec(key="mobilevlm", name="MobileVLM V2 1.7B (prompted)", family="foundation", task="cifar100",
-                  module="gradeff.baselines.mobilevlm", methods=("zero_shot",),
+                  module="gradeff.studies.baselines.mobilevlm", methods=("zero_shot",),
                   hub_id="mtgv/MobileVLM_V2-1.7B", needs_weights=True, hparams=FINE_TUNING,
                   unavailable="MobileVLM (CLIP ViT-L/14-336, an LDP projector, MobileLLaMA) is not in transformers "
                               "and gradeff runs no repository code (no trust_remote_code), so it has no "

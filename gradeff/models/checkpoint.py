@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradeff.models.keymaps import KEY_MAPS, KeyMap, MappedKeys, unwrap
-from gradeff.weights import (
+from gradeff.models.weights import (
     StartingWeights,
     WeightSource,
     WeightSourceError,
@@ -172,7 +172,8 @@ def model_type(model: str) -> str | None:
 
 
 def resolve_for(model: str, text: str, *, allow_hub: bool = False) -> WeightSource:
-    """Resolve ``text`` (a path or a hub id) as a weight source for ``model`` (see :func:`gradeff.weights.resolve`).
+    """Resolve ``text`` (a path or a hub id) as a weight source for ``model``
+    (see :func:`gradeff.models.weights.resolve`).
 
     A bare ``hub`` stands for the model's published repository (:attr:`gradeff.models.ModelSpec.hub_id`).
     """
@@ -283,7 +284,7 @@ def from_checkpoint(key: str, source: str | Path, *, num_labels: int | None = No
         key: ``vit_s``, ``tinyvit``, ``vim_s`` or ``mambavision_t`` (or another model, from a ``save_pretrained``
             folder or hub id only).
         source: a state-dict file, a folder holding one, a ``save_pretrained`` folder, or a hub id
-            (see :mod:`gradeff.weights`; ``"hub"`` is the backbone's default repository).
+            (see :mod:`gradeff.models.weights`; ``"hub"`` is the backbone's default repository).
         num_labels: classes of the head; ``None`` keeps the checkpoint's. Other classes than the checkpoint's
             get a fresh head (seed it with ``torch.manual_seed`` before the call).
         profile: the configuration to build (``paper``: the published shapes); a ``save_pretrained`` folder
@@ -316,7 +317,8 @@ def from_checkpoint(key: str, source: str | Path, *, num_labels: int | None = No
 
 
 def given_weights(model: str, text: str, profile: str, *, num_labels: int | None, seed: int):
-    """The :class:`gradeff.weights.StartingWeights` of a cell whose weights the user gave (``--gradeff-weights``).
+    """The :class:`gradeff.models.weights.StartingWeights` of a cell whose weights the user gave
+    (``--gradeff-weights``).
 
     ``text`` was resolved and checked when the session started (it is a local path by now); here its record
     is made, with the head's fate for this cell's classes (re-initialised from ``seed`` or loaded).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from gradeff.profiles import HParams
+from gradeff.specs.profiles import HParams
 
 __all__ = ["FINE_TUNING", "SMALL_MAIN", "TINY_IMAGE", "TINY_MAIN", "TINY_TEXT"]
 

@@ -3,6 +3,8 @@
 Every optimizer is stepped the same way, ``optimizer.step(closure)``; the spec's flags say what
 else the harness needs to know about it, and its state law says how many bytes of state it keeps
 (what :func:`gradeff.meters.optimizer_state_bytes` measures after a step).
+
+May import: :mod:`gradeff.specs`, :mod:`gradeff.meters` and the other axes (never in a cycle).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gradeff.registry import Registry
+from gradeff.specs.registry import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -168,7 +170,7 @@ STATE_LAWS: dict[str, Callable[[OptimizerSpec, Sequence[torch.Tensor]], int]] = 
 OPTIMIZERS: Registry[OptimizerSpec] = Registry(
     "optimizer",
     (
-        # The main paper's six come first; grids list their own keys (gradeff.grid).
+        # The main paper's six come first; grids list their own keys (gradeff.studies.grid).
         # Plain SGD without momentum, as in the paper's baseline: no state at all.
         OptimizerSpec(key="sgd", name="SGD", target="torch.optim:SGD", lr_centre=1e-1),
         OptimizerSpec(key="adam", name="Adam", target="torch.optim:Adam", state_per_param=2, step_counter=True,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from gradeff.formatting import format_bytes, format_seconds
+from gradeff.records.formatting import format_bytes, format_seconds
 
 if TYPE_CHECKING:
     import torch
@@ -97,7 +97,7 @@ class Target:
 
 def target_for(named: str, device: str, *, precision: str, peak_tflops: float | None, mfu: float) -> Target:
     """The device to estimate for: ``named`` (a GPU name, matched against the tables) or else the session's."""
-    from gradeff.devices import resolve_device
+    from gradeff.cell.devices import resolve_device
     from gradeff.meters.flops import peak_flops_per_s
 
     if named:
@@ -221,13 +221,13 @@ def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer:
     import torch
 
     from gradeff.data import TASKS
-    from gradeff.hparams import hparams_for, method_hparams_for
     from gradeff.meters.flops import counted
     from gradeff.methods import apply_method, within
     from gradeff.models import MODELS, build_model
     from gradeff.optim import OPTIMIZERS
     from gradeff.strategies.budget import LayerCost, StepProfile
     from gradeff.strategies.layers import checkpointable_layers
+    from gradeff.studies.hparams import hparams_for, method_hparams_for
 
     spec = MODELS[model_key]
     # QLoRA's adapters, trainable parameters and FLOPs are LoRA's; only its weights' storage differs (below).
@@ -271,8 +271,8 @@ def _given_weights(model: str, path: str, profile: str, num_classes: int, seed: 
 
 
 def _weights_text(cell, config, num_classes: int) -> str:
+    from gradeff.cell.pretrain import INFO_FILE, pretrained_folder
     from gradeff.models import MODELS
-    from gradeff.pretrain import INFO_FILE, pretrained_folder
 
     given = dict(config.weights)
     if cell.model in given:
@@ -296,9 +296,9 @@ def _data_text(cell, config) -> str:
 def plan_cell(cell, config, target: Target) -> CellPlan:
     """A cell's plan (see the module docstring); never raises: a cell that cannot be built says why."""
     from gradeff.cell.plan import cannot_run
-    from gradeff.hparams import MEMORY_BUDGETS, hparams_for
     from gradeff.strategies import STRATEGIES, micro_batches_per_step
     from gradeff.strategies.budget import plan as budget_plan
+    from gradeff.studies.hparams import MEMORY_BUDGETS, hparams_for
 
     reason = cannot_run(cell, config)
     if reason is not None:
@@ -348,8 +348,8 @@ def _flops(value: float) -> str:
 def pretraining_seconds(model: str, config, target: Target) -> float | None:
     """Estimated time of the suite's pretraining of ``model`` at the session's profile (its own FLOPs per sample,
     fully fine-tuned, times the recipe's samples and epochs), ``None`` without a peak FLOP/s."""
-    from gradeff.hparams import hparams_for, pretrain_hparams
     from gradeff.models import MODELS
+    from gradeff.studies.hparams import hparams_for, pretrain_hparams
 
     recipe = pretrain_hparams(model, config.profile)
     hp = hparams_for(model, config.profile)

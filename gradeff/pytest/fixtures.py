@@ -84,7 +84,7 @@ class _Setup:
     """One benchmark's or grid cell's cell, settings and sizes, shared by the public fixtures of a test.
 
     Data, model and optimizer are built as the runner builds them (``cell_data``, ``build_cell``), and a
-    grid cell's build is the one :func:`gradeff.runner.run_cell` trains: one path from the registries to the
+    grid cell's build is the one :func:`gradeff.cell.run.run_cell` trains: one path from the registries to the
     tensors.
 
     Attributes:
@@ -108,8 +108,8 @@ class _Setup:
 
     @classmethod
     def of(cls, cell, config, settings, **fields) -> _Setup:
+        from gradeff.cell.devices import resolve_device
         from gradeff.cell.plan import cell_settings
-        from gradeff.devices import resolve_device
 
         return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
                    planned=cell_settings(cell, config), **fields)
@@ -121,16 +121,16 @@ class _Setup:
     def builds(self) -> bool:
         """Whether the fixtures build anything: a grid cell's only where the runner trains one build in this
         process (not a skipped, already recorded, tuned, isolated or sharded cell)."""
-        from gradeff.runner import trains_prebuilt
+        from gradeff.cell.run import trains_prebuilt
 
         if not self.grid:
             return True
         return (self.cell.id, self.config.seed) not in self.settings.settled and trains_prebuilt(self.cell, self.config)
 
     def build(self):
-        """The cell's :class:`gradeff.runner.Built`, built once (``None`` where the runner builds its own)."""
+        """The cell's :class:`gradeff.cell.run.Built`, built once (``None`` where the runner builds its own)."""
         if self.built is None and self.builds():
-            from gradeff.runner import build_cell, release
+            from gradeff.cell.run import build_cell, release
 
             # The previous test has let go of its model by now: free it before this one's peak is measured.
             release(self.device)
@@ -175,9 +175,9 @@ def gradeff_method(request: pytest.FixtureRequest) -> str:
     record's ``method``, and in its id where it is not ``full`` (``llm-adam-my_step-lora``). In a grid test, the
     cell's method. Every public fixture depends on it, so it need not be among the test's arguments.
     """
-    from gradeff.grid import Cell
     from gradeff.methods import METHODS
-    from gradeff.registry import UnknownKeyError
+    from gradeff.specs.registry import UnknownKeyError
+    from gradeff.studies.grid import Cell
 
     cell = _param(request, "cell")
     if isinstance(cell, Cell):
@@ -192,11 +192,11 @@ def gradeff_method(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_method: str) -> _Setup:
     from gradeff.data import TASKS
-    from gradeff.grid import Cell, incompatibility
     from gradeff.models import MODELS
     from gradeff.optim import OPTIMIZERS
     from gradeff.pytest.options import SETTINGS, run_config
-    from gradeff.registry import UnknownKeyError
+    from gradeff.specs.registry import UnknownKeyError
+    from gradeff.studies.grid import Cell, incompatibility
 
     cell = _param(request, "cell")
     if isinstance(cell, Cell):
@@ -250,8 +250,8 @@ class BenchData:
 
     def batches(self, epoch: int) -> Iterator[dict]:
         """The epoch's batches, as model inputs on the device (the order the grid's cells see)."""
+        from gradeff.cell.loop import move_batch
         from gradeff.data.dataset import epoch_order
-        from gradeff.loop import move_batch
 
         for indices in epoch_order(len(self.dataset), self.seed, epoch).split(self.batch_size):
             yield move_batch(self.dataset.batch(indices), self.device)
@@ -352,7 +352,7 @@ class BenchMeters:
         return list(self._metering.epochs) if self._metering is not None else []
 
     def _new_metering(self):
-        from gradeff.metering import EpochMetering
+        from gradeff.cell.metering import EpochMetering
 
         self._metering = EpochMetering(self._setup.device, self._setup.config.meters)
         return self._metering
@@ -371,7 +371,7 @@ class BenchMeters:
     @contextmanager
     def epoch(self) -> Iterator[EpochLog]:
         """One epoch, timed and metered as one segment; ``step()`` the log once per optimizer step."""
-        from gradeff.loop import sync
+        from gradeff.cell.loop import sync
 
         log = EpochLog()
         started = time.perf_counter()
@@ -383,7 +383,7 @@ class BenchMeters:
     def measure_step(self, step) -> dict:
         """Parameter, gradient, optimizer-state and activation bytes of one call of ``step`` (a training step),
         recorded under ``meters.memory`` as the grid's cells record theirs."""
-        from gradeff.metering import memory_breakdown
+        from gradeff.cell.metering import memory_breakdown
 
         state = self._setup.train_state()
         self.memory = memory_breakdown(state.model, state.optimizer, step)
@@ -405,7 +405,7 @@ class BenchMeters:
         self._finish("skipped", reason)
 
     def _finish(self, status: str, detail: str) -> None:
-        from gradeff.results import append_record
+        from gradeff.records.results import append_record
 
         self.record = self._record(status, detail)
         append_record(self._setup.settings.results, self.record)
@@ -414,8 +414,8 @@ class BenchMeters:
         """Model FLOPs, FLOP/s and MFU of the epochs, counted on the benchmark's model as a grid cell's are."""
         import torch
 
+        from gradeff.cell.run import model_flops
         from gradeff.meters.flops import compute_record
-        from gradeff.runner import model_flops
 
         setup = self._setup
         if setup.state is None:
@@ -430,9 +430,9 @@ class BenchMeters:
                               device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
 
     def _record(self, status: str, detail: str):
+        from gradeff.cell.metering import aggregate
         from gradeff.cell.record import cell_record, hparams_record
-        from gradeff.metering import aggregate
-        from gradeff.results import EpochRecord, Summary
+        from gradeff.records.results import EpochRecord, Summary
 
         setup, config, cell = self._setup, self._setup.config, self._setup.cell
         epochs = tuple(

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from gradeff.results import CellRecord, read_records
+from gradeff.records.results import CellRecord, read_records
 
 __all__ = ["LAST_SESSION_CELLS", "LAST_SESSION_RECORDS", "cell_of_nodeid", "cells_of_items", "current_records",
            "path_conflicts", "session_files"]
@@ -31,7 +31,7 @@ def _compare_options(compare_args: str):
     """``--gradeff-compare-args`` parsed as `gradeff compare` options (already checked to parse)."""
     import shlex
 
-    from gradeff.compare import build_parser
+    from gradeff.gate.compare import build_parser
 
     return build_parser().parse_args(["baseline", "current", *shlex.split(compare_args)])
 
@@ -39,8 +39,8 @@ def _compare_options(compare_args: str):
 def _unreadable_baseline(baseline: Path, compare_args: str) -> list[str]:
     """The baseline and its perturbation runs read as the gate will read them (``--strict``: every line must
     be a record), before the first cell rather than after the last."""
-    from gradeff.compare import UnusableInput, load_results
-    from gradeff.portability import perturbed_path
+    from gradeff.gate.compare import UnusableInput, load_results
+    from gradeff.gate.portability import perturbed_path
 
     options = _compare_options(compare_args)
     perturbed = options.perturbed or (perturbed_path(baseline) if perturbed_path(baseline).is_file() else None)
@@ -62,8 +62,8 @@ def path_conflicts(*, results: Path, report: Path | None, baseline: Path | None,
     Returns:
         One sentence per problem (empty when none), each naming the options.
     """
-    from gradeff.outputs import colliding_outputs
-    from gradeff.portability import perturbed_path
+    from gradeff.gate.portability import perturbed_path
+    from gradeff.records.outputs import colliding_outputs
 
     if baseline is not None and colliding_outputs({"b": baseline, "r": results}):
         return [f"--gradeff-baseline {baseline} is this session's own --gradeff-results file: the session's records "

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.devices import DEVICES, validate_device
-from gradeff.grid import AXES, PLURALS, axis_registry
-from gradeff.hparams import MEMORY_MARGIN
+from gradeff.cell.devices import DEVICES, validate_device
+from gradeff.cell.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 from gradeff.models import MODELS
-from gradeff.profiles import DEFAULT_PROFILE, PROFILES
-from gradeff.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+from gradeff.specs.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.strategies import COMPILE_BACKENDS
+from gradeff.studies.grid import AXES, PLURALS, axis_registry
+from gradeff.studies.hparams import MEMORY_MARGIN, largest_caps
 
 __all__ = ["DEFAULT_RESULTS", "MAX_SEED", "PRECISION", "SETTINGS", "WORLD_SIZE", "Settings", "add_options",
            "benchmark_storage_given", "default_threads", "parse_seeds", "read_settings", "run_config"]
@@ -305,7 +305,7 @@ def _baseline(path_text: str | None) -> Path | None:
     """A readable results file with at least one record."""
     if path_text is None:
         return None
-    from gradeff.loading import ResultsFileError, load_results
+    from gradeff.records.loading import ResultsFileError, load_results
 
     path = Path(path_text)
     try:
@@ -359,7 +359,7 @@ def _local_weights(config: pytest.Config) -> tuple[tuple[str, str], ...]:
     if not items:
         return ()
     from gradeff.models.checkpoint import CheckpointError, check_source, resolve_for
-    from gradeff.weights import WeightSourceError
+    from gradeff.models.weights import WeightSourceError
 
     pairs = []
     for item in items:
@@ -399,7 +399,7 @@ def _compare_args(text: str, baseline: Path | None) -> str:
         return text
     if baseline is None:
         raise pytest.UsageError("--gradeff-compare-args: given without --gradeff-baseline, which it configures")
-    from gradeff.compare import parse_compare_args
+    from gradeff.gate.compare import parse_compare_args
 
     try:
         parse_compare_args(text)
@@ -486,7 +486,7 @@ def _data_sources(config: pytest.Config) -> tuple:
                                 f"sources: {', '.join(paths) or '(none)'}")
     if tokenizer is not None and not Path(tokenizer).is_dir():
         raise _usage("--gradeff-tokenizer", tokenizer, "no such folder")
-    from gradeff.pretrain import cache_root
+    from gradeff.cell.pretrain import cache_root
 
     root = cache_root(config.getoption("gradeff_cache"))
     builtin = {key: "" for key in real.BUILTIN if key in overrides or tokenizer is not None}
@@ -497,7 +497,7 @@ def _data_sources(config: pytest.Config) -> tuple:
                                  columns=tuple(sorted((overrides.get(None, {}) | overrides.get(key, {})).items())),
                                  allow_hub=config.getoption("gradeff_allow_hub"))
         try:
-            real.validate_source(source, root, config.getoption("gradeff_profile"))
+            real.validate_source(source, root, largest_caps(key, config.getoption("gradeff_profile")))
         except ValueError as exc:
             raise pytest.UsageError(f"--gradeff-data {key}={path or '(built in)'}: {exc}") from None
         sources.append(source)
@@ -574,8 +574,8 @@ WORLD_SIZE = pytest.StashKey[int]()
 
 def run_config(config: pytest.Config, seed: int):
     """The runner's settings for a cell of this session with ``seed`` (the grid's cells and the public fixtures')."""
-    from gradeff.metering import MeterSettings
-    from gradeff.runner import RunConfig
+    from gradeff.cell.config import RunConfig
+    from gradeff.cell.metering import MeterSettings
 
     settings = config.stash[SETTINGS]
     run = RunConfig(profile=settings.profile, seed=seed, epochs=settings.epochs,

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.devices import pin_worker_device, resolve_device
-from gradeff.distributed import read_world_size
-from gradeff.grid import GRIDS, PLURALS, cells
+from gradeff.cell.devices import pin_worker_device, resolve_device
+from gradeff.cell.distributed import read_world_size
 from gradeff.models import MODELS
 from gradeff.pytest.options import (
     DEFAULT_RESULTS,
@@ -30,25 +29,26 @@ from gradeff.pytest.options import (
     read_settings,
     run_config,
 )
-from gradeff.results import FINAL_STATUSES, append_record, read_records, record_field
-from gradeff.shard import ShardPlan
+from gradeff.records.results import FINAL_STATUSES, append_record, read_records, record_field
+from gradeff.scale.shard import ShardPlan
+from gradeff.studies.grid import GRIDS, PLURALS, cells
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
 # --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
 # benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method).
-pytest_plugins = ["gradeff.listing", "gradeff.pytest.fixtures"]
+pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures"]
 _SESSION_KEY = "gradeff_session"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from gradeff.extend import add_options as add_extension_options
-    from gradeff.shard import add_options as add_shard_options
+    from gradeff.scale.shard import add_options as add_shard_options
+    from gradeff.studies.extend import add_options as add_extension_options
 
     add_shard_options(parser)
-    from gradeff.precision import add_options as add_precision_options
+    from gradeff.cell.precision import add_options as add_precision_options
 
     add_precision_options(parser)
-    from gradeff.distributed import add_options as add_world_size_option
+    from gradeff.cell.distributed import add_options as add_world_size_option
 
     add_world_size_option(parser)
     from gradeff.pytest.dryrun import add_options as add_dry_run_options
@@ -60,7 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager) -> None:
     """``pytest_gradeff_register``: a conftest or plugin adds its own models, optimizers, strategies, ..."""
-    from gradeff import hookspecs
+    from gradeff.specs import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -70,8 +70,8 @@ def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
                    world_size: int | None = None, protocol: str = "tuned") -> dict[tuple[str, int], str]:
     """``(cell id, seed)`` pairs with a final record for this profile, epoch count, protocol and code version →
     status."""
-    from gradeff.environment import code_version
-    from gradeff.hparams import hparams_for
+    from gradeff.cell.environment import code_version
+    from gradeff.studies.hparams import hparams_for
 
     if not path.exists():
         return {}
@@ -102,7 +102,7 @@ def _stop_like_ctrl_c() -> None:
     import signal
     import sys
 
-    from gradeff import stop
+    from gradeff.cell import stop
 
     received: list[int] = []
     stop.clear()
@@ -115,7 +115,7 @@ def _stop_like_ctrl_c() -> None:
             if not _in_finalizer(frame):
                 raise KeyboardInterrupt(why)
             # Raised inside a __del__, Python would print it as ignored and go on: the next optimizer step or
-            # test setup raises it instead (gradeff.stop).
+            # test setup raises it instead (gradeff.cell.stop).
             return
         sys.stderr.write(f"\ngradeff: second {signal.Signals(signum).name}, stopping now\n")
         sys.stderr.flush()
@@ -141,7 +141,7 @@ def _in_finalizer(frame) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A stop requested while its KeyboardInterrupt was swallowed: no further test starts."""
-    from gradeff.stop import raise_if_requested
+    from gradeff.cell.stop import raise_if_requested
 
     raise_if_requested()
 
@@ -157,7 +157,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Models are built from configs or local folders; nothing may reach for a hub mid-run.
         for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
             os.environ.setdefault(variable, "1")
-    from gradeff.extend import register_all
+    from gradeff.studies.extend import register_all
 
     # The user's entries first: markers, option checks and the grids below all see them.
     model_paths = register_all(config)
@@ -197,17 +197,17 @@ def pytest_configure(config: pytest.Config) -> None:
                              world_size=read_world_size(config),
                              protocol=settings.protocol) if settings.resume else {}
     config.stash[SETTINGS] = dataclasses.replace(settings, session=session, settled=settled)
-    from gradeff.shard import read_shard
+    from gradeff.scale.shard import read_shard
 
     config.stash[_SHARD] = read_shard(config, settings.profile)
-    from gradeff.precision import read_precision
+    from gradeff.cell.precision import read_precision
 
     config.stash[PRECISION] = read_precision(config, settings.device)
     config.stash[WORLD_SIZE] = read_world_size(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from gradeff.extend import reset
+    from gradeff.studies.extend import reset
 
     # Registered entries belong to this session; another session in this process (pytester) starts clean.
     reset()
@@ -222,20 +222,20 @@ def pytest_configure_node(node) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     """pytest-benchmark: add the stack's versions and the device to the JSON's machine info."""
-    from gradeff.environment import environment
+    from gradeff.cell.environment import environment
 
     machine_info["gradeff"] = environment(str(resolve_device(config.stash[SETTINGS].device)))
 
 
 def grid_params(grid: str = "main", **axes) -> list:
-    """``pytest.param`` of every cell of a grid (a :class:`~gradeff.grid.Cell`), with its id and markers.
+    """``pytest.param`` of every cell of a grid (a :class:`~gradeff.studies.grid.Cell`), with its id and markers.
 
     Each cell carries its model key, model family and grid as markers (``-m llm``, ``-m decoder``,
     ``-m peft``), ``grid`` (every grid's cells), and an exact
     ``cell(model=..., optimizer=..., strategy=..., method=..., dataset=...)`` marker.
 
     Args:
-        axes: ``<plural>=[keys]`` per axis, as :func:`gradeff.grid.cells` takes.
+        axes: ``<plural>=[keys]`` per axis, as :func:`gradeff.studies.grid.cells` takes.
     """
     params = []
     for cell in cells(grid, **axes):
@@ -257,8 +257,8 @@ _SHARD_LINE = pytest.StashKey[str]()
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """--gradeff-shard I/N: keep shard I's cells of what -k, -m and the axis options selected; deselect the rest.
-    Then the fine-tuned backbones' cells are interleaved (:mod:`gradeff.schedule`)."""
-    from gradeff.schedule import fine_tuned_backbone, interleave_backbones
+    Then the fine-tuned backbones' cells are interleaved (:mod:`gradeff.pytest.schedule`)."""
+    from gradeff.pytest.schedule import fine_tuned_backbone, interleave_backbones
 
     _keep_shard(config, items)
     items[:] = interleave_backbones(items, fine_tuned_backbone)
@@ -268,7 +268,7 @@ def _keep_shard(config: pytest.Config, items: list) -> None:
     plan = config.stash.get(_SHARD, None)
     if plan is None:
         return
-    from gradeff.shard import shard_items
+    from gradeff.scale.shard import shard_items
 
     kept, deselected = shard_items(items, plan.shard, plan.costs)
     if deselected:
@@ -307,22 +307,22 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
 
 def _pretrain_ahead(session: pytest.Session) -> None:
     """Pretrain the selected cells' backbones before the first cell, each by the process that claims it first
-    (:func:`gradeff.pretrain.pretrain_ahead`): under pytest-xdist the workers pretrain side by side. Not on
+    (:func:`gradeff.cell.pretrain.pretrain_ahead`): under pytest-xdist the workers pretrain side by side. Not on
     xdist's controller (it runs no cell), nor in a session that runs none."""
     config = session.config
     if config.option.collectonly or config.pluginmanager.get_plugin("dsession") is not None or not session.items:
         return
-    from gradeff.devices import resolve_device
-    from gradeff.pretrain import pretrain_ahead
-    from gradeff.runner import intra_op_threads
-    from gradeff.schedule import fine_tuned_backbone
+    from gradeff.cell.devices import resolve_device
+    from gradeff.cell.pretrain import pretrain_ahead
+    from gradeff.cell.run import intra_op_threads
+    from gradeff.pytest.schedule import fine_tuned_backbone
 
     settings = config.stash[SETTINGS]
     needed = [(model, item.callspec.params.get("gradeff_seed", settings.seed)) for item in session.items
               if (model := fine_tuned_backbone(item)) is not None]
     if not needed:
         return
-    # The cells' thread count: it is part of a pretraining's recipe (see gradeff.pretrain).
+    # The cells' thread count: it is part of a pretraining's recipe (see gradeff.cell.pretrain).
     with intra_op_threads(settings.threads):
         pretrain_ahead(needed, settings.profile, local=dict(settings.weights), cache_dir=settings.cache_dir,
                        device=str(resolve_device(settings.device)))
@@ -365,7 +365,7 @@ def gradeff_threads(request: pytest.FixtureRequest):
     would otherwise take torch's default, one thread per core: under ``-n 2`` that is three busy threads on two
     cores, and torch's workers spin waiting for the core the other worker holds. Yields the count.
     """
-    from gradeff.runner import intra_op_threads
+    from gradeff.cell.run import intra_op_threads
 
     threads = request.config.stash[SETTINGS].threads
     with intra_op_threads(threads):
@@ -374,7 +374,7 @@ def gradeff_threads(request: pytest.FixtureRequest):
 
 @pytest.fixture
 def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
-    """Run a cell (a :class:`~gradeff.grid.Cell`, or its keys: ``gradeff_cell(model, optimizer, strategy,
+    """Run a cell (a :class:`~gradeff.studies.grid.Cell`, or its keys: ``gradeff_cell(model, optimizer, strategy,
     method=, dataset=, grid=)``): time each epoch with ``benchmark``, append the record, return it.
 
     The record goes to the results file the moment the cell ends (also under pytest-xdist, where
@@ -384,9 +384,9 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     ``gradeff_data``: the objects the test received, built at its setup) and recorded with its
     ``gradeff_meters``; another cell from a build of its own, the same way.
     """
-    from gradeff.grid import Cell
+    from gradeff.cell.run import run_cell
     from gradeff.pytest.fixtures import cell_setup
-    from gradeff.runner import run_cell
+    from gradeff.studies.grid import Cell
 
     settings = request.config.stash[SETTINGS]
     callspec = getattr(request.node, "callspec", None)
@@ -531,7 +531,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def _write_session_file(config: pytest.Config, path: Path, text: str) -> None:
     """Write one of the session's files atomically; a failure is noted (one line) and ends the session 74."""
-    from gradeff.outputs import OutputError, write_text
+    from gradeff.records.outputs import OutputError, write_text
 
     try:
         write_text(path, text)
@@ -541,7 +541,7 @@ def _write_session_file(config: pytest.Config, path: Path, text: str) -> None:
 
 def _incomplete_output(config: pytest.Config) -> None:
     """Exit 74 (incomplete output) unless the session already fails for a test or a regression: its verdict stands."""
-    from gradeff.outputs import EXIT_INCOMPLETE_OUTPUT
+    from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT
 
     session = config.stash.get(_SESSION, None)
     if session is not None and config.stash[_UNWRITTEN] and session.exitstatus == pytest.ExitCode.OK:
@@ -552,10 +552,10 @@ def _incomplete_output(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     """Write the session's own records and selection (``last-session.*``); with --gradeff-baseline, run the regression
     gate on them: a regression fails the session."""
-    from gradeff import stop
+    from gradeff.cell import stop
 
     if stop.reason is not None:
-        # Asked to stop, the session says so even where every KeyboardInterrupt was swallowed (gradeff.stop).
+        # Asked to stop, the session says so even where every KeyboardInterrupt was swallowed (gradeff.cell.stop).
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     config = session.config
     settings = config.stash.get(SETTINGS, None)
@@ -583,7 +583,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if settings.baseline is None:
         _incomplete_output(config)
         return
-    from gradeff.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE, arguments, run
+    from gradeff.gate.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE, arguments, run
 
     # The options were checked at configure time (parse_compare_args), before any cell ran.
     verdict = run(arguments(settings.baseline, current, settings.compare_args), current_records=records,
@@ -611,7 +611,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if not records:
         return
     from gradeff.pytest.summary import answer_lines, summary_lines
-    from gradeff.safe_text import one_line
+    from gradeff.records.safe_text import one_line
 
     def write(line: str) -> None:
         # Cell ids, failure messages and paths come from records: one line each, control characters visible.
@@ -624,7 +624,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     for message in errors:
         write(f"unreadable line skipped: {message}")
     if settings.report is not None:
-        from gradeff.outputs import OutputError
+        from gradeff.records.outputs import OutputError
         from gradeff.report import write_report
 
         try:

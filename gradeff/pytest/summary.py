@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Sequence
 from gradeff.analysis import metrics
 from gradeff.analysis.answer import answer, line_text
 from gradeff.analysis.runs import canonical
-from gradeff.formatting import as_number, format_value
-from gradeff.grid import GRIDS
-from gradeff.results import CellRecord, meter_field, record_field, record_section
+from gradeff.records.formatting import as_number, format_value
+from gradeff.records.results import CellRecord, meter_field, record_field, record_section
+from gradeff.studies.grid import GRIDS
 
 __all__ = ["ID_WIDTH", "WIDTH", "answer_lines", "summary_lines", "table_lines", "target_text"]
 

@@ -14,6 +14,8 @@ print; they run with autoescape on and ``StrictUndefined``, so a field name typo
 printing nothing. :mod:`gradeff.report.csv_export` writes the flat CSV table instead.
 
 :func:`write_report` is the entry point for the pytest plugin and the CLI.
+
+May import: :mod:`gradeff.analysis`, :mod:`gradeff.records` and everything below them; never the gate or the cell.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from gradeff import analysis
 from gradeff.analysis import group_by_model, naming, scope
 from gradeff.analysis import memory as memory_analysis
 from gradeff.analysis import peft as peft_analysis
-from gradeff.formatting import NA
-from gradeff.grid import GRIDS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
+from gradeff.records.formatting import NA
+from gradeff.records.results import CellRecord, record_field
 from gradeff.report import context, figures, tables
 from gradeff.report.answer import build_answer_view, build_real_view
 from gradeff.report.claims import build_claims_view
@@ -49,8 +51,8 @@ from gradeff.report.view import (
     html_id,
     status_text,
 )
-from gradeff.results import CellRecord, record_field
 from gradeff.strategies import STRATEGIES
+from gradeff.studies.grid import GRIDS
 
 __all__ = [
     "MAIN_MISSING_NOTE", "SECTIONS", "TEMPLATE", "build_view", "jinja_environment", "render_html", "status_text",
@@ -265,9 +267,9 @@ def write_report(
 
     Raises:
         NotADirectoryError: the template folder named does not exist.
-        gradeff.outputs.OutputError: the file could not be written (disk full, I/O error); it is left as it was.
+        gradeff.records.outputs.OutputError: the file could not be written (disk full, I/O error); it is left as it was.
     """
-    from gradeff.outputs import write_text, write_with
+    from gradeff.records.outputs import write_text, write_with
 
     # Written whole, then renamed over the target: never seen half-written by a browser or a CI upload.
     if Path(path).suffix.lower() == ".csv":

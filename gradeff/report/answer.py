@@ -15,10 +15,10 @@ from gradeff.analysis.answer import AnswerLine, answer, line_text, verdict_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, OBJECTIVE_TITLES
 from gradeff.analysis.pairing import SINGLE_DRAW, TIE
 from gradeff.analysis.runs import by_cell
-from gradeff.formatting import NA
+from gradeff.records.formatting import NA
+from gradeff.records.results import CellRecord
 from gradeff.report.tables import places, resolve, runs_cell
 from gradeff.report.view import AnswerGroupView, AnswerView, Cell, RealView, Row, Table, html_id
-from gradeff.results import CellRecord
 
 __all__ = ["ANSWER_MISSING_NOTE", "ANSWER_RULES", "REAL_MISSING_NOTE", "build_answer_view", "build_real_view"]
 

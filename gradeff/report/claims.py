@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from gradeff.analysis import scope
 from gradeff.analysis.claims import VERDICTS, ClaimResult, evaluate_claims
-from gradeff.formatting import NA
+from gradeff.records.formatting import NA
+from gradeff.records.results import CellRecord
 from gradeff.report.view import Cell, ClaimGroupView, ClaimsView, Row, Table
-from gradeff.results import CellRecord
 
 __all__ = ["CLAIM_RULES", "STUDY_TITLES", "VERDICT_MEANINGS", "build_claims_view", "claims_table", "verdict_css"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from gradeff.formatting import NA
+from gradeff.records.formatting import NA
 from gradeff.report.view import Cell, Table
 
 __all__ = ["HIDDEN_PREFIX", "hide_unmeasured", "hide_unmeasured_everywhere", "is_unmeasured"]

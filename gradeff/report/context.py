@@ -6,9 +6,9 @@ import datetime as _dt
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from gradeff.formatting import NA, as_number
-from gradeff.grid import GRIDS
 from gradeff.models import MODELS
+from gradeff.records.formatting import NA, as_number
+from gradeff.records.results import CellRecord, record_field, record_section
 from gradeff.report.view import (
     Cell,
     Row,
@@ -20,7 +20,7 @@ from gradeff.report.view import (
     status_text,
     text_or_na,
 )
-from gradeff.results import CellRecord, record_field, record_section
+from gradeff.studies.grid import GRIDS
 
 __all__ = ["environment_tables", "failures_table", "hparams_table", "methods", "runs_table"]
 

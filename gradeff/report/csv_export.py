@@ -19,9 +19,9 @@ from typing import TextIO
 from gradeff import analysis
 from gradeff.analysis.memory import sort_memory, split_studies
 from gradeff.analysis.peft import sort_peft
-from gradeff.formatting import NA
-from gradeff.results import CellRecord, Summary
-from gradeff.safe_text import csv_safe
+from gradeff.records.formatting import NA
+from gradeff.records.results import CellRecord, Summary
+from gradeff.records.safe_text import csv_safe
 
 __all__ = ["csv_table", "write_csv"]
 

@@ -18,13 +18,13 @@ from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.metrics import quality_metric
 from gradeff.analysis.runs import CellRuns
 from gradeff.data import TASKS
-from gradeff.formatting import as_number, format_loss, format_percent, format_value
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
+from gradeff.records.formatting import as_number, format_loss, format_percent, format_value
+from gradeff.records.results import FAILED_STATUSES
 from gradeff.report import plots
 from gradeff.report.view import FigureView, config_label, display_name, first_word, short_label
-from gradeff.results import FAILED_STATUSES
 
 __all__ = ["accuracy_curves_figure", "heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure",
            "tradeoff_figure"]

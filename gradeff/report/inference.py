@@ -4,7 +4,7 @@ Three parts of the PEFT section, built from the records of the grids read by hel
 
 - per backbone × dataset, every cell's inference cost (latency at batch 1, throughput, peak
   inference memory, energy per image with its source, MACs per image) and its NetScore, NS-E,
-  NS-M and NS# (:mod:`gradeff.netscore`), as recorded in ``record.inference``;
+  NS-M and NS# (:mod:`gradeff.analysis.netscore`), as recorded in ``record.inference``;
 - per dataset, the cells ranked by each score, top first;
 - per dataset, each foundation-model baseline next to the best fine-tuned cell of each backbone,
   with how the baseline's weights were obtained.
@@ -22,9 +22,12 @@ from collections.abc import Mapping, Sequence
 
 from gradeff import analysis
 from gradeff.analysis import naming, peft
+from gradeff.analysis.netscore import LABELS, Score
 from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.data import TASKS
-from gradeff.formatting import (
+from gradeff.methods import METHODS
+from gradeff.models import MODELS
+from gradeff.records.formatting import (
     NA,
     as_number,
     format_bytes,
@@ -35,11 +38,8 @@ from gradeff.formatting import (
     format_rate,
     format_seconds,
 )
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
-from gradeff.netscore import LABELS, Score
+from gradeff.records.results import CellRecord, meter_field, record_field
 from gradeff.report.view import BaselinesView, Cell, Row, Table, display_name, first_word, html_id, status_text
-from gradeff.results import CellRecord, meter_field, record_field
 
 __all__ = [
     "BASELINES_MISSING_NOTE", "ESTIMATED", "RANKING_NOTE", "SCORE_INPUTS", "baselines_views", "cell_label",
@@ -50,7 +50,7 @@ ESTIMATED = "(est.)"
 BASELINES_MISSING_NOTE = ("No foundation-model baselines in these results: run the baselines grid (-m baselines: "
                           "CLIP and SigLIP zero-shot, a DINOv2 linear probe, the prompted VLMs SmolVLM and vlm_prompt) "
                           "to set them against fine-tuning.")
-# The argument names gradeff.netscore.netscore_family lists in ``missing``, in words.
+# The argument names gradeff.analysis.netscore.netscore_family lists in ``missing``, in words.
 SCORE_INPUTS: Mapping[str, str] = {
     "accuracy": "held-out accuracy",
     "parameters": "parameter count",

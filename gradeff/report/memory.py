@@ -19,8 +19,9 @@ from gradeff.analysis import memory as ma
 from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.pairing import PairedRatio
 from gradeff.analysis.runs import CellRuns
-from gradeff.formatting import NA, format_bytes, format_ratio, format_seconds, format_value
 from gradeff.models import MODELS
+from gradeff.records.formatting import NA, format_bytes, format_ratio, format_seconds, format_value
+from gradeff.records.results import CellRecord, record_field
 from gradeff.report import figures
 from gradeff.report.view import (
     Cell,
@@ -34,7 +35,6 @@ from gradeff.report.view import (
     html_id,
     status_text,
 )
-from gradeff.results import CellRecord, record_field
 
 __all__ = ["MISSING_NOTE", "SPREAD_WARNING", "TABLE_HEADER", "build_memory_view", "format_change", "format_range",
            "memory_methods"]

@@ -21,9 +21,10 @@ from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, qualit
 from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.analysis.verdicts import verdict
 from gradeff.data import TASKS
-from gradeff.formatting import NA, as_number, format_percent, format_seconds
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
+from gradeff.records.formatting import NA, as_number, format_percent, format_seconds
+from gradeff.records.results import CellRecord, record_field
 from gradeff.report import figures, inference
 from gradeff.report.tables import places, ratio_cell, runs_cell
 from gradeff.report.view import (
@@ -40,7 +41,6 @@ from gradeff.report.view import (
     html_id,
     status_text,
 )
-from gradeff.results import CellRecord, record_field
 from gradeff.strategies import STRATEGIES
 
 __all__ = [

@@ -21,10 +21,10 @@ from gradeff.analysis.answer import verdict_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, quality_metric
 from gradeff.analysis.pairing import IDENTICAL, SINGLE_DRAW, TIE, PairedRatio, Ranking, rank
 from gradeff.analysis.runs import CellRuns
-from gradeff.formatting import NA, as_number, format_loss, format_ratio, format_value
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
-from gradeff.registry import Registry
+from gradeff.records.formatting import NA, as_number, format_loss, format_ratio, format_value
+from gradeff.records.results import CellRecord, meter_field, record_field
 from gradeff.report.view import (
     Cell,
     Row,
@@ -35,7 +35,7 @@ from gradeff.report.view import (
     first_word,
     status_text,
 )
-from gradeff.results import CellRecord, meter_field, record_field
+from gradeff.specs.registry import Registry
 from gradeff.strategies import STRATEGIES
 
 __all__ = [

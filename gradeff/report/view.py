@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from markupsafe import Markup
 
 from gradeff.analysis import meter_value
-from gradeff.formatting import NA
 from gradeff.optim import OPTIMIZERS
-from gradeff.registry import Registry
-from gradeff.results import CellRecord, meter_field
+from gradeff.records.formatting import NA
+from gradeff.records.results import CellRecord, meter_field
+from gradeff.specs.registry import Registry
 from gradeff.strategies import STRATEGIES
 
 __all__ = [

@@ -5,6 +5,8 @@ memory budget needs, activations offloaded to the host, the compiler's own recom
 budget) — or as data (``accumulate``: how many micro-batches make one optimizer step; ``shards``:
 which slice of each micro-batch this process trains on, see :mod:`gradeff.strategies.sharded`). The
 loop itself has no strategy branches.
+
+May import: :mod:`gradeff.specs`, :mod:`gradeff.meters` and the other axes (never in a cycle).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gradeff.registry import Registry
+from gradeff.specs.registry import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +49,7 @@ class StrategySpec:
             span each model's whole trade-off, however large its parameters and activations are;
             ``None``: the absolute budget (``--gradeff-memory-budget``, else the profile's default).
         shards: train data-parallel across ``--gradeff-world-size`` processes with FSDP2, each holding
-            its 1/W share of the parameters, gradients and optimizer state (see :mod:`gradeff.distributed`).
+            its 1/W share of the parameters, gradients and optimizer state (see :mod:`gradeff.cell.distributed`).
     """
 
     key: str

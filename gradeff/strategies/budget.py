@@ -9,7 +9,7 @@ recomputes only the blocks it must. Here that is a plan made from one measured p
    an attribution of every tensor autograd saves to the block that saved it. Each block's cost is
    what it saves (``saved_bytes``) and what checkpointing would keep of it instead, its inputs
    (``boundary_bytes``); checkpointing it saves the difference. The pass leaves no trace
-   (:func:`gradeff.untouched.untouched`: buffers such as BatchNorm's running statistics and the RNG are
+   (:func:`gradeff.meters.untouched.untouched`: buffers such as BatchNorm's running statistics and the RNG are
    restored bit for bit), so the cell trains exactly as if it had not happened.
 2. **Predict** (:meth:`StepProfile.predicted_peak`) the peak of a training step when the blocks
    ``S`` are checkpointed, as the larger of two phases:
@@ -287,7 +287,7 @@ def measure_checkpointed_peak(model: torch.nn.Module, batch: dict, profile: Step
     whichever is larger (as :meth:`StepProfile.predicted_peak` composes them). The pass leaves no trace.
     """
     from gradeff.meters import LivePeakTracker
-    from gradeff.untouched import untouched
+    from gradeff.meters.untouched import untouched
 
     checkpoint_only(model, [layer.name for layer in profile.layers])
     devices = [device] if device.type == "cuda" else []
@@ -312,7 +312,7 @@ def profile_step(model: torch.nn.Module, batch: dict, *, state_bytes: int, devic
     """
     from gradeff.meters import LivePeakTracker
     from gradeff.meters.memory import parameter_bytes
-    from gradeff.untouched import untouched
+    from gradeff.meters.untouched import untouched
 
     layers = checkpointable_layers(model)
     trainable = [p for p in model.parameters() if p.requires_grad]

@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from gradeff.meters.untouched import untouched
 from gradeff.strategies import STRATEGIES, enable_checkpointing
 from gradeff.strategies.budget import (
     BudgetPlan,
@@ -25,7 +26,6 @@ from gradeff.strategies.budget import (
     profile_step,
 )
 from gradeff.strategies.layers import checkpoint_only, checkpointable_layers
-from gradeff.untouched import untouched
 
 __all__ = ["BudgetUnreachable", "CompiledUnderBudget", "OffloadedActivations", "prepare"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gradeff.results import CellRecord, EpochRecord, Summary
+from gradeff.records.results import CellRecord, EpochRecord, Summary
 from tests.conftest import meters
 
 

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gradeff.analysis.stats import differs, interval, target_loss, time_to_target, winners
+from gradeff.analysis.stats import differs, interval, winners
+from gradeff.records.curve import target_loss, time_to_target
 
 
 def test_interval_covers_the_true_mean_95_percent_of_the_time():

@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
-from gradeff.baselines.prompts import synthetic_class_tokens, tokenizer_class_tokens
+from gradeff.cell.evaluation import evaluate
 from gradeff.data import make_dataset
-from gradeff.evaluation import evaluate
-from gradeff.hparams import hparams_for, method_hparams_for
 from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
+from gradeff.studies.baselines.prompts import synthetic_class_tokens, tokenizer_class_tokens
+from gradeff.studies.hparams import hparams_for, method_hparams_for
 
 # The baselines with an implementation (MobileVLM's row only skips, saying why).
 BASELINES = [key for key, spec in MODELS.items() if spec.family == "foundation" and not spec.unavailable]

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from gradeff.baselines.classnames import CIFAR100
-from gradeff.baselines.contrastive import ZeroShotClassifier
 from gradeff.models import build_model
+from gradeff.studies.baselines.classnames import CIFAR100
+from gradeff.studies.baselines.contrastive import ZeroShotClassifier
 
 KEYS = ["clip", "siglip"]
 CLASSES = 10

@@ -4,12 +4,12 @@ import pytest
 import torch
 from torch import nn
 
+from gradeff.cell.evaluation import evaluate
+from gradeff.cell.loop import TrainState, train
 from gradeff.data.dataset import Dataset
-from gradeff.evaluation import evaluate
-from gradeff.hparams import method_hparams_for
-from gradeff.loop import TrainState, train
 from gradeff.methods import apply_method
 from gradeff.models import MODELS, build_model
+from gradeff.studies.hparams import method_hparams_for
 
 CLASSES = 3
 HP = method_hparams_for("full", "vit_s", "tiny")  # the probe reads no setting of its own

@@ -3,10 +3,10 @@
 import torch
 import torch.nn.functional as F
 
+from gradeff.cell.config import RunConfig
 from gradeff.cell.plan import cannot_run
-from gradeff.grid import Cell
 from gradeff.models import MODELS, build_model
-from gradeff.runner import RunConfig
+from gradeff.studies.grid import Cell
 
 
 def _own_forward_scores(model, pixel_values) -> torch.Tensor:

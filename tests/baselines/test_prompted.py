@@ -4,11 +4,11 @@ import pytest
 import torch
 from torch import nn
 
-from gradeff.baselines.prompted import tree_attention
-from gradeff.baselines.prompts import ClassTokens
-from gradeff.baselines.vlm_prompt import PromptedNanoVLM
 from gradeff.models import build_model
 from gradeff.models.vlm import build as build_vlm
+from gradeff.studies.baselines.prompted import tree_attention
+from gradeff.studies.baselines.prompts import ClassTokens
+from gradeff.studies.baselines.vlm_prompt import PromptedNanoVLM
 
 KEYS = ["smolvlm", "vlm_prompt"]
 
@@ -94,8 +94,8 @@ def test_smolvlm_with_a_local_tokenizer_uses_its_chat_format_and_the_real_class_
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from gradeff.baselines.classnames import CIFAR100
-    from gradeff.baselines.smolvlm import CHAT
+    from gradeff.studies.baselines.classnames import CIFAR100
+    from gradeff.studies.baselines.smolvlm import CHAT
 
     specials = ["<unk>", "<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>", "<global-img>"]
     words = {"a", "photo", "of", *CHAT[0].split(), *CHAT[1].replace("<end_of_utterance>", " ").split()}

@@ -13,11 +13,13 @@ import torch
 datasets = pytest.importorskip("datasets")
 from PIL import Image
 
+from gradeff.cell.config import RunConfig
+from gradeff.cell.run import run_cell
 from gradeff.data import real
 from gradeff.data.real import DataSource, load_real, validate_source
-from gradeff.grid import Cell
-from gradeff.results import EpochRecord, Summary
-from gradeff.runner import RunConfig, run_cell
+from gradeff.records.results import EpochRecord, Summary
+from gradeff.studies.grid import Cell
+from gradeff.studies.hparams import largest_caps
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 
@@ -305,7 +307,7 @@ def test_cifar100_and_mmimdb_shaped_copies_train(tmp_path):
 
 def test_f1_counts():
     """Micro-F1 pools every decision; macro-F1 averages the labels' own F1, a label never true nor predicted being 1."""
-    from gradeff.evaluation import _f1
+    from gradeff.cell.evaluation import _f1
 
     # label 0: tp 2 fp 0 fn 0 (F1 1); label 1: tp 0 fp 1 fn 1 (F1 0); label 2: nothing (F1 1).
     counts = torch.tensor([[2, 0, 0], [0, 1, 0], [0, 1, 0]])
@@ -368,7 +370,8 @@ def _pandas_parquet(path: Path, n: int, corrupt_row: int | None = None) -> Path:
 def test_a_pandas_written_image_parquet_trains(tmp_path):
     """{bytes, path} image structs (pandas' df.to_parquet) are decoded like datasets' own Image column."""
     source = DataSource(key="images", path=str(_pandas_parquet(tmp_path / "pandas.parquet", 80)))
-    assert validate_source(source, tmp_path, "tiny")["images_decoded"] == 80  # 64 training + 16 held-out rows
+    found = validate_source(source, tmp_path, largest_caps(source.key, "tiny"))
+    assert found["images_decoded"] == 80  # 64 training + 16 held-out rows
     record = _cell("vit", "images", source, tmp_path, epochs=1)
     assert record.status == "ok", record.detail
     assert record.hparams["num_classes"] == 4
@@ -379,7 +382,7 @@ def test_a_corrupt_image_is_named_by_file_and_row(tmp_path):
     cell that reads it anyway (the per-row guard of every decode)."""
     source = DataSource(key="images", path=str(_pandas_parquet(tmp_path / "bad.parquet", 40, corrupt_row=5)))
     with pytest.raises(ValueError) as caught:
-        validate_source(source, tmp_path, "tiny")
+        validate_source(source, tmp_path, largest_caps(source.key, "tiny"))
     assert "row " in str(caught.value) and "(file img5.png): cannot decode the image: " in str(caught.value)
     assert str(caught.value).startswith(f"images={tmp_path / 'bad.parquet'}, the ")
     validate_source(source, tmp_path)  # without a profile: splits and columns only

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from gradeff.data import IGNORE_INDEX, SPECIAL_TOKENS, TASKS, epoch_order, make_dataset
 from gradeff.data.markov import make_chain
 from gradeff.data.text import masked_posteriors
-from gradeff.hparams import hparams_for
 from gradeff.models import MODELS
+from gradeff.studies.hparams import hparams_for
 
 
 @pytest.mark.parametrize("model", list(MODELS))

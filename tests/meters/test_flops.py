@@ -7,9 +7,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from gradeff.data import make_dataset
-from gradeff.hparams import hparams_for
 from gradeff.meters.flops import PEAK_TFLOPS, StepFlops, compute_record, count_step_flops, peak_flops_per_s
 from gradeff.models import build_model
+from gradeff.studies.hparams import hparams_for
 
 
 def _llm_and_batch():

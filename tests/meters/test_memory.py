@@ -17,7 +17,6 @@ from torch.utils.checkpoint import checkpoint
 from transformers import LlamaForCausalLM
 
 from gradeff.data import make_dataset
-from gradeff.hparams import hparams_for
 from gradeff.meters.memory import (
     ActivationCounter,
     gradient_bytes,
@@ -30,6 +29,7 @@ from gradeff.meters.memory import (
 from gradeff.models import MODELS, build_model, llm
 from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.strategies import enable_checkpointing
+from gradeff.studies.hparams import hparams_for
 
 STEP_COUNTER_BYTES = 4  # torch keeps "step" as a float32 scalar tensor per parameter
 FAMILIES = ("llm", "vit", "modernbert")

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 from gradeff.data import make_dataset
-from gradeff.grid import GRIDS
-from gradeff.hparams import hparams_for, method_hparams_for
 from gradeff.meters import optimizer_state_bytes, parameter_bytes, parameter_counts
 from gradeff.methods import METHODS, apply_method, within
 from gradeff.methods.adalora import rank_budget
 from gradeff.methods.bitfit import is_bias
 from gradeff.models import MODELS, build_model
+from gradeff.studies.grid import GRIDS
+from gradeff.studies.hparams import hparams_for, method_hparams_for
 
 BACKBONES = list(GRIDS["peft"].models)
 HEAD = ("classifier",)

@@ -36,7 +36,7 @@ def test_paper_vlm_has_49_image_tokens():
 
 def _inputs(key: str):
     from gradeff.data import make_dataset
-    from gradeff.hparams import hparams_for
+    from gradeff.studies.hparams import hparams_for
 
     data = make_dataset(MODELS[key].task, hparams_for(key, "tiny"), seed=0)
     return data.batch(torch.arange(2))

@@ -11,7 +11,7 @@ import torch
 from gradeff.models import from_checkpoint
 from gradeff.models.checkpoint import CheckpointError, check_source, load_checkpoint, resolve_for
 from gradeff.models.keymaps import KEY_MAPS
-from gradeff.weights import WeightSourceError
+from gradeff.models.weights import WeightSourceError
 from tests.models.published import perturbed, save_reference, to_reference
 
 BACKBONES = sorted(KEY_MAPS)

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from gradeff.grid import GRIDS
 from gradeff.models import MODELS, build_model
+from gradeff.studies.grid import GRIDS
 
 BACKBONES = list(GRIDS["peft"].models)
 

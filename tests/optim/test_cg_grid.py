@@ -1,6 +1,6 @@
 """The grid's ``cgd`` on mini-batches: conjugate gradient, not steepest descent in disguise.
 
-Each model family of the main grid runs tiny cells through :func:`gradeff.runner.run_cell`, the
+Each model family of the main grid runs tiny cells through :func:`gradeff.cell.run.run_cell`, the
 way the grid runs them, for ``cgd`` and for ``sgd``. CG must restart on well under half of its
 iterations and its loss series must differ from SGD's in every epoch, under the standard batch
 (8 steps an epoch) and under accumulation (2 steps an epoch, the case where the first step is
@@ -14,12 +14,13 @@ import math
 
 import pytest
 
-import gradeff.runner
-from gradeff.grid import Cell
+import gradeff.cell.run
+from gradeff.cell.config import RunConfig
+from gradeff.cell.run import run_cell
 from gradeff.optim import OPTIMIZERS
 from gradeff.optim.cg import cg_stats
-from gradeff.results import CellRecord
-from gradeff.runner import RunConfig, run_cell
+from gradeff.records.results import CellRecord
+from gradeff.studies.grid import Cell
 
 FAMILIES = ("vit", "modernbert", "llm", "vlm")
 STRATEGIES = ("standard", "accum")
@@ -32,14 +33,14 @@ def _run(model: str, optimizer: str, strategy: str, monkeypatch: pytest.MonkeyPa
          **overrides) -> tuple[CellRecord, dict | None]:
     """Run a tiny cell; return its record and its optimizer's CG counters (None for other optimizers)."""
     built = []
-    build = gradeff.runner.build_optimizer
+    build = gradeff.cell.run.build_optimizer
 
     def capture(key, params, lr, **kwargs):
         built.append(build(key, params, lr, **(kwargs | overrides)))
         return built[-1]
 
     with monkeypatch.context() as patch:
-        patch.setattr(gradeff.runner, "build_optimizer", capture)
+        patch.setattr(gradeff.cell.run, "build_optimizer", capture)
         # One shared rate for both optimizers: fixed-step CG equals SGD only at SGD's own rate.
         record = run_cell(Cell(model, optimizer, strategy),
                           RunConfig(profile="tiny", device="cpu", epochs=EPOCHS, protocol="shared"))

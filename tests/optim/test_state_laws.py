@@ -18,11 +18,11 @@ import torch
 from torch import nn
 
 from gradeff.data import make_dataset
-from gradeff.grid import GRIDS
-from gradeff.hparams import hparams_for
 from gradeff.meters import optimizer_state_bytes, trainable_parameter_bytes
 from gradeff.models import MODELS, build_model
 from gradeff.optim import BNB_BLOCK_SIZE, BNB_MIN_8BIT_SIZE, OPTIMIZERS, STATE_LAWS, OptimizerSpec, build_optimizer
+from gradeff.studies.grid import GRIDS
+from gradeff.studies.hparams import hparams_for
 
 MAIN_SIX = ["sgd", "adam", "adamw", "adagrad", "adadelta", "cgd"]
 MEMORY_SAVERS = ["adafactor", "adamw8bit", "sgdm"]

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradeff.results import CellRecord, Summary
+from gradeff.records.results import CellRecord, Summary
 from tests.conftest import build_record, meters
 
 MODEL_KEYS = ("vit", "modernbert", "llm", "vlm")

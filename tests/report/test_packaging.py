@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.results import append_record
+from gradeff.records.results import append_record
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 TEMPLATES = CHECKOUT / "reports" / "templates"
@@ -88,7 +88,7 @@ def test_pyproject_lists_every_package():
     assert set(setuptools["packages"]) == on_disk | {"gradeff.report.templates", "gradeff.benchmarks"}
     assert setuptools["package-dir"] == {"gradeff.report.templates": "reports/templates",
                                          "gradeff.benchmarks": "benchmarks"}
-    assert setuptools["package-data"] == {"gradeff.report.templates": ["*.j2"], "gradeff": ["tuned_rates.json"]}
+    assert setuptools["package-data"] == {"gradeff.report.templates": ["*.j2"], "gradeff.cell": ["tuned_rates.json"]}
     assert sorted(p.name for p in TEMPLATES.glob("*.j2")) == list(TEMPLATE_NAMES)
 
 
@@ -116,7 +116,8 @@ def test_wheel_ships_the_templates_and_renders_from_them(source_copy, results, t
         assert not any(n.startswith(("reports/", "gradeff/report_templates/")) for n in names)
         assert {"gradeff/report/__init__.py", "gradeff/analysis/__init__.py", "gradeff/report/render.py"} <= names
         # The tuned protocol's rates travel with the code that reads them.
-        assert archive.read("gradeff/tuned_rates.json") == (CHECKOUT / "gradeff" / "tuned_rates.json").read_bytes()
+        table = CHECKOUT / "gradeff" / "cell" / "tuned_rates.json"
+        assert archive.read("gradeff/cell/tuned_rates.json") == table.read_bytes()
         archive.extractall(tmp_path / "unpacked")
 
     # -S: no site-packages .pth files, so no editable install of the checkout can answer the imports; the

@@ -4,12 +4,13 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradeff.grid import Cell
+from gradeff.analysis.netscore import LABELS
+from gradeff.cell.config import RunConfig
+from gradeff.cell.run import run_cell
 from gradeff.models import build_model
-from gradeff.netscore import LABELS
+from gradeff.records.results import append_record, read_records
 from gradeff.report import write_report
-from gradeff.results import append_record, read_records
-from gradeff.runner import RunConfig, run_cell
+from gradeff.studies.grid import Cell
 from tests.report.test_report_browser import CHROMIUM, _open
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="chromium not installed: apt-get install chromium")

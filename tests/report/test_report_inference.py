@@ -7,13 +7,13 @@ from markupsafe import escape
 
 from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.claims import CLAIMS, VERDICTS, ClaimResult
-from gradeff.formatting import NA, format_energy, format_rate
-from gradeff.netscore import netscore_family
+from gradeff.analysis.netscore import netscore_family
+from gradeff.records.formatting import NA, format_energy, format_rate
+from gradeff.records.results import Summary
 from gradeff.report import SECTIONS, build_view, render_html
 from gradeff.report import claims as claims_report
 from gradeff.report.inference import ESTIMATED, RANKING_NOTE
 from gradeff.report.peft import build_peft_view
-from gradeff.results import Summary
 
 SCRIPT = "<script>alert(1)</script>"
 
@@ -23,7 +23,7 @@ _PEFT_CLAIMS = sum(claim.study == "peft" for claim in CLAIMS)
 
 def inference(accuracy, *, parameters=200_000, macs=4_000_000, seconds=0.2, joules=0.9, source="estimate",
               peak=3 * 2**20, images=256):
-    """A ``record.inference`` dict as the runner writes it, its scores computed by gradeff.netscore."""
+    """A ``record.inference`` dict as the runner writes it, its scores computed by gradeff.analysis.netscore."""
     power = None if joules is None else joules / seconds
     scores = netscore_family(accuracy, parameters, macs, seconds, power, peak, source)
     return {"parameters": parameters, "macs_per_image": macs, "macs_by_op": {}, "grad_mode": "inference_mode",

@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradeff.formatting import NA
+from gradeff.records.formatting import NA
 from gradeff.report import build_view, render_html, write_report
 from gradeff.report.columns import HIDDEN_PREFIX, hide_unmeasured
 from gradeff.report.view import SORTABLE_ROWS, Cell, Row, Table

@@ -8,7 +8,7 @@ import pytest
 
 from gradeff.analysis import METRICS, metric_value
 from gradeff.analysis import peft as peft_analysis
-from gradeff.formatting import NA
+from gradeff.records.formatting import NA
 from gradeff.report import MAIN_MISSING_NOTE, build_view, render_html, write_report
 from gradeff.report.context import hparams_table, methods
 from gradeff.report.csv_export import csv_table
@@ -97,7 +97,7 @@ def test_heldout_accuracy_metric_in_percent_shown_where_measured(make_record):
     """heldout_accuracy: a percent, higher is better; a main-study model's table exists only if it measured it."""
     metric = METRICS["heldout_accuracy"]
     assert metric.goal == "max" and metric.unit == "percent"
-    from gradeff.results import EpochRecord, Summary
+    from gradeff.records.results import EpochRecord, Summary
     epochs = (EpochRecord(epoch=0, loss=1.0, seconds=1.0, optimizer_steps=1, closure_calls=1, samples=8, targets=8,
                           heldout_accuracy=0.25),)
     vit = make_record("vit-sgd-standard", losses=(1.0,), seconds=(1.0,), epochs=epochs,

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import jinja2
 import pytest
 
-from gradeff.formatting import (
+from gradeff.records.formatting import (
     NA,
     format_bytes,
     format_joules,

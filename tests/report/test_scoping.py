@@ -5,8 +5,8 @@ import re
 
 import pytest
 
+from gradeff.records.results import append_record, read_records
 from gradeff.report import SECTIONS, build_view, render_html, write_report
-from gradeff.results import append_record, read_records
 from tests.analysis.factories import run
 
 MIB = 2**20

@@ -5,9 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradeff.grid import Cell
-from gradeff.runner import RunConfig, run_cell
+from gradeff.cell.config import RunConfig
+from gradeff.cell.run import run_cell
 from gradeff.strategies.budget import LayerCost, StepProfile, compiler_fraction, plan
+from gradeff.studies.grid import Cell
 
 MIB = 2**20
 

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from gradeff.data import make_dataset
-from gradeff.hparams import hparams_for
 from gradeff.meters import ActivationCounter
 from gradeff.models import MODELS, build_model
 from gradeff.strategies import enable_checkpointing
 from gradeff.strategies.prepare import CompiledUnderBudget, OffloadedActivations, compile_backend
+from gradeff.studies.hparams import hparams_for
 
 
 def _model_and_batch(key="llm"):

@@ -9,19 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from gradeff import distributed
-from gradeff.distributed import (
-    merge_ranks,
-    read_world_size,
-    sharding_incompatibility,
-    validate_world_size,
-)
-from gradeff.extend import reset
-from gradeff.grid import GRIDS, Cell, cells
+from gradeff.cell import distributed
+from gradeff.cell.config import RunConfig
+from gradeff.cell.distributed import merge_ranks, read_world_size, validate_world_size
+from gradeff.cell.plan import sharding_incompatibility
+from gradeff.cell.run import run_cell
 from gradeff.models import MODELS, ModelSpec
 from gradeff.optim import OPTIMIZERS
-from gradeff.registry import open_for_registration
-from gradeff.runner import RunConfig, run_cell
+from gradeff.specs.registry import open_for_registration
+from gradeff.studies.extend import reset
+from gradeff.studies.grid import GRIDS, Cell, cells
 from tests.conftest import build_record
 
 CONFIG = RunConfig(profile="tiny", epochs=2, device="cpu")
@@ -221,10 +218,10 @@ def test_a_rank_that_fails_ends_the_cell_without_hanging_the_others(failing_mode
 
 
 def test_resume_settles_a_sharded_cell_only_for_its_world_size(tmp_path):
-    from gradeff.environment import code_version
-    from gradeff.hparams import hparams_for
+    from gradeff.cell.environment import code_version
     from gradeff.pytest.plugin import _settled_cells
-    from gradeff.results import append_record
+    from gradeff.records.results import append_record
+    from gradeff.studies.hparams import hparams_for
 
     path = tmp_path / "results.jsonl"
     epochs = hparams_for("llm", "tiny").epochs

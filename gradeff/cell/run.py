@@ -1,0 +1,569 @@
+"""Run one cell end to end and turn whatever happened into a record.
+
+The harness, not the code under test, owns measurement: it seeds, builds, warms up, times each
+epoch (through pytest-benchmark when given a timer), and classifies failures. A failing cell —
+divergence, out of memory, any exception — becomes a record with its status; it never takes the
+session or other cells down.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from gradeff.cell.config import EpochTimer, MemoryBudgetExceeded, RunConfig
+from gradeff.cell.devices import resolve_device
+from gradeff.cell.distributed import run_sharded
+from gradeff.cell.evaluation import CellEvaluation, Evaluation
+from gradeff.cell.execute import run_isolated, run_tuned
+from gradeff.cell.inference import InferenceCost, measure_inference
+from gradeff.cell.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
+from gradeff.cell.metering import EpochMetering, aggregate, memory_breakdown
+from gradeff.cell.plan import CellSettings, cannot_run, cell_data, cell_settings
+from gradeff.cell.precision import autocast, make_scaler
+from gradeff.cell.pretrain import StartingWeights, starting_weights
+from gradeff.cell.protocols import RateChoice
+from gradeff.cell.record import cell_record, hparams_record
+from gradeff.data import TASKS, Dataset
+from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
+from gradeff.methods import METHODS, apply_method
+from gradeff.models import MODELS, build_model
+from gradeff.optim import OPTIMIZERS, build_optimizer
+from gradeff.optim.cg import cg_stats
+from gradeff.records.results import CellRecord, EpochRecord, Summary
+from gradeff.strategies import STRATEGIES, micro_batches_per_step
+from gradeff.strategies.budget import profile_step
+from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
+from gradeff.studies.grid import Cell, incompatibility
+from gradeff.studies.hparams import MEMORY_BUDGETS, HParams, MethodHParams, method_hparams_for
+
+__all__ = ["Built", "build_cell", "model_flops", "prepare_state", "run_cell", "trains_prebuilt"]
+
+# A cell ends ``oom`` on any of these: the device ran out, or the budget says it would.
+_OUT_OF_MEMORY = (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded, BudgetUnreachable)
+
+
+# Evaluation keeps no activations for backward, so it runs in batches this many times the training
+# batch: fewer, larger passes cost less per sample (the memory the training step needed is the bound).
+_EVAL_BATCHES = 4
+
+
+def _loop_timer(epoch_fn: Callable[[], object], rounds: int, after_epoch: Callable[[], object]) -> None:
+    for _ in range(rounds):
+        epoch_fn()
+        after_epoch()
+
+
+def _warmup_scheduler(optimizer, hp: HParams, total_steps: int):
+    warmup_steps = math.ceil(hp.warmup_ratio * total_steps)
+    if warmup_steps == 0:
+        return None
+    # Linear warm-up, then constant: the paper gives the warm-up ratio and nothing after it.
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
+
+
+def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.device, *,
+                  weights: StartingWeights | None = None, method_hp: MethodHParams | None = None,
+                  dataset: Dataset | None = None) -> TrainState:
+    """Build the data, model (weights loaded, method applied), optimizer and scheduler of a cell.
+
+    The strategy's own preparation of the model (:func:`gradeff.strategies.prepare.prepare`) follows.
+
+    Args:
+        dataset: the cell's data as :func:`gradeff.cell.plan.cell_data` gave it, with ``hp`` its sizes;
+            ``None``: resolved here.
+    """
+    model_spec = MODELS[cell.model]
+    if dataset is None:
+        dataset, hp = cell_data(cell, config, hp)
+    method_hp = method_hp or method_hparams_for(cell.method, cell.model, config.profile)
+    # Same seed before building: every optimizer, strategy and method of a model starts from the same
+    # weights (and the same fresh head when a pretrained backbone meets a new dataset).
+    torch.manual_seed(config.seed)
+    # A published checkpoint (a state dict) loads into the built model by its key map; a folder through
+    # transformers.
+    state_dict = weights is not None and weights.format == "state_dict"
+    weights_dir = weights.path if weights is not None and not state_dict else None
+    model = build_model(cell.model, config.profile, num_labels=hp.num_classes, weights_dir=weights_dir,
+                        vocab_size=dataset.info.get("vocab_size"))
+    if state_dict:
+        from gradeff.models.checkpoint import load_checkpoint
+
+        load_checkpoint(model, cell.model, weights.path, num_labels=hp.num_classes)
+    model = model.to(device)
+    k = micro_batches_per_step(cell.strategy, hp.accum_steps)
+    steps = len(dataset) // (hp.batch_size * k) * hp.epochs
+    adapted = apply_method(cell.method, model, method_hp, total_steps=steps, head=model_spec.head)
+    ranks = None
+    if config.rank is not None:
+        from gradeff.strategies.sharded import Ranks, shard_model
+
+        # Sharded before the optimizer is built: it must hold this process's shards, not the whole parameters.
+        shard_model(adapted.model, device, config.world_size)
+        ranks = Ranks(config.rank, config.world_size)
+    trainable = [p for p in adapted.model.parameters() if p.requires_grad]
+    # A method that trains nothing (a zero-shot baseline) gets no optimizer: its cell only evaluates.
+    optimizer = (build_optimizer(cell.optimizer, trainable, hp.lr * method_hp.lr_scale, fused=config.fused)
+                 if trainable else None)
+    return TrainState(model=adapted.model, optimizer=optimizer, dataset=dataset, batch_size=hp.batch_size,
+                      micro_batches_per_step=k, seed=config.seed, device=device,
+                      scheduler=_warmup_scheduler(optimizer, hp, steps) if optimizer is not None else None,
+                      after_step=adapted.after_step, scaler=make_scaler(device, config.precision), ranks=ranks,
+                      workers=config.workers)
+
+
+@dataclass(kw_only=True)
+class Built:
+    """A cell's state built before :func:`run_cell` (by :func:`build_cell`): what the public fixtures hand a
+    grid test, and then what the runner trains.
+
+    Attributes:
+        state: data, model (weights loaded, method applied), optimizer and scheduler; ``None`` if building failed.
+        weights: the starting weights, once resolved.
+        started: when building the model began (a one-off pretraining is the cache's cost): the record's start.
+        hp: the cell's sizes once its data was resolved (real data sets its own); ``None`` if that failed.
+        error: what building raised; :func:`run_cell` raises it again inside the cell, so it becomes the
+            cell's status (``oom``, ``error``, ``interrupted``) like a failure of its own build.
+    """
+
+    state: TrainState | None = None
+    weights: StartingWeights | None = None
+    started: float = 0.0
+    hp: HParams | None = None
+    error: BaseException | None = None
+
+
+def _use_device(device: torch.device) -> None:
+    if device.type == "cuda" and device.index is not None:
+        # Calls that take no device (empty_cache, library kernels) then use this cell's GPU, and a pinned
+        # xdist worker opens no context on GPU 0.
+        torch.cuda.set_device(device)
+
+
+def _build_into(target, cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
+                device: torch.device, dataset: Dataset) -> None:
+    """Starting weights, then model and optimizer on the cell's ``dataset``, into ``target`` (a :class:`Built` or
+    the cell's progress): whatever was resolved before a failure stays there for the record."""
+    target.weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
+                                      cache_dir=config.cache_dir, device=str(device), num_labels=hp.num_classes)
+    # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
+    target.started = time.time()
+    target.state = prepare_state(cell, config, hp, device, weights=target.weights, method_hp=method_hp,
+                                 dataset=dataset)
+
+
+def trains_prebuilt(cell: Cell, config: RunConfig) -> bool:
+    """Whether :func:`run_cell` trains this cell once, in this process, from one build: the path that takes a
+    :class:`Built`. Not a cell it skips (with its reason), tunes (a fresh model per trial), isolates (built in
+    its own process) or shards (built in each rank's process)."""
+    return (not config.isolate and cannot_run(cell, config) is None
+            and not (config.tune is not None and METHODS[cell.method].trains)
+            and not STRATEGIES[cell.strategy].shards)
+
+
+def build_cell(cell: Cell, config: RunConfig) -> Built:
+    """Build a cell's data, model and optimizer as :func:`run_cell` would, for ``run_cell(..., built=)``.
+
+    Never raises: a failure is kept in ``error`` for the cell's record. The caller owns the objects;
+    :func:`release` before the next cell's build drops what the previous one left.
+    """
+    built = Built(started=time.time())
+    device = resolve_device(config.device)
+    _use_device(device)
+    hp, method_hp, _ = cell_settings(cell, config)
+    try:
+        # As while training: a pretraining run on the way sees the same arithmetic.
+        with cell_arithmetic(cell, config):
+            dataset, built.hp = cell_data(cell, config, hp)
+            _build_into(built, cell, config, built.hp, method_hp, device, dataset)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the build's failure is kept and becomes the cell's record
+        built.error = exc
+    return built
+
+
+@contextmanager
+def cell_arithmetic(cell: Cell, config: RunConfig):
+    """The conditions a cell is built and trained under, restored after it: its torch thread count
+    (:func:`intra_op_threads`), subnormal floats flushed to zero, and, unless the cell is compiled, no
+    ``torch.compile`` at all.
+
+    Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token) run
+    10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a cell's time (a
+    tiny DINOv2 step: 2.4 s with them, 0.1 s without). The flag is process-wide, so it is switched back to torch's
+    default after the cell: code that runs next (a user's own, a test of exact float laws) gets IEEE arithmetic.
+
+    An eager cell runs eager: a library may ``torch.compile`` its own functions (bitsandbytes compiles its generic
+    4-bit dequantisation, used on a CPU for a weight with an odd input width such as Vim's ``dt_proj``), which
+    would build C++ kernels inside the cell (20 s of a tiny Vim-S QLoRA cell's first evaluation under ``-n 2``)
+    and measure another implementation than the one the cell names. Under ``force_eager`` such a function runs
+    as written; a compiled cell (``--gradeff-compile``, the compiler's budget) keeps torch's default stance.
+    """
+    compiled = config.compile is not None or STRATEGIES[cell.strategy].budget == "compiler"
+    torch.set_flush_denormal(True)
+    try:
+        with intra_op_threads(config.threads), \
+                (nullcontext() if compiled else torch.compiler.set_stance("force_eager")):
+            yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
+@contextmanager
+def intra_op_threads(threads: int | None):
+    """torch's intra-op thread count set to ``threads`` inside the block (``None``: left alone), then restored.
+
+    The thread count decides how a kernel splits its float sums, hence the last bits of every loss: a cell that
+    took its count from the machine or from how pytest was started (serial, ``-n 2``) would not repeat its own
+    numbers. The record's environment says the count the cell ran with.
+    """
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def release(device: torch.device | str) -> None:
+    """What the runner does after each cell it built itself: free the last cell's tensors, freeze what survives."""
+    _release(resolve_device(device) if isinstance(device, str) else device)
+
+
+def _release(device: torch.device) -> None:
+    # Drop the cell's tensors before the next cell so peaks and OOMs do not leak across cells.
+    gc.collect()
+    # What survives a cell is the session's own (imported modules, cached datasets): freezing it keeps
+    # the next cell's full collection from walking the hundreds of thousands of objects transformers,
+    # peft and torch import (0.2 s per cell on two cores). Frozen objects are still freed by reference
+    # counting; only cycles among them would stay.
+    gc.freeze()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _state_bytes(optimizer_key: str, model: torch.nn.Module) -> int:
+    """The optimizer state of the model's trainable parameters, by the optimizer's state law."""
+    return OPTIMIZERS[optimizer_key].state_bytes(p for p in model.parameters() if p.requires_grad)
+
+
+# Model FLOPs of a forward and backward pass depend on the architecture and the batch's shapes, not on the
+# optimizer or the strategy: the cells of one model, method and data share one count per process.
+_FLOPS_SEEN: dict[tuple, StepFlops] = {}
+
+
+def model_flops(cell: Cell, config: RunConfig, state: TrainState) -> StepFlops:
+    batch = state.dataset.batch(state.step_groups(0)[0][0])  # on the host: only a count moves it to the device
+    key = (cell.model, cell.method, cell.dataset, config.profile, config.weights, repr(config.data), config.precision,
+           state.device.type, tuple((name, tuple(t.shape)) for name, t in sorted(batch.items())))
+    if key not in _FLOPS_SEEN:
+        _FLOPS_SEEN[key] = count_step_flops(state.model, move_batch(batch, state.device))
+    return _FLOPS_SEEN[key]
+
+
+def _first_micro_batch(state: TrainState) -> dict[str, torch.Tensor]:
+    return move_batch(state.dataset.batch(state.step_groups(0)[0][0]), state.device)
+
+
+def _refuse_over_budget(state: TrainState, optimizer_key: str, budget: int) -> dict:
+    """Measure a strategy without a budget of its own against ``--gradeff-memory-budget``; refuse it if over.
+
+    The prediction is the budget strategies' (one measured forward + backward, the optimizer state by
+    its law, the optimizer step's phase), so every strategy is held to the same figure.
+
+    Raises:
+        MemoryBudgetExceeded: the predicted peak is above the budget.
+    """
+    profile = profile_step(state.model, _first_micro_batch(state), state_bytes=_state_bytes(optimizer_key, state.model),
+                           device=state.device)
+    predicted = profile.predicted_peak()
+    if predicted > budget:
+        raise MemoryBudgetExceeded(f"predicted peak {predicted} B (forward + backward "
+                                   f"{profile.forward_backward_peak} B "
+                                   f"+ optimizer state {profile.optimizer_state_bytes} B) exceeds the memory budget "
+                                   f"of {budget} B")
+    return {"budget_bytes": budget, "predicted_peak_bytes": predicted}
+
+
+def _heldout_fields(evaluation: Evaluation | None) -> dict:
+    if evaluation is None:
+        return {}
+    f1 = {"heldout_f1_micro": evaluation.f1_micro, "heldout_f1_macro": evaluation.f1_macro} \
+        if evaluation.f1_micro is not None else {}
+    return {"heldout_loss": evaluation.loss, "heldout_accuracy": evaluation.accuracy,
+            "eval_seconds": evaluation.seconds} | f1
+
+
+def _validation_fields(evaluation: Evaluation | None) -> dict:
+    if evaluation is None:
+        return {}
+    return {"validation_loss": evaluation.loss, "validation_accuracy": evaluation.accuracy}
+
+
+def _inference_record(cost: InferenceCost | None, accuracy: float | None) -> dict:
+    """The inference cost and the NetScore family at the final held-out accuracy (``{}`` if not measured)."""
+    if cost is None:
+        return {}
+    return cost.as_dict() | {"scores": {key: score.as_dict() for key, score in cost.scores(accuracy).items()}}
+
+
+def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
+             metering: EpochMetering | None = None) -> CellRecord:
+    """Train one cell and return its record, whatever happens.
+
+    With ``config.tune == "lr"`` the cell is first trained at every rate of its optimizer's grid
+    (:func:`gradeff.studies.hparams.lr_grid`) plus the profile's shared rate, under the same budget (epochs,
+    samples), and the rate with the lowest final held-out loss is kept (AlgoPerf's external tuning);
+    the record is then a full run at that rate, with the trials, the shared rate's result and the
+    search's cost under ``tuning``.
+
+    Args:
+        cell: the cell.
+        config: profile, seed, epochs, device, starting weights, tuning.
+        timer: runs the epoch function ``epochs`` times and the held-out evaluation after each,
+            untimed; pass pytest-benchmark's pedantic wrapper to time each epoch as a benchmark round.
+        built: the cell's state from :func:`build_cell`, trained instead of a build of the runner's own: only
+            where :func:`trains_prebuilt` holds (tuning and isolation build their own models). The caller
+            keeps the objects and releases them (:func:`release`) before the next cell's build.
+        metering: the meters to record the epochs with (default: new ones).
+
+    Returns:
+        A record with status ``ok``, ``diverged``, ``oom``, ``error``, ``skipped`` or
+        ``interrupted`` (Ctrl-C during the cell: the caller records it, then stops the run).
+    """
+    if built is not None and not trains_prebuilt(cell, config):
+        raise ValueError(f"{cell.id}: a prebuilt state is trained only where the runner trains one build in this "
+                         "process (not a skipped, tuned, isolated or sharded cell)")
+    # Dispatched once: in a process of its own, as a rate search, or one training here (which shards a sharded
+    # strategy's cell over its ranks).
+    if config.isolate:
+        return run_isolated(cell, config, _isolated_entry)
+    if config.tune is None or not METHODS[cell.method].trains or incompatibility(cell) is not None:
+        return _run_once(cell, config, timer=timer, built=built, metering=metering)
+    return run_tuned(cell, config, train=_run_once, warm=_warm_search, timer=timer, metering=metering)
+
+
+def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> str:
+    """A cell's run in an isolated process (:func:`gradeff.cell.execute.run_isolated`): the session's entries
+    registered, the cell run, its record as a JSON line."""
+    if registered:
+        from gradeff.studies.extend import load_registered
+
+        load_registered(registered)
+    return run_cell(cell, config).to_json()
+
+
+def _warm_search(cell: Cell, config: RunConfig) -> None:
+    built = build_cell(cell, config)
+    if built.state is not None:
+        warm_up(built.state)
+    built = None  # the model and optimizer go before the trials' builds
+    release(config.device)
+
+
+def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
+              metering: EpochMetering | None = None) -> CellRecord:
+    """One training of a cell (the body of :func:`run_cell`)."""
+    if STRATEGIES[cell.strategy].shards and config.rank is None and cannot_run(cell, config) is None:
+        # The cell's W processes each come back here with their rank set; this one gathers their records.
+        with intra_op_threads(config.threads):
+            return run_sharded(cell, config, run_cell)
+    with cell_arithmetic(cell, config):
+        return _train_once(cell, config, timer=timer, built=built, metering=metering)
+
+
+def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Built | None,
+                metering: EpochMetering | None) -> CellRecord:
+    progress = _Progress(started=built.started if built is not None else time.time())
+    hp, method_hp, rate = cell_settings(cell, config)
+    reason = cannot_run(cell, config)
+    device = resolve_device(config.device)
+    _use_device(device)
+    status, detail, failed_step = "ok", "", None
+    if metering is None:
+        metering = EpochMetering(device=device, settings=config.meters)
+    try:
+        if reason is not None:
+            status, detail = "skipped", reason
+        else:
+            # A prebuilt cell's data was resolved by its build; the data are then its state's.
+            if built is not None and built.hp is not None:
+                dataset, hp = None, built.hp
+            else:
+                dataset, hp = cell_data(cell, config, hp)
+            _train(cell, config, hp, method_hp, device, metering, timer, progress, dataset, built)
+    except Diverged as exc:
+        status, detail, failed_step = "diverged", str(exc), exc.step
+    except _OUT_OF_MEMORY as exc:
+        status, detail = "oom", str(exc).splitlines()[0]
+        failed_step = progress.next_step()
+        progress.plan = getattr(exc, "plan", progress.plan)
+    except KeyboardInterrupt:
+        status, detail = "interrupted", "interrupted by the user (Ctrl-C)"
+        failed_step = progress.next_step()
+    except Exception as exc:  # noqa: BLE001 - any other failure is a finding about this cell, not the session's end
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        status, detail = "error", f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})"
+    record = _record(cell, config, hp, method_hp, rate, device, metering, progress, status=status, detail=detail,
+                     failed_step=failed_step)
+    progress = None  # the cell's model and optimizer are released before the next cell
+    if built is None:
+        # A prebuilt state is its owner's: released (see release) before the next cell's build.
+        _release(device)
+    return record
+
+
+@dataclass(kw_only=True)
+class _Progress:
+    """How far a cell got, whatever ended it: what its record is made of."""
+
+    started: float
+    state: TrainState | None = None
+    weights: StartingWeights | None = None
+    plan: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    evaluation: CellEvaluation | None = None
+    inference: InferenceCost | None = None
+    # Conjugate gradient's counters over the timed epochs (restarts and why, closure calls, line-search
+    # trials): whether CG ran as CG or as restarted steepest descent. None for other optimizers.
+    cg: dict | None = None
+    # The counted step, or why it could not be counted.
+    flops: StepFlops | str | None = None
+
+    def next_step(self) -> int | None:
+        return self.state.global_step + 1 if self.state is not None else None
+
+
+def _budget_for(strategy: str, config: RunConfig) -> int | None:
+    """The budget a strategy works to: the option, else (budget strategies only) the profile's default."""
+    if config.memory_budget is not None or STRATEGIES[strategy].budget is None:
+        return config.memory_budget
+    return MEMORY_BUDGETS[config.profile]
+
+
+def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
+           metering: EpochMetering, timer: EpochTimer, progress: _Progress, dataset: Dataset | None,
+           built: Built | None = None) -> None:
+    """Weights, model, strategy, warm-up, the timed epochs with held-out evaluation, the memory step.
+
+    A method that trains nothing (``zero_shot``) is evaluated as it is: one held-out pass and its
+    inference cost, no strategy, no epochs.
+    """
+    if built is None:
+        _build_into(progress, cell, config, hp, method_hp, device, dataset)
+    else:
+        progress.weights, progress.started, progress.state = built.weights, built.started, built.state
+        if built.error is not None:
+            error, built.error = built.error, None  # raised once, as the cell's own build would have
+            raise error
+    state = progress.state
+    # A tuning trial is scored on the validation split: the test split is not handed to it at all.
+    test = None if config.trial else state.dataset.heldout
+    classification = TASKS[cell.dataset].kind == "image_classification"
+    # Real text is scored by next-token top-1 too; synthetic text by its loss against the floor alone.
+    scored = "token" if TASKS[cell.dataset].kind == "causal_lm" and state.dataset.info.get("real") else classification
+    if classification and state.dataset.info.get("multi_label"):
+        scored = "multilabel"
+    progress.evaluation = CellEvaluation(state=state, test=test, validation=state.dataset.validation,
+                                         batch_size=_EVAL_BATCHES * hp.batch_size, accuracy=scored,
+                                         every=hp.eval_every, total_epochs=hp.epochs)
+    progress.evaluation.untrained()
+    if METHODS[cell.method].trains:
+        with autocast(device, config.precision):
+            _train_epochs(cell, config, hp, device, metering, timer, progress)
+    if test is not None and classification and not STRATEGIES[cell.strategy].trains_as_standard:
+        # What the classifier costs to use, on the test split: outside the epochs, like the rest. A strategy
+        # that trains the standard cell's model bit for bit deploys that model: it is measured once, there.
+        progress.inference = measure_inference(state.model, test, batch_size=hp.batch_size, device=device,
+                                               meter_settings=config.meters)
+
+
+def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.device, metering: EpochMetering,
+                  timer: EpochTimer, progress: _Progress) -> None:
+    state = progress.state
+    # Model FLOPs, counted once on the model as the method left it: no strategy's recomputation in them.
+    try:
+        progress.flops = model_flops(cell, config, state)
+    except _OUT_OF_MEMORY:
+        raise  # the step itself does not fit: the cell's outcome
+    except Exception as exc:  # noqa: BLE001 - an op the counter cannot follow costs the MFU figure, never the cell
+        progress.flops = f"{type(exc).__name__}: {exc}"
+    budget = _budget_for(cell.strategy, config)
+    state.model, progress.plan = prepare(cell.strategy, state.model, _first_micro_batch(state), device=device,
+                                         state_bytes=_state_bytes(cell.optimizer, state.model), budget=budget,
+                                         margin=config.memory_margin)
+    if budget is not None and STRATEGIES[cell.strategy].budget is None:
+        progress.plan |= _refuse_over_budget(state, cell.optimizer, budget)
+    compiling = config.compile is not None and STRATEGIES[cell.strategy].budget != "compiler"
+    if compiling:
+        # At the full activation budget, torch.compile's own default: the model as the strategy and method left
+        # it (checkpointed blocks, adapters) is compiled by the warm-up's forward and backward, outside the epochs;
+        # no graph of an earlier cell's model is reused.
+        torch._dynamo.reset()
+        state.model = CompiledUnderBudget(state.model, 1.0, config.compile)
+    started = time.perf_counter()
+    warm_up(state)
+    if compiling:
+        progress.plan |= {"compile_backend": config.compile, "compile_seconds": time.perf_counter() - started}
+    evaluation = progress.evaluation
+    with metering:
+        state.pause = evaluation.pause(metering)
+        timer(lambda: metering.run(lambda: train_epoch(state)), hp.epochs, lambda: evaluation.after_epoch(metering))
+    state.pause = None
+    progress.cg = cg_stats(state.optimizer)  # before the breakdown's extra step below
+    if config.trial:
+        return  # a trial's one figure is its validation loss
+    # One more step, after the timed epochs, under the memory meters: the breakdown and the live peak
+    # cost the measured epochs nothing.
+    progress.memory = memory_breakdown(state.model, state.optimizer,
+                                       lambda: optimizer_step(state, state.step_groups(0)[0]))
+    if hasattr(state.model, "offloaded_bytes"):
+        # What host offload moved out of the device in that step (its saved tensors never reach the counter).
+        progress.plan["offloaded_bytes_per_step"] = state.model.offloaded_bytes
+
+
+def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, rate: RateChoice,
+            device: torch.device, metering: EpochMetering, progress: _Progress, **outcome) -> CellRecord:
+    state = progress.state
+    history = state.history if state is not None else []
+    evaluation = progress.evaluation
+    evaluations = [*(evaluation.epochs if evaluation is not None else []), *[(None, None)] * len(history)]
+    epochs = tuple(EpochRecord(**asdict(e), meters=m, **_heldout_fields(test), **_validation_fields(validation))
+                   for e, m, (test, validation) in zip(history, metering.epochs, evaluations))
+    meters = aggregate(metering.epochs, config.meters.grid_gco2_per_kwh)
+    if progress.memory:
+        meters["memory"] = progress.memory
+    if progress.cg is not None:
+        meters["cg"] = progress.cg
+    if isinstance(progress.flops, str):
+        meters["compute"] = {"not_measured": progress.flops}
+    elif progress.flops is not None and history:
+        meters["compute"] = compute_record(
+            progress.flops, history, precision=config.precision, override_tflops=config.meters.peak_tflops,
+            device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
+    finished = time.time()
+    test = evaluation.test if evaluation is not None else None
+    curve = evaluation.curve if evaluation is not None else []
+    summary = Summary.of(list(epochs), finished - progress.started,
+                         untrained=evaluation.initial if evaluation is not None else None,
+                         floor=test.loss_floor if test is not None else None, curve=curve if test is not None else None)
+    return cell_record(
+        cell, config, device=str(device), started=progress.started, finished=finished,
+        dataset=state.dataset if state is not None else None, model=state.model if state is not None else None,
+        weights=progress.weights, **outcome, epochs=epochs, summary=summary, plan=progress.plan,
+        inference=_inference_record(progress.inference, summary.final_heldout_accuracy),
+        curve=tuple(point.as_dict() for point in curve),
+        evaluation=evaluation.record(finished - progress.started) if evaluation is not None else {},
+        hparams=hparams_record(CellSettings(hp, method_hp, rate), config,
+                               state.optimizer if state is not None else None),
+        meters=meters,
+    )

@@ -1,8 +1,0 @@
-"""Moved to :mod:`gradeff.pytest.fixtures`. This earlier name stays for existing imports and is that very module
-(not a copy), so a patch through either name reaches the same code."""
-
-import sys
-
-from gradeff.pytest import fixtures
-
-sys.modules[__name__] = fixtures

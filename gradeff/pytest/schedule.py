@@ -1,0 +1,51 @@
+"""The order the selected cells run in: fine-tuned backbones interleaved so that workers pretrain side by side.
+
+A fine-tuning cell's first run on a machine pretrains its backbone (tens of seconds at ``tiny``) under a file
+lock the other pytest-xdist workers wait on (:mod:`gradeff.cell.pretrain`). xdist hands tests out in collection order
+and a grid is collected backbone by backbone, so both workers would ask for the same backbone at once and one
+would sit idle for the whole pretraining. Taking one cell of each backbone in turn (each backbone's cells in
+their own order, every other test where it was) has the workers start on different backbones and pretrain
+them at the same time. Records, summaries and reports put cells in the registries' order, whatever the run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from itertools import zip_longest
+from typing import TypeVar
+
+__all__ = ["fine_tuned_backbone", "interleave_backbones"]
+
+T = TypeVar("T")
+_GAP = object()  # fills a backbone's turns once its cells have run out
+
+
+def interleave_backbones(items: Sequence[T], backbone_of: Callable[[T], Hashable | None]) -> list[T]:
+    """``items`` with those that have a backbone dealt round-robin over their backbones, in first-seen order.
+
+    Items whose ``backbone_of`` is ``None`` keep their positions; the others fill the positions such items held,
+    one of each backbone in turn, each backbone's items in their original order.
+    """
+    slots: list[int] = []
+    groups: dict[Hashable, list[T]] = {}
+    for index, item in enumerate(items):
+        backbone = backbone_of(item)
+        if backbone is not None:
+            slots.append(index)
+            groups.setdefault(backbone, []).append(item)
+    dealt = [item for turn in zip_longest(*groups.values(), fillvalue=_GAP) for item in turn if item is not _GAP]
+    out = list(items)
+    for index, item in zip(slots, dealt, strict=True):
+        out[index] = item
+    return out
+
+
+def fine_tuned_backbone(item) -> str | None:
+    """The backbone a collected grid test fine-tunes (whose first cell pretrains it), else ``None``."""
+    from gradeff.models import MODELS
+    from gradeff.studies.grid import Cell
+
+    cell = getattr(getattr(item, "callspec", None), "params", {}).get("cell")
+    if not isinstance(cell, Cell) or cell.model not in MODELS or not MODELS[cell.model].fine_tunes:
+        return None
+    return cell.model

@@ -1,0 +1,139 @@
+"""--gradeff-dry-run: what the meta pass predicts is what a cell measures, and the plan follows the strategy."""
+
+import pytest
+import torch
+
+from gradeff.cell.config import RunConfig
+from gradeff.meters.flops import count_step_flops
+from gradeff.meters.memory import parameter_bytes
+from gradeff.methods import apply_method
+from gradeff.models import MODELS, build_model
+from gradeff.optim import OPTIMIZERS
+from gradeff.pytest.dryrun import DEVICE_MEMORY, Target, _measure, dry_run_lines, plan_cell, target_for
+from gradeff.strategies.budget import profile_step
+from gradeff.studies.grid import Cell
+from gradeff.studies.hparams import hparams_for, method_hparams_for
+
+H200 = Target(name="H200", memory_bytes=143_771 * 2**20, peak_flops=989.4e12, peak_source="table", mfu=0.3,
+              precision="bf16")
+
+
+def _measured_on_cpu(model: str, method: str):
+    """One real fine-tuning step of the tiny cell on the CPU: counted FLOPs, parameter bytes, saved activations."""
+    hp = hparams_for(model, "tiny", dataset="cifar100")
+    torch.manual_seed(0)
+    network = apply_method(method, build_model(model, "tiny", num_labels=hp.num_classes),
+                           method_hparams_for(method, model, "tiny"), total_steps=1, head=MODELS[model].head).model
+    batch = {"pixel_values": torch.randn(hp.batch_size, 3, 32, 32), "labels": torch.randint(0, 100, (hp.batch_size,))}
+    trainable = [p for p in network.parameters() if p.requires_grad]
+    profile = profile_step(network.train(), batch, state_bytes=OPTIMIZERS["adamw"].state_bytes(trainable),
+                           device=torch.device("cpu"))
+    return count_step_flops(network, batch).flops, parameter_bytes(network), profile
+
+
+def _predicted(model: str, method: str):
+    hp = hparams_for(model, "tiny", dataset="cifar100")
+    return _measure(model, method, "cifar100", "tiny", "adamw", hp.batch_size, hp.num_classes, hp.image_size)
+
+
+@pytest.mark.parametrize("model", ["tinyvit", "vim_s"])
+@pytest.mark.parametrize("method", ["full", "lora", "bitfit"])
+def test_meta_predicts_the_cpu_step_exactly(model, method):
+    """Without attention kernels (TinyViT's explicit softmax, Vim's scan) the meta pass is the CPU pass: the same
+    FLOPs, parameter bytes, saved activations per block and optimizer state, to the unit."""
+    flops, params, measured = _measured_on_cpu(model, method)
+    predicted = _predicted(model, method)
+    assert predicted.flops == flops
+    assert predicted.profile.parameter_bytes == params
+    assert predicted.profile.activation_bytes == measured.activation_bytes
+    assert [(layer.saved_bytes, layer.boundary_bytes, layer.gradient_bytes) for layer in predicted.profile.layers] == [
+        (layer.saved_bytes, layer.boundary_bytes, layer.gradient_bytes) for layer in measured.layers]
+    assert predicted.profile.optimizer_state_bytes == measured.optimizer_state_bytes
+
+
+@pytest.mark.parametrize("model", ["vit_s", "mambavision_t"])
+def test_attention_on_meta_is_counted_within_one_percent(model):
+    """scaled_dot_product_attention dispatches to another kernel on meta than on the CPU: the counts differ a little."""
+    flops, _, measured = _measured_on_cpu(model, "full")
+    predicted = _predicted(model, "full")
+    assert predicted.flops == pytest.approx(flops, rel=0.01)
+    assert predicted.profile.activation_bytes == pytest.approx(measured.activation_bytes, rel=0.05)
+
+
+@pytest.mark.parametrize("model", ["vit_s", "tinyvit", "vim_s", "mambavision_t"])
+def test_qlora_weights_are_predicted_to_the_byte(model):
+    """4-bit NF4 storage with double quantisation, by bitsandbytes' layout, against the quantised model itself."""
+    _, params, _ = _measured_on_cpu(model, "qlora")
+    assert _predicted(model, "qlora").profile.parameter_bytes == params
+
+
+def _plan(strategy: str, method: str = "full", **config) -> object:
+    cell = Cell("vit_s", "adamw", strategy, method, "cifar100", grid="peft")
+    return plan_cell(cell, RunConfig(profile="tiny", **config), H200)
+
+
+def test_checkpointing_trades_memory_for_a_second_forward():
+    standard, checkpoint = _plan("standard"), _plan("checkpoint")
+    measured = _predicted("vit_s", "full")
+    assert standard.step_flops == measured.flops and standard.checkpointed == (0, 4)
+    assert checkpoint.step_flops == measured.flops + measured.forward_flops and checkpoint.checkpointed == (4, 4)
+    assert checkpoint.predicted_peak < standard.predicted_peak
+    assert checkpoint.seconds > standard.seconds > 0
+
+
+def test_the_budget_plan_is_the_cells_and_an_unreachable_budget_is_oom():
+    fitted = _plan("budget", memory_budget=8 * 2**20)
+    assert fitted.status == "ready" and 0 < fitted.checkpointed[0] <= 4 and fitted.predicted_peak <= 0.9 * 8 * 2**20
+    refused = _plan("budget", memory_budget=2**20)
+    assert refused.status.startswith("oom: every block checkpointed still needs")
+    assert "(the 0.00 GiB budget less its 10% margin)" in refused.status
+
+
+def test_a_strategy_over_the_memory_budget_is_oom_and_a_skipped_cell_says_why():
+    assert _plan("standard", memory_budget=2**20).status.startswith("oom: ")
+    skipped = plan_cell(Cell("llm", "adamw", "standard", "bitfit", grid="peft"), RunConfig(profile="tiny"), H200)
+    assert skipped.status == ("skipped: BitFit (biases only) trains only bias terms and Llama-3.2-1B-style decoder "
+                              "has none")
+
+
+def test_time_is_every_step_and_evaluation_over_peak_times_mfu():
+    plan, measured = _plan("standard"), _predicted("vit_s", "full")
+    hp = hparams_for("vit_s", "tiny", dataset="cifar100")
+    steps = hp.epochs * hp.train_samples // hp.batch_size
+    evaluation = (hp.epochs + 1) * hp.heldout_samples * measured.forward_flops / hp.batch_size
+    assert plan.seconds == pytest.approx((steps * measured.flops + evaluation) / (989.4e12 * 0.3))
+
+
+def test_a_named_device_takes_its_memory_and_peak_from_the_tables():
+    target = target_for("H200", "cpu", precision="bf16", peak_tflops=None, mfu=0.3)
+    assert (target.memory_bytes, target.peak_flops) == (dict(DEVICE_MEMORY)["H200"], 989.4e12)
+    assert target_for("h100", "cpu", precision="fp32", peak_tflops=None, mfu=0.3).peak_flops == pytest.approx(66.9e12)
+    unknown = target_for("TPU v9", "cpu", precision="fp32", peak_tflops=None, mfu=0.3)
+    assert unknown.memory_bytes is None and unknown.peak_flops is None
+    assert target_for("TPU v9", "cpu", precision="fp32", peak_tflops=100.0, mfu=0.3).peak_flops == pytest.approx(100e12)
+
+
+def test_without_a_peak_the_table_says_how_to_get_a_time():
+    cpu = Target(name="cpu", memory_bytes=2**34, peak_flops=None, peak_source=None, mfu=0.3, precision="fp32")
+    plan = plan_cell(Cell("vit_s", "adamw", "standard", "lora", "cifar100", grid="peft"), RunConfig(profile="tiny"),
+                     cpu)
+    lines = dry_run_lines([plan], cpu, profile="tiny")
+    assert plan.seconds is None and "give --gradeff-peak-tflops for a time estimate" in lines[0]
+    assert "  n/a  ready; suite pretraining (stand-in)" in lines[2]
+
+
+def test_a_dry_run_trains_nothing_and_prints_every_selected_cell(grid_pytester, tmp_path):
+    results = tmp_path / "r.jsonl"
+    outcome = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "-m", "peft and vim_s",
+                                      "-k", "cifar100 and lora and not adalora and not qlora", "--gradeff-dry-run=H200",
+                                      f"--gradeff-results={results}", f"--gradeff-cache={tmp_path / 'empty-cache'}")
+    assert outcome.ret == pytest.ExitCode.OK and not results.exists()
+    outcome.stdout.fnmatch_lines([
+        "gradeff dry run: 3 cells, profile tiny, on H200 (140.4 GiB; peak 66.9 TFLOP/s at fp32 (table: H200 fp32), "
+        "assumed MFU 0.3)",
+        "vim_s-lora-standard-cifar100 * MFLOP * MiB    0/2 * ms  ready; suite pretraining (stand-in), *; "
+        "cifar100: synthetic stand-in",
+        "vim_s-lora-checkpoint-cifar100 * 2/2 *", "vim_s-lora-budget-cifar100 * oom: every block checkpointed *",
+        "2 ready, 1 over memory, 0 skipped, 0 not built; estimated time of the ready cells: * ms (one seed)",
+        "vim_s: no --gradeff-weights and no cached pretraining: the suite pretrains it first (estimated *",
+    ])
