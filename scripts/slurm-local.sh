@@ -59,6 +59,10 @@ carries_mark() {  # pid: its environment holds this state folder's mark (a zombi
 
 is_running() { running_pid "$1" >/dev/null; }
 
+alive() {  # pid: the process exists and is not a zombie (this container's init reaps late)
+    [[ -r /proc/$1/status ]] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
+}
+
 launch() {  # name command...: start a daemon in the foreground mode of its own, detached, output to its log
     local name="$1"
     shift
@@ -86,10 +90,12 @@ show_logs() {  # name: the last lines of everything the daemon wrote
 }
 
 wait_until() {  # name what command...: poll the command until it succeeds, the daemon dies or time runs out
-    local name="$1" what="$2" deadline=$((SECONDS + READY_TIMEOUT))
+    local name="$1" what="$2" deadline=$((SECONDS + READY_TIMEOUT)) pid
+    pid="$(<"$(pid_file "$name")")"
     shift 2
     until "$@" >/dev/null 2>&1; do
-        if ! is_running "$name"; then
+        # Not is_running: until `env` has exec'd the daemon, /proc/PID/environ still lacks the mark.
+        if ! alive "$pid"; then
             show_logs "$name"
             fail "$name exited before $what"
         fi
@@ -101,20 +107,41 @@ wait_until() {  # name what command...: poll the command until it succeeds, the 
     done
 }
 
-stop_daemon() {  # name: SIGTERM, then SIGKILL after 30 s
-    local name="$1" pid i
-    pid="$(running_pid "$name")" || { rm -f "$(pid_file "$name")"; return 0; }
+stop_daemon() {  # name: stop it if it runs and is ours
+    local pid
+    if pid="$(running_pid "$1")"; then
+        stop_pid "$1" "$pid"
+    fi
+    rm -f "$(pid_file "$1")"
+}
+
+stop_pid() {  # name pid: SIGTERM, then SIGKILL after 30 s
+    local name="$1" pid="$2" i
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < 300; i++)); do
-        carries_mark "$pid" || break
+        alive "$pid" || break
         sleep 0.1
     done
-    if carries_mark "$pid"; then
+    if alive "$pid"; then
         log "$name (pid $pid) ignored SIGTERM for 30 s; killing it"
         kill -KILL "$pid" 2>/dev/null || true
     fi
-    rm -f "$(pid_file "$name")"
     log "stopped $name (pid $pid)"
+}
+
+STARTED_NOW=()
+
+rollback() {  # a start that failed stops what it started, so that no half cluster is left running
+    local i name pid
+    for ((i = ${#STARTED_NOW[@]} - 1; i >= 0; i--)); do
+        name="${STARTED_NOW[i]}"
+        # The recorded PID, not running_pid: a daemon that env has not exec'd yet lacks the mark.
+        pid="$(cat "$(pid_file "$name")" 2>/dev/null)" || continue
+        if alive "$pid"; then
+            stop_pid "$name" "$pid" >&2
+        fi
+        rm -f "$(pid_file "$name")"
+    done
 }
 
 # --- installation and configuration ------------------------------------------------------------------------
@@ -297,8 +324,10 @@ start() {
     started=$SECONDS
     make_folders
     write_config
+    trap rollback EXIT
     for name in "${DAEMONS[@]}"; do
         if ! is_running "$name"; then
+            STARTED_NOW+=("$name")
             "start_$name"
             log "started $name (pid $(running_pid "$name"))"
         fi
@@ -306,6 +335,7 @@ start() {
             register_accounts
         fi
     done
+    trap - EXIT
     log "cluster up in $((SECONDS - started)) s (state: $STATE)"
     print_hint
 }
