@@ -152,7 +152,6 @@ ensure_packages() {
         command -v "$cmd" >/dev/null || missing+=("$cmd")
     done
     ((${#missing[@]} == 0)) && return 0
-    [[ $(id -u) == 0 ]] || unavailable "missing ${missing[*]}; installing Slurm's packages needs root"
     command -v apt-get >/dev/null || unavailable "missing ${missing[*]} and there is no apt-get to install them"
     log "installing ${PACKAGES[*]} (missing: ${missing[*]})"
     started=$SECONDS
@@ -165,7 +164,9 @@ ensure_packages() {
 }
 
 apt_install() {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${PACKAGES[@]}" >>"$STATE/log/apt.log" 2>&1
+    # Lock::Timeout: another apt-get at work (a CI step installing something) is waited for, not taken as failure.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${PACKAGES[@]}" \
+        >>"$STATE/log/apt.log" 2>&1
 }
 
 make_folders() {
@@ -308,6 +309,8 @@ start_slurmd() {
 
 start() {
     local name up=0 started
+    # First: as another user, neither the packages nor the daemons (SlurmUser=root) nor the state folder are ours.
+    [[ $(id -u) == 0 ]] || unavailable "the cluster's daemons run as root (SlurmUser=root); this is uid $(id -u)"
     check_reachable "$STATE"
     lock
     for name in "${DAEMONS[@]}"; do
@@ -320,7 +323,6 @@ start() {
     fi
     mkdir -p "$STATE/log"
     ensure_packages
-    [[ $(id -u) == 0 ]] || unavailable "the daemons run as root (SlurmUser=root)"
     started=$SECONDS
     make_folders
     write_config
@@ -358,13 +360,25 @@ cancel_jobs() {  # so that stopping slurmd leaves no job step behind
     log "jobs still listed after 15 s; stopping anyway"
 }
 
-stop_job_steps() {  # slurmstepd processes outlive slurmd by design; those our slurmd started carry its mark
+stop_job_steps() {  # slurmstepd outlives slurmd by design: those our slurmd started carry its mark
     local dir pid
     for dir in /proc/[0-9]*; do
         pid="${dir#/proc/}"
-        [[ $(cat "$dir/comm" 2>/dev/null) == slurmstepd ]] && carries_mark "$pid" || continue
-        log "killing job step process $pid (slurmstepd)"
-        kill -KILL "$pid" 2>/dev/null || true
+        if [[ $(cat "$dir/comm" 2>/dev/null) != slurmstepd ]] || ! carries_mark "$pid"; then
+            continue
+        fi
+        # The job's own processes (children of the step) go with it: they carry the job's environment, not the mark.
+        log "killing job step $pid (slurmstepd) and its processes: $(descendants "$pid" | tr '\n' ' ')"
+        # shellcheck disable=SC2046  # one PID per word
+        kill -KILL "$pid" $(descendants "$pid") 2>/dev/null || true
+    done
+}
+
+descendants() {  # pid: every process below it
+    local child
+    for child in $(ps -o pid= --ppid "$1"); do
+        echo "$child"
+        descendants "$child"
     done
 }
 
