@@ -12,6 +12,14 @@ from gradeff.records.results import CellRecord, EpochRecord, Summary
 
 pytest_plugins = ["pytester"]
 
+
+def pytest_configure(config):
+    # The gradeff plugin registers the grids' markers; the suite's own are registered here (--strict-markers).
+    config.addinivalue_line("markers", "cluster: needs the local Slurm cluster of scripts/slurm-local.sh, which "
+                                       "it installs and starts (skipped where Slurm cannot run; -m 'not cluster' "
+                                       "leaves these tests out)")
+
+
 GRID_FILES = ("benchmarks/test_grid.py", "benchmarks/test_peft_grid.py", "benchmarks/test_memory_grid.py",
               "benchmarks/test_baselines_grid.py")
 
