@@ -34,8 +34,8 @@ from gradeff.records.formatting import format_bytes, format_seconds
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_MFU", "DEVICE_MEMORY", "CellPlan", "Target", "add_options", "dry_run_lines", "plan_cell",
-           "pretraining_seconds", "target_for"]
+__all__ = ["DEFAULT_MFU", "DEVICE_MEMORY", "PLAN_FORMAT", "CellPlan", "Target", "add_options", "dry_run_lines",
+           "plan_cell", "plan_document", "pretraining_seconds", "target_for"]
 
 # An assumption, not a measurement: the paper-profile llm cell measured 0.33 (standard) and 0.27 (checkpoint) in
 # bf16 on an H200 (docs/scale-out.md); small vision models at batch 64 rarely do better.
@@ -49,6 +49,8 @@ DEVICE_MEMORY: tuple[tuple[str, int], ...] = (
 )
 _GIB = 2**30
 _RUNS_FIRST = "runs first"
+# The JSON of --gradeff-dry-run-json; a reader refuses another format.
+PLAN_FORMAT = "gradeff-dry-run/1"
 
 
 def _mfu(text: str) -> float:
@@ -72,6 +74,9 @@ def add_options(parser) -> None:
                          "H100, A100, L4; default: the session's device)")
     group.addoption("--gradeff-mfu", type=_mfu, default=DEFAULT_MFU, metavar="FRACTION",
                     help=f"the model FLOPs utilisation the dry run's time estimate assumes (default {DEFAULT_MFU})")
+    group.addoption("--gradeff-dry-run-json", default=None, metavar="PATH",
+                    help="with --gradeff-dry-run: also write its plans as JSON to PATH (every selected test's cell and "
+                         "seed, each cell's estimate, the device): what `gradeff launch` sizes its jobs by")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -391,3 +396,36 @@ def dry_run_lines(plans: list[CellPlan], target: Target, *, profile: str,
                  "bounds); peak: parameters + gradients + optimizer state + batch + saved activations (float32), "
                  "transients not counted; ckpt: blocks recomputed of all")
     return lines
+
+
+def plan_document(tests: list[tuple[str, object, int]], plans: list[CellPlan], target: Target, *, profile: str,
+                  pretraining: dict[str, float | None]) -> dict:
+    """The dry run as JSON data (``--gradeff-dry-run-json``).
+
+    Args:
+        tests: every selected test as ``(node id, its grid cell or None, seed)``.
+        plans: the cells' plans.
+        target: the device estimated for.
+        profile: the session's profile.
+        pretraining: model → estimated seconds of the pretraining the suite would run first.
+
+    Returns:
+        ``{"format", "profile", "target", "pretraining", "cells": {cell id: axes and plan}, "tests": [...]}``;
+        sizes in bytes, times in seconds, ``None`` where not estimated.
+    """
+    from dataclasses import asdict
+
+    by_id = {plan.cell: plan for plan in plans}
+    cells = {}
+    for _, cell, _ in tests:
+        if cell is None or cell.id in cells:
+            continue
+        plan = by_id[cell.id]
+        cells[cell.id] = {"grid": cell.grid, "model": cell.model, "optimizer": cell.optimizer,
+                          "strategy": cell.strategy, "method": cell.method, "dataset": cell.dataset,
+                          "status": plan.status, "seconds": plan.seconds, "predicted_peak_bytes": plan.predicted_peak,
+                          "step_flops": plan.step_flops, "pretrains": plan.pretrains}
+    return {"format": PLAN_FORMAT, "profile": profile, "target": asdict(target), "pretraining": pretraining,
+            "cells": cells,
+            "tests": [{"nodeid": nodeid, "cell": cell.id if cell is not None else None, "seed": seed}
+                      for nodeid, cell, seed in tests]}

@@ -180,6 +180,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                compare_args=settings.compare_args)
     if conflicts:
         raise pytest.UsageError("; ".join(conflicts))
+    if config.getoption("gradeff_dry_run_json") is not None and config.getoption("gradeff_dry_run") is None:
+        raise pytest.UsageError("--gradeff-dry-run-json: given without --gradeff-dry-run, whose plans it writes")
     if model_paths:
         # A model-path model starts from its folder's weights, recorded as --gradeff-weights would be.
         settings = dataclasses.replace(settings, weights=(*settings.weights, *model_paths))
@@ -302,7 +304,25 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     for line in dry_run_lines(plans, target, profile=settings.profile, pretraining=pretraining):
         reporter.write_line(line)
+    if config.getoption("gradeff_dry_run_json") is not None:
+        _write_plan_json(session, plans, target, pretraining)
     return True
+
+
+def _write_plan_json(session: pytest.Session, plans: list, target, pretraining: dict) -> None:
+    """--gradeff-dry-run-json: the plans as data, with every selected test's cell and seed (``gradeff launch``)."""
+    import json
+
+    from gradeff.pytest.dryrun import plan_document
+
+    config = session.config
+    settings = config.stash[SETTINGS]
+    tests = []
+    for item in session.items:
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        tests.append((item.nodeid, params.get("cell"), params.get("gradeff_seed", settings.seed)))
+    document = plan_document(tests, plans, target, profile=settings.profile, pretraining=pretraining)
+    _write_session_file(config, Path(config.getoption("gradeff_dry_run_json")), json.dumps(document, indent=1) + "\n")
 
 
 def _pretrain_ahead(session: pytest.Session) -> None:
@@ -567,7 +587,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     records = current_records(records, settings.results, settings.settled)
     selection = config.stash.get(_SELECTED, [])
     if config.option.collectonly or config.getoption("gradeff_dry_run") is not None:
-        return  # no cell was meant to run: nothing to judge, and the last session's files stay
+        # No cell was meant to run: nothing to judge, and the last session's files stay. A dry run's plans
+        # (--gradeff-dry-run-json) that could not be written still end the session 74.
+        _incomplete_output(config)
+        return
     if settings.baseline is None and (not (records or selection) or config.stash.get(_SHARD, None) is not None):
         # No cell selected (a project's own unit tests): nothing of gradeff's to leave behind. A shard is one part of
         # a run, whose records are its own results file: the shards of `gradeff launch` share a folder, and one

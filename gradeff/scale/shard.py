@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Shard", "ShardPlan", "add_options", "assign", "cell_costs", "parse_shard", "read_shard", "shard_items"]
+__all__ = ["Shard", "ShardPlan", "add_options", "assign", "assign_nodes", "cell_costs", "parse_shard", "read_shard",
+           "shard_items"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +111,29 @@ def _cell_id(item) -> str:
     return cell.id if isinstance(cell, Cell) else item.nodeid
 
 
+def assign_nodes(cells_by_node: Mapping[str, str], count: int,
+                 costs: Mapping[str, float] | None = None) -> list[list[str]]:
+    """Split pytest node ids into ``count`` shards, each node costed by its cell's cost.
+
+    What every shard computes for itself (:func:`shard_items`) and what ``gradeff launch`` computes before it
+    submits them (to size each shard's job): one function, so the two cannot disagree.
+
+    Args:
+        cells_by_node: node id → the cell id it runs (its costs are recorded under it), or the node id itself.
+        count: number of shards.
+        costs: cell id → expected cost (see :func:`assign`).
+
+    Returns:
+        ``count`` sorted lists of node ids; shard ``i`` (1-based) is element ``i - 1``.
+    """
+    node_costs = {node: costs[cell] for node, cell in cells_by_node.items() if costs and cell in costs}
+    return assign(cells_by_node, count, node_costs)
+
+
 def shard_items(items: Sequence, shard: Shard, costs: Mapping[str, float] | None = None) -> tuple[list, list]:
     """``(kept, deselected)`` pytest items of ``shard``; items are told apart by node id, costed by cell id."""
     by_node = {item.nodeid: _cell_id(item) for item in items}
-    node_costs = {node: costs[cell] for node, cell in by_node.items() if costs and cell in costs}
-    mine = set(assign(by_node, shard.count, node_costs)[shard.index - 1])
+    mine = set(assign_nodes(by_node, shard.count, costs)[shard.index - 1])
     kept = [item for item in items if item.nodeid in mine]
     return kept, [item for item in items if item.nodeid not in mine]
 

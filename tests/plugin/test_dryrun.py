@@ -1,5 +1,7 @@
 """--gradeff-dry-run: what the meta pass predicts is what a cell measures, and the plan follows the strategy."""
 
+import json
+
 import pytest
 import torch
 
@@ -9,7 +11,16 @@ from gradeff.meters.memory import parameter_bytes
 from gradeff.methods import apply_method
 from gradeff.models import MODELS, build_model
 from gradeff.optim import OPTIMIZERS
-from gradeff.pytest.dryrun import DEVICE_MEMORY, Target, _measure, dry_run_lines, plan_cell, target_for
+from gradeff.pytest.dryrun import (
+    DEVICE_MEMORY,
+    CellPlan,
+    Target,
+    _measure,
+    dry_run_lines,
+    plan_cell,
+    plan_document,
+    target_for,
+)
 from gradeff.strategies.budget import profile_step
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for, method_hparams_for
@@ -123,10 +134,11 @@ def test_without_a_peak_the_table_says_how_to_get_a_time():
 
 
 def test_a_dry_run_trains_nothing_and_prints_every_selected_cell(grid_pytester, tmp_path):
-    results = tmp_path / "r.jsonl"
+    results, plan = tmp_path / "r.jsonl", tmp_path / "plan.json"
     outcome = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "-m", "peft and vim_s",
                                       "-k", "cifar100 and lora and not adalora and not qlora", "--gradeff-dry-run=H200",
-                                      f"--gradeff-results={results}", f"--gradeff-cache={tmp_path / 'empty-cache'}")
+                                      f"--gradeff-results={results}", f"--gradeff-cache={tmp_path / 'empty-cache'}",
+                                      f"--gradeff-dry-run-json={plan}")
     assert outcome.ret == pytest.ExitCode.OK and not results.exists()
     outcome.stdout.fnmatch_lines([
         "gradeff dry run: 3 cells, profile tiny, on H200 (140.4 GiB; peak 66.9 TFLOP/s at fp32 (table: H200 fp32), "
@@ -137,3 +149,34 @@ def test_a_dry_run_trains_nothing_and_prints_every_selected_cell(grid_pytester, 
         "2 ready, 1 over memory, 0 skipped, 0 not built; estimated time of the ready cells: * ms (one seed)",
         "vim_s: no --gradeff-weights and no cached pretraining: the suite pretrains it first (estimated *",
     ])
+    # --gradeff-dry-run-json: the same plans as data, what gradeff launch splits and sizes its shards by.
+    document = json.loads(plan.read_text())
+    assert (document["format"], document["profile"], document["target"]["name"]) == ("gradeff-dry-run/1", "tiny",
+                                                                                     "H200")
+    cells = ["vim_s-lora-standard-cifar100", "vim_s-lora-checkpoint-cifar100", "vim_s-lora-budget-cifar100"]
+    assert sorted(document["cells"]) == sorted(cells)
+    assert sorted((test["cell"], test["seed"]) for test in document["tests"]) == sorted((cell, 0) for cell in cells)
+    standard = document["cells"]["vim_s-lora-standard-cifar100"]
+    assert (standard["model"], standard["method"], standard["dataset"], standard["status"]) == (
+        "vim_s", "lora", "cifar100", "ready")
+    assert standard["seconds"] > 0 and standard["predicted_peak_bytes"] > 0 and standard["pretrains"]
+    assert document["cells"]["vim_s-lora-budget-cifar100"]["status"].startswith("oom:")
+    assert document["pretraining"]["vim_s"] > 0
+
+
+def test_the_plan_document_names_each_test_once_per_seed():
+    cell = Cell(grid="peft", model="vim_s", optimizer="adamw", strategy="standard", method="lora", dataset="cifar100")
+    plan = CellPlan(cell=cell.id, status="ready", seconds=2.0, predicted_peak=2**20, step_flops=1e9)
+    tests = [(f"g.py::test_cell[{cell.id}-seed{seed}]", cell, seed) for seed in (0, 1)] + [("g.py::test_own", None, 0)]
+    document = plan_document(tests, [plan], H200, profile="tiny", pretraining={})
+    assert [(t["cell"], t["seed"]) for t in document["tests"]] == [(cell.id, 0), (cell.id, 1), (None, 0)]
+    assert document["cells"] == {cell.id: {"grid": "peft", "model": "vim_s", "optimizer": "adamw",
+                                           "strategy": "standard", "method": "lora", "dataset": "cifar100",
+                                           "status": "ready", "seconds": 2.0, "predicted_peak_bytes": 2**20,
+                                           "step_flops": 1e9, "pretrains": False}}
+
+
+def test_a_dry_run_json_without_the_dry_run_is_refused(grid_pytester, tmp_path):
+    outcome = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", f"--gradeff-dry-run-json={tmp_path / 'p.json'}")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    outcome.stderr.fnmatch_lines(["*--gradeff-dry-run-json: given without --gradeff-dry-run, whose plans it writes"])
