@@ -1,10 +1,10 @@
 """The ``gradeff`` command: ``gradeff report RESULTS… -o report.html``, ``gradeff compare``, ``gradeff list``,
-``gradeff launch N [pytest args]``, ``gradeff --version``.
+``gradeff launch N [pytest args]``, ``gradeff launch status|collect DIR``, ``gradeff --version``.
 
 Exit codes: 0 success; 2 a results file is missing, unreadable or has no readable record, or the
 command line is wrong (argparse's convention); 74 (``EX_IOERR``) an output could not be written (disk full, I/O
 error: one line names the file, which is left as it was); ``launch``: 1 a shard failed or the gate found a
-regression. Messages go to stderr and name the file (and line) at fault.
+regression, or a selected cell that no shard recorded. Messages go to stderr and name the file (and line) at fault.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from gradeff.records.loading import LoadedResults
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_OUTPUT", "build_parser", "main"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_OUTPUT", "build_parser", "main", "parse_args"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # launch: a shard failed
@@ -80,44 +80,87 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_launch_parser(commands) -> None:
     launch = commands.add_parser(
-        "launch", help="run a pytest selection as N shards (Slurm when available, else local processes) and merge "
-        "their results", description="Submit N shards of the same pytest command (each with --gradeff-shard I/N and "
-        "its own results file) with submitit, wait for them, merge the results files into one (every cell once) and "
-        "optionally render the report and run the regression gate on it. Example: gradeff launch 4 --executor local "
-        "-- benchmarks -m main --gradeff-epochs 1")
+        "launch", help="run a pytest selection as N shards (a Slurm job array when a cluster answers, else local "
+        "processes) and merge their results", description="Plan the selection with --gradeff-dry-run, submit N "
+        "shards of the same pytest command (each with --gradeff-shard I/N, its own results file and "
+        "--gradeff-resume) with submitit, as one Slurm job array sized from the plan or as local processes, wait "
+        "for them (a preempted or requeued shard resumes where it stopped), merge the results files into one "
+        "(every cell once; a cell no shard recorded is recorded as error) and optionally render the report and run "
+        "the regression gate on it. `gradeff launch status DIR` shows where a launch's shards stand, `gradeff "
+        "launch collect DIR` merges them (after --no-wait). Example: gradeff launch 4 --engine local -- benchmarks "
+        "-m main --gradeff-epochs 1")
     launch.add_argument("shards", type=int, metavar="N", help="number of shards (jobs)")
-    launch.add_argument("--executor", choices=("auto", "local", "slurm"), default="auto",
-                        help="auto: Slurm when srun is available, else local processes (default auto)")
+    launch.add_argument("--engine", "--executor", dest="engine", choices=("auto", "local", "slurm"), default="auto",
+                        help="auto: Slurm when a cluster answers (sinfo), else local processes; slurm refuses to "
+                             "start without one (default auto; --executor is its earlier name)")
     launch.add_argument("--folder", metavar="DIR",
-                        help="jobs, logs and the shards' results files (default results/launch-<time>)")
+                        help="plan, manifest, jobs, logs and the shards' results files (default results/launch-<time>)")
     launch.add_argument("-o", "--output", metavar="PATH", help="merged results file (default <folder>/results.jsonl)")
-    launch.add_argument("--costs", metavar="PATH", help="earlier results file: balance the shards by its wall times")
+    launch.add_argument("--costs", metavar="PATH",
+                        help="earlier results file: balance the shards by its wall times and size their jobs by them")
     launch.add_argument("--report", metavar="PATH", help="write the report of the merged records (.html or .csv)")
     launch.add_argument("--baseline", metavar="PATH", help="run the regression gate of the merged records against it")
     launch.add_argument("--compare-args", default="", metavar="ARGS",
                         help="extra gate options, e.g. \"--time-ratio 3\"")
-    launch.add_argument("--timeout-min", type=int, default=24 * 60, help="time limit of each job (default 1440)")
-    launch.add_argument("--partition", help="Slurm partition")
-    launch.add_argument("--gpus-per-node", type=int, help="GPUs per Slurm job")
-    launch.add_argument("--cpus-per-task", type=int, help="CPUs per Slurm job")
-    launch.add_argument("--mem-gb", type=float, help="memory per Slurm job, GB")
+    launch.add_argument("--no-wait", dest="wait", action="store_false",
+                        help="submit, write the manifest and return (Slurm): gradeff launch status / collect DIR later")
+    launch.add_argument("--poll-s", type=float, metavar="SECONDS",
+                        help="how often the waiting launch asks after its shards (default 10 on Slurm, 1 locally)")
+    sizing = launch.add_argument_group("each job's resources (default: from the dry run's estimates, or --costs)")
+    sizing.add_argument("--timeout-min", type=int, help="time limit of each job in minutes")
+    sizing.add_argument("--time-margin", type=float, default=2.0,
+                        help="factor on the longest shard's expected time (default 2)")
+    sizing.add_argument("--mem-gb", type=float, help="memory per Slurm job, GB")
+    sizing.add_argument("--cpus-per-task", type=int, help="CPUs per Slurm job (default Slurm's: 1)")
+    sizing.add_argument("--gpus", "--gpus-per-node", dest="gpus", type=int,
+                        help="GPUs per shard, asked as --gres=gpu:N (default 1 on the paper profile or with --gpu)")
+    sizing.add_argument("--gpu", metavar="NAME",
+                        help="the GPU the shards run on (H200, H100, A100, L4): the dry run estimates for it")
+    slurm = launch.add_argument_group("Slurm")
+    slurm.add_argument("--partition", help="Slurm partition")
+    slurm.add_argument("--account", help="Slurm account")
+    slurm.add_argument("--qos", help="Slurm quality of service")
+    slurm.add_argument("--throttle", type=int, metavar="K", help="at most K shards run at once (--array=...%%K)")
+    slurm.add_argument("--sbatch", action="append", default=[], metavar="NAME=VALUE",
+                       help="a further sbatch flag, without its dashes (repeatable): --sbatch constraint=a100 "
+                            "--sbatch exclusive")
     launch.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                         help="the selection and options every shard runs, after -- (e.g. -- benchmarks -m main; "
                              "default: benchmarks, every grid)")
     launch.set_defaults(func=_run_launch)
 
 
+def _launch_tool_parser(tool: str) -> argparse.ArgumentParser:
+    """``gradeff launch status DIR`` and ``gradeff launch collect DIR``."""
+    if tool == "status":
+        parser = argparse.ArgumentParser(
+            prog="gradeff launch status", description="Where each shard of a launch stands: its job's state (every "
+            "run of a requeued Slurm task), the cells it has recorded of those it was given, its exit code.")
+        parser.add_argument("folder", metavar="DIR", help="the launch's folder (its launch.json)")
+        parser.set_defaults(func=_run_launch_status)
+        return parser
+    parser = argparse.ArgumentParser(
+        prog="gradeff launch collect", description="Merge a launch's shards into one results file once every shard "
+        "has ended (every selected cell once; a cell no shard recorded as error, naming its shard), then render the "
+        "report and run the gate the launch was given, or those named here.")
+    parser.add_argument("folder", metavar="DIR", help="the launch's folder (its launch.json)")
+    parser.add_argument("-o", "--output", metavar="PATH", help="merged results file (default the launch's)")
+    parser.add_argument("--report", metavar="PATH", help="write the report of the merged records (.html or .csv)")
+    parser.add_argument("--baseline", metavar="PATH", help="run the regression gate of the merged records against it")
+    parser.add_argument("--compare-args", default=None, metavar="ARGS", help="extra gate options")
+    parser.set_defaults(func=_run_launch_collect)
+    return parser
+
+
 def _run_launch(args: argparse.Namespace) -> int:
-    import shlex
     import time
     from pathlib import Path
 
+    from gradeff.records.outputs import OutputError
     from gradeff.scale.launch import LaunchError, LaunchOptions, launch
 
     # Without arguments pytest would run its testpaths (the unit tests); launch is for the grids.
     pytest_args = args.pytest_args or ["benchmarks"]
-    named = {"slurm_partition": args.partition, "gpus_per_node": args.gpus_per_node,
-             "cpus_per_task": args.cpus_per_task, "mem_gb": args.mem_gb}
     if args.compare_args and not args.baseline:
         _error("--compare-args: given without --baseline, which it configures")
         return EXIT_BAD_INPUT
@@ -125,41 +168,128 @@ def _run_launch(args: argparse.Namespace) -> int:
         shards=args.shards, pytest_args=tuple(pytest_args),
         folder=Path(args.folder or f"results/launch-{time.strftime('%Y%m%d-%H%M%S')}"),
         output=Path(args.output) if args.output else None, costs=Path(args.costs) if args.costs else None,
-        executor=args.executor, timeout_min=args.timeout_min, report=Path(args.report) if args.report else None,
+        engine=args.engine, wait=args.wait, timeout_min=args.timeout_min, mem_gb=args.mem_gb,
+        time_margin=args.time_margin, cpus=args.cpus_per_task, gpus=args.gpus, gpu=args.gpu,
+        partition=args.partition, account=args.account, qos=args.qos, throttle=args.throttle,
+        sbatch=tuple(args.sbatch), report=Path(args.report) if args.report else None,
         baseline=Path(args.baseline) if args.baseline else None, compare_args=args.compare_args,
-        parameters={key: value for key, value in named.items() if value is not None})
+        poll_s=args.poll_s)
     started = time.perf_counter()
-    from gradeff.records.outputs import OutputError
-
     try:
-        outcomes, merged = launch(options, echo=lambda line: print(line, file=sys.stderr))
+        result = launch(options, echo=lambda line: print(line, file=sys.stderr))
     except LaunchError as exc:
         _error(str(exc))
         return EXIT_BAD_INPUT
     except OutputError as exc:  # the merged results file: the shards' own files are still there
         _error(str(exc))
         return EXIT_OUTPUT
-    from gradeff.records.results import read_records
+    if result.collected is None:
+        return EXIT_OK
+    return _finish_launch(result.manifest, result.statuses, result.collected, started=started,
+                          report=options.report, baseline=options.baseline, compare_args=options.compare_args)
 
-    records = list(read_records(merged))
-    failed = [o for o in outcomes if o.returncode not in (0, 5)]
-    print(f"gradeff launch: {len(records)} records from {len(outcomes)} shards merged into {merged} "
+
+def _finish_launch(manifest, statuses, collected, *, started: float, report, baseline, compare_args: str) -> int:
+    """Say what the shards gave, then the report and the gate on the merged records; the exit code."""
+    import shlex
+    import time
+
+    failed = [status for status in statuses if not status.succeeded]
+    print(f"gradeff launch: {collected.records} records from {len(statuses)} shards merged into {collected.output} "
           f"in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    for outcome in failed:
-        _error(f"shard {outcome.index} failed ({outcome.error or f'pytest exit code {outcome.returncode}'}); "
-               f"see {outcome.log}")
-    code = EXIT_FAILED if failed else EXIT_OK
-    if not records:
+    for status in failed:
+        why = f"pytest exit code {status.exit_code}" if status.exit_code is not None else status.error
+        _error(f"shard {status.index} failed ({status.state}: {why}); see {manifest.shard_log(status.index)}")
+    if collected.unrecorded:
+        shown = ", ".join(f"{name} (shard {shard})" for shard, name, _ in collected.unrecorded[:5])
+        more = f" and {len(collected.unrecorded) - 5} more" if len(collected.unrecorded) > 5 else ""
+        _error(f"{len(collected.unrecorded)} selected tests no shard recorded, recorded as error: {shown}{more}")
+    code = EXIT_FAILED if failed or collected.unrecorded else EXIT_OK
+    if not collected.records:
         _error("no shard recorded a cell: does the selection select any?")
         return EXIT_BAD_INPUT
-    if options.report is not None:
-        code = max(code, _run_report(argparse.Namespace(results=[str(merged)], output=str(options.report), format=None,
-                                                        title="gradeff report", templates=None)))
-    if options.baseline is not None:
+    if report is not None:
+        code = max(code, _run_report(argparse.Namespace(results=[str(collected.output)], output=str(report),
+                                                        format=None, title="gradeff report", templates=None)))
+    if baseline is not None:
         gate = _run_compare(argparse.Namespace(
-            arguments=[str(options.baseline), str(merged), *shlex.split(options.compare_args)]))
+            arguments=[str(baseline), str(collected.output), *shlex.split(compare_args)]))
         code = max(code, gate)
     return code
+
+
+def _run_launch_status(args: argparse.Namespace) -> int:
+    from gradeff.scale.manifest import ManifestError, load_manifest
+    from gradeff.scale.status import shard_statuses, status_lines
+
+    try:
+        manifest = load_manifest(args.folder)
+        statuses = shard_statuses(manifest)
+    except (ManifestError, RuntimeError) as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    print("\n".join(status_lines(manifest, statuses)))
+    return EXIT_OK
+
+
+def _run_launch_collect(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from gradeff.records.outputs import OutputError
+    from gradeff.scale.collect import CollectError, collect
+    from gradeff.scale.manifest import ManifestError, load_manifest
+    from gradeff.scale.status import shard_statuses
+
+    started = time.perf_counter()
+    try:
+        manifest = load_manifest(args.folder)
+        statuses = shard_statuses(manifest)
+    except (ManifestError, RuntimeError) as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    running = [str(status.index) for status in statuses if not status.ended]
+    if running:
+        _error(f"shard{'s' if len(running) > 1 else ''} {', '.join(running)} of {args.folder} still "
+               f"run{'' if len(running) > 1 else 's'} (gradeff launch status {args.folder}); collect once every "
+               "shard has ended")
+        return EXIT_BAD_INPUT
+    output = Path(args.output) if args.output else Path(manifest.output)
+    if output.exists() and output.stat().st_size > 0:
+        _error(f"{output} exists; give -o a new file")
+        return EXIT_BAD_INPUT
+    try:
+        collected = collect(manifest, statuses, output)
+    except CollectError as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    except OutputError as exc:
+        _error(str(exc))
+        return EXIT_OUTPUT
+    report = args.report or manifest.report
+    baseline = args.baseline or manifest.baseline
+    compare_args = args.compare_args if args.compare_args is not None else manifest.compare_args
+    return _finish_launch(manifest, statuses, collected, started=started, report=Path(report) if report else None,
+                          baseline=Path(baseline) if baseline else None, compare_args=compare_args)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line's namespace: ``launch``'s and ``list``'s pytest arguments after ``--``, ``launch status``
+    and ``launch collect`` by their own parsers.
+
+    Raises:
+        SystemExit: a bad command line (argparse's exit code 2), or ``--help``.
+    """
+    argv = list(argv)
+    if argv[:1] == ["launch"] and len(argv) > 1 and argv[1] in ("status", "collect"):
+        return _launch_tool_parser(argv[1]).parse_args(argv[2:])
+    if argv[:1] in (["launch"], ["list"]) and "--" in argv:
+        # Their own options may come first; everything after the first -- belongs to pytest.
+        cut = argv.index("--")
+        args = build_parser().parse_args(argv[:cut])
+        args.pytest_args = argv[cut + 1:]
+        return args
+    return build_parser().parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -176,13 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The gate parses its own options, --help included; argparse's REMAINDER would not pass
         # an option-looking first argument through.
         return _run_compare(argparse.Namespace(arguments=argv[1:]))
-    if argv[:1] in (["launch"], ["list"]) and "--" in argv:
-        # Their own options may come first; everything after the first -- belongs to pytest.
-        cut = argv.index("--")
-        args = build_parser().parse_args(argv[:cut])
-        args.pytest_args = argv[cut + 1:]
-    else:
-        args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     return args.func(args)
 
 
