@@ -199,7 +199,8 @@ def _finish_launch(manifest, statuses, collected, *, started: float, report, bas
           f"in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     for status in failed:
         why = f"pytest exit code {status.exit_code}" if status.exit_code is not None else status.error
-        _error(f"shard {status.index} failed ({status.state}: {why}); see {manifest.shard_log(status.index)}")
+        _error(f"shard {status.index} failed ({status.state}{': ' + why if why else ''}); "
+               f"see {manifest.shard_log(status.index)}")
     if collected.unrecorded:
         shown = ", ".join(f"{name} (shard {shard})" for shard, name, _ in collected.unrecorded[:5])
         more = f" and {len(collected.unrecorded) - 5} more" if len(collected.unrecorded) > 5 else ""

@@ -57,7 +57,7 @@ def _end_text(manifest: LaunchManifest, status: ShardStatus) -> str:
         return "was never submitted"
     if status.exit_code is not None:
         return f"({job}) ended with pytest exit code {status.exit_code}"
-    return f"({job}) ended {status.state}" + (f": {status.error}" if status.error else "")
+    return f"({job}) ended {status.state}" + (f" ({status.error})" if status.error else "")
 
 
 def failure_record(manifest: LaunchManifest, test: dict, status: ShardStatus) -> CellRecord:

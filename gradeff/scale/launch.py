@@ -300,7 +300,13 @@ def wait_for_shards(manifest: LaunchManifest, *, echo=print, poll_s: float | Non
     started = time.perf_counter()
     last: dict[int, str] = {}
     while True:
-        statuses = statuses_of(manifest)
+        try:
+            statuses = statuses_of(manifest)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            # A controller or database that does not answer for a moment (a restart, a busy slurmdbd) is waited out.
+            echo(f"gradeff launch: cannot read the shards' states ({exc}); asking again in {poll:g} s")
+            time.sleep(poll)
+            continue
         for status in statuses:
             if last.get(status.index) != status.state:
                 was = f"{last[status.index]} → " if status.index in last else ""

@@ -14,9 +14,9 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["FINAL_STATES", "PROBE_TIMEOUT_S", "RESERVED_SBATCH", "SbatchRequest", "TaskRun", "array_runs",
-           "cluster_unavailable", "current_state", "is_final", "parse_sbatch_flags", "parse_sacct",
-           "submitit_parameters"]
+__all__ = ["FINAL_STATES", "GONE", "PROBE_TIMEOUT_S", "RESERVED_SBATCH", "SbatchRequest", "TaskRun", "TaskState",
+           "array_runs", "array_tasks", "cluster_unavailable", "current_state", "is_final", "parse_sacct",
+           "parse_sbatch_flags", "parse_squeue", "queued_states", "submitit_parameters"]
 
 # sinfo on a configured client whose controller is down gives up after ~9 s (its connect retries).
 PROBE_TIMEOUT_S = 10.0
@@ -24,7 +24,10 @@ PROBE_TIMEOUT_S = 10.0
 # where it requeues, Slurm reports the run REQUEUED and the task PENDING again. Everything else (PENDING, RUNNING,
 # REQUEUED, REQUEUE_HOLD, SUSPENDED, COMPLETING, ...) may still run.
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
-                "PREEMPTED", "REVOKED")
+                "PREEMPTED", "REVOKED", "GONE")
+# A task neither squeue nor sacct knows: cancelled while it was still part of the array's pending record, it never
+# became a job of its own, and accounting has no line for it.
+GONE = "GONE"
 # sbatch flags launch writes itself (the array, its logs, the signal submitit checkpoints on) or sets from an option
 # of its own: given through --sbatch they would be silently replaced or would contradict that option.
 RESERVED_SBATCH = {"array": "--throttle", "output": None, "error": None, "open-mode": None, "signal": None,
@@ -178,8 +181,55 @@ def array_runs(array_id: str, timeout: float = 60.0) -> dict[int, list[TaskRun]]
 
 
 def current_state(runs: Sequence[TaskRun]) -> str:
-    """A task's state now: its latest run's (``PENDING`` while sacct knows no run yet)."""
+    """A task's state by sacct alone: its latest run's (``PENDING`` while sacct knows no run yet)."""
     return runs[-1].state if runs else "PENDING"
+
+
+def parse_squeue(text: str, array_id: str) -> dict[int, str]:
+    """Task number → state, from ``squeue --array --noheader --states=all --format=%i|%T`` output."""
+    states = {}
+    for line in text.splitlines():
+        job, _, state = line.strip().partition("|")
+        if (match := _TASK.fullmatch(job)) and match["array"] == array_id and state:
+            states[int(match["task"])] = state.strip()
+    return states
+
+
+def queued_states(array_id: str, timeout: float = 60.0) -> dict[int, str]:
+    """The states slurmctld holds for the array's tasks now: pending, running, and those ended within MinJobAge.
+
+    Raises:
+        RuntimeError: squeue failed (its message).
+    """
+    done = subprocess.run(["squeue", "--array", "--noheader", "--states=all", "--format=%i|%T", f"--jobs={array_id}"],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        if "Invalid job id" in done.stderr:
+            return {}  # every task has left slurmctld's memory: sacct knows them
+        raise RuntimeError(f"squeue --jobs={array_id} exited {done.returncode}: {done.stderr.strip()}")
+    return parse_squeue(done.stdout, array_id)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """An array task now: its state (slurmctld's where it still holds the task, else sacct's last run's, else
+    :data:`GONE`) and every run sacct recorded, oldest first."""
+
+    state: str
+    runs: tuple[TaskRun, ...]
+
+
+def array_tasks(array_id: str, count: int) -> dict[int, TaskState]:
+    """Tasks ``0 .. count - 1`` of job array ``array_id``: squeue asked first (it knows a task from its
+    submission on, before slurmdbd does), sacct for the runs and for tasks slurmctld no longer holds.
+
+    Raises:
+        RuntimeError: squeue or sacct failed.
+    """
+    live = queued_states(array_id)
+    runs = array_runs(array_id)
+    return {task: TaskState(state=live.get(task) or (runs[task][-1].state if runs.get(task) else GONE),
+                            runs=tuple(runs.get(task, ()))) for task in range(count)}
 
 
 def is_final(state: str) -> bool:

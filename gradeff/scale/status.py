@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gradeff.records.results import read_records
 from gradeff.scale.manifest import LaunchManifest
-from gradeff.scale.slurm import TaskRun, array_runs, current_state, is_final
+from gradeff.scale.slurm import GONE, TaskRun, TaskState, array_tasks, is_final
 
 __all__ = ["ShardStatus", "shard_statuses", "status_lines"]
 
@@ -88,12 +88,16 @@ def _alive(pid: int) -> bool:
 
 
 def shard_statuses(manifest: LaunchManifest, *,
-                   runs_of: Callable[[str], dict[int, list[TaskRun]]] = array_runs) -> list[ShardStatus]:
-    """Every shard's status now (``runs_of``: the array's sacct history, replaceable in tests)."""
+                   tasks_of: Callable[[str, int], dict[int, TaskState]] = array_tasks) -> list[ShardStatus]:
+    """Every shard's status now (``tasks_of``: the array's tasks from squeue and sacct, replaceable in tests).
+
+    Raises:
+        RuntimeError: squeue or sacct failed.
+    """
     import submitit
 
     statuses = []
-    history = runs_of(manifest.array_id) if manifest.engine == "slurm" and manifest.array_id else {}
+    tasks = tasks_of(manifest.array_id, manifest.shards) if manifest.engine == "slurm" and manifest.array_id else {}
     for index in range(1, manifest.shards + 1):
         job_id = manifest.jobs[index - 1] if len(manifest.jobs) >= index else ""
         recorded = _recorded(manifest.shard_results(index))
@@ -105,8 +109,8 @@ def shard_statuses(manifest: LaunchManifest, *,
         job_class = submitit.SlurmJob if manifest.engine == "slurm" else submitit.LocalJob
         result_pickle = job_class(folder=manifest.jobs_folder / "%j", job_id=job_id).paths.result_pickle
         if manifest.engine == "slurm":
-            runs = tuple(history.get(index - 1, ()))
-            state = current_state(runs)
+            task = tasks.get(index - 1, TaskState(state=GONE, runs=()))
+            runs, state = task.runs, task.state
         else:
             runs = ()
             state = "RUNNING" if _alive(int(job_id)) and not result_pickle.exists() else "ENDED"
@@ -115,9 +119,12 @@ def shard_statuses(manifest: LaunchManifest, *,
             code, error = _outcome(result_pickle)
             if state == "ENDED":
                 state = "COMPLETED" if code is not None else "FAILED"
+            elif state == GONE:
+                code, error = None, "Slurm knows no such task any more: cancelled before it started"
             elif state != "COMPLETED":
                 # Slurm ended the task (cancelled, out of memory, timed out, node failure): its state says why.
-                code, error = None, f"Slurm: {state}" + (f", exit {runs[-1].exit_code}" if runs else "")
+                exit_code = runs[-1].exit_code if runs else ""
+                code, error = None, f"batch script exit {exit_code}" if exit_code not in ("", "0:0") else ""
         statuses.append(ShardStatus(index=index, job=job_id, state=state, runs=runs, recorded=recorded,
                                     assigned=assigned, exit_code=code, error=error))
     return statuses

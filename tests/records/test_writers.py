@@ -15,7 +15,9 @@ from gradeff.records.outputs import OutputError
 from gradeff.records.results import append_record
 from gradeff.report import write_report
 from gradeff.report.csv_export import write_csv
-from gradeff.scale.launch import merge_results
+from gradeff.scale.collect import collect
+from gradeff.scale.manifest import LaunchManifest
+from gradeff.scale.status import ShardStatus
 from tests.conftest import build_record
 from tests.records.test_outputs import failing_disk
 
@@ -92,10 +94,15 @@ def test_the_gate_refuses_one_file_on_both_sides_and_an_output_over_an_input(tmp
 
 def test_launch_merge_on_a_full_disk_keeps_the_shards(tmp_path, monkeypatch, results):
     merged = tmp_path / "merged.jsonl"
+    shard = tmp_path / "shard-1.jsonl"
+    results.rename(shard)
+    manifest = LaunchManifest(engine="local", shards=1, pytest_args=("benchmarks",), folder=str(tmp_path),
+                              cwd=str(tmp_path), output=str(merged), profile="tiny", code_version="0.1.0+abc",
+                              tests=(), created_at=0.0)
     failing_disk(monkeypatch)
     with pytest.raises(OutputError, match=re.escape(ENOSPC)):
-        merge_results([results], merged)
-    assert not merged.exists() and results.stat().st_size > 0
+        collect(manifest, [ShardStatus(index=1, job="1", state="COMPLETED", recorded=2, assigned=2, exit_code=0)])
+    assert not merged.exists() and shard.stat().st_size > 0
 
 
 def test_csv_text_never_starts_a_formula():

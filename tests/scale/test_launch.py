@@ -139,36 +139,39 @@ def test_a_cell_no_shard_recorded_is_recorded_as_failed_naming_its_shard(tmp_pat
     append_record(manifest.shard_results(2), build_record("llm-sgd-standard"))
     statuses = [ShardStatus(index=1, job="57_0", state="COMPLETED", recorded=1, assigned=1, exit_code=0),
                 ShardStatus(index=2, job="57_1", state="CANCELLED", recorded=1, assigned=3,
-                            error="Slurm: CANCELLED, exit 0:15")]
+                            error="batch script exit 0:15")]
     collected = collect(manifest, statuses)
     records = {r.cell: r for r in read_records(collected.output)}
     assert sorted(records) == ["llm-adam-standard", "llm-sgd-accum", "llm-sgd-standard"]
     failed = records["llm-sgd-accum"]
     assert failed.status == "error" and failed.code_version == "0.1.0+abc" and failed.epochs == ()
-    assert failed.detail == (f"shard 2/2 (Slurm job 57_1) ended CANCELLED: Slurm: CANCELLED, exit 0:15 before "
-                             f"recording this cell; its log: {tmp_path / 'shard-2.log'}")
+    assert failed.detail == (f"shard 2/2 (Slurm job 57_1) ended CANCELLED (batch script exit 0:15) before recording "
+                             f"this cell; its log: {tmp_path / 'shard-2.log'}")
     # The test of one's own has no cell to record; its dead shard's loss is still named.
     assert collected.unrecorded == ((2, "llm-sgd-accum", 0), (2, "mine::test_own", 0))
 
 
-def test_status_reads_every_run_of_a_requeued_task(tmp_path):
-    from gradeff.scale.slurm import parse_sacct
+def test_status_reads_every_run_of_a_requeued_task_and_a_task_slurm_forgot(tmp_path):
+    from gradeff.scale.slurm import GONE, TaskState, parse_sacct
 
     tests = [{"nodeid": f"g::t[{c}]", "cell": c, "seed": 0, "shard": s}
-             for c, s in (("llm-adam-standard", 1), ("llm-sgd-standard", 2))]
-    manifest = _manifest(tmp_path, tests)
+             for c, s in (("llm-adam-standard", 1), ("llm-sgd-standard", 2), ("llm-sgd-accum", 3))]
+    manifest = _manifest(tmp_path, tests, shards=3, jobs=("57_0", "57_1", "57_2"))
     save_manifest(manifest)
     assert load_manifest(tmp_path) == manifest
     append_record(manifest.shard_results(2), build_record("llm-sgd-standard"))
-    sacct = ("57_0|RUNNING|2026-01-01T00:00:01|Unknown|0:0\n"
-             "57_1|REQUEUED|2026-01-01T00:00:01|2026-01-01T00:00:09|0:0\n"
-             "57_1|PENDING|Unknown|Unknown|0:0\n")
-    statuses = shard_statuses(manifest, runs_of=lambda array: parse_sacct(sacct, array))
-    assert [(s.state, s.recorded, s.assigned, len(s.runs)) for s in statuses] == [("RUNNING", 0, 1, 1),
-                                                                                 ("PENDING", 1, 1, 2)]
+    runs = parse_sacct("57_0|RUNNING|2026-01-01T00:00:01|Unknown|0:0\n"
+                       "57_1|REQUEUED|2026-01-01T00:00:01|2026-01-01T00:00:09|0:0\n"
+                       "57_1|PENDING|Unknown|Unknown|0:0\n", "57")
+    tasks = {0: TaskState("RUNNING", tuple(runs[0])), 1: TaskState("PENDING", tuple(runs[1])), 2: TaskState(GONE, ())}
+    statuses = shard_statuses(manifest, tasks_of=lambda array, count: tasks)
+    assert [(s.state, s.recorded, s.assigned, len(s.runs)) for s in statuses] == [
+        ("RUNNING", 0, 1, 1), ("PENDING", 1, 1, 2), ("GONE", 0, 1, 0)]
+    assert statuses[2].ended and not statuses[2].succeeded
+    assert statuses[2].error == "Slurm knows no such task any more: cancelled before it started"
     lines = status_lines(manifest, statuses)
     assert "runs: REQUEUED 2026-01-01T00:00:01→2026-01-01T00:00:09, PENDING Unknown→Unknown" in lines[2]
-    assert lines[-1] == "0 of 2 shards ended (0 failed); 1 of 2 tests recorded"
+    assert lines[-1] == "1 of 3 shards ended (1 failed); 1 of 3 tests recorded"
 
 
 def test_launch_tools_and_the_executor_alias_parse():

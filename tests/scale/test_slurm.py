@@ -11,6 +11,7 @@ from gradeff.scale.slurm import (
     is_final,
     parse_sacct,
     parse_sbatch_flags,
+    parse_squeue,
     submitit_parameters,
 )
 
@@ -77,3 +78,8 @@ def test_sacct_gives_every_run_of_every_task_pending_ranges_included():
     assert current_state(runs[3]) == "PENDING"
     assert parse_sacct(text, "58")[0][0].state == "CANCELLED" and is_final("CANCELLED")
     assert current_state([]) == "PENDING"  # sacct has not heard of the task yet
+
+
+def test_squeue_gives_each_tasks_state_while_slurmctld_holds_it():
+    text = "57_0|RUNNING\n57_1|PENDING\n57_2|COMPLETED\n58_0|RUNNING\n"
+    assert parse_squeue(text, "57") == {0: "RUNNING", 1: "PENDING", 2: "COMPLETED"}
