@@ -6,9 +6,9 @@
 #   scripts/slurm-local.sh stop     cancel the cluster's jobs, stop the daemons this script started (reverse order)
 #   scripts/slurm-local.sh status   each daemon's state and sinfo; exit 0 all running, 3 all stopped, 1 partly
 #
-# Environment: GRADEFF_SLURM_DIR (state folder, default /tmp/gradeff-slurm), GRADEFF_SLURM_PORT (slurmctld's
-# port, default 6817; slurmd and slurmdbd use the next two), GRADEFF_SLURM_TIMEOUT (seconds each daemon may take
-# to become ready, default 60).
+# Environment: GRADEFF_SLURM_DIR (state folder, default gradeff-slurm in $TMPDIR or /tmp), GRADEFF_SLURM_PORT
+# (slurmctld's port, default 6817; slurmd and slurmdbd use the next two), GRADEFF_SLURM_TIMEOUT (seconds each daemon
+# may take to become ready, default 60).
 # Exit codes of start: 0 running, 1 a daemon failed to start, 2 Slurm cannot run here (no root, no apt-get, the
 # install failed): callers such as the test fixture skip on 2 and fail on 1.
 # Clients need SLURM_CONF: `source "$GRADEFF_SLURM_DIR/env.sh"` (start prints the export line).
@@ -16,7 +16,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TEMPLATES="$REPO/scripts/slurm"
-STATE="${GRADEFF_SLURM_DIR:-/tmp/gradeff-slurm}"
+STATE="${GRADEFF_SLURM_DIR:-$(dirname "$(mktemp -u)")/gradeff-slurm}"
 CTLD_PORT="${GRADEFF_SLURM_PORT:-6817}"
 SLURMD_PORT=$((CTLD_PORT + 1))
 DBD_PORT=$((CTLD_PORT + 2))

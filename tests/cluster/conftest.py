@@ -13,9 +13,11 @@ from tests.cluster.slurm_cluster import ROOT, ClusterUnavailable, SlurmCluster, 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """The cluster of scripts/slurm-local.sh (GRADEFF_SLURM_DIR, default /tmp/gradeff-slurm), started if needed.
+    """The cluster of scripts/slurm-local.sh (GRADEFF_SLURM_DIR, default gradeff-slurm in the temporary folder),
+    started if needed.
 
-    Skips when Slurm cannot run on this machine; stops the cluster at the end only if this session started it.
+    Skips when Slurm cannot run on this machine; at the end, the last session using the cluster stops it, unless it
+    was started by hand (tests/cluster/slurm_cluster.py).
     """
     try:
         cluster = start_cluster()
@@ -38,9 +40,12 @@ def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> d
 
 
 @pytest.fixture
-def executor(slurm_env, tmp_path) -> submitit.AutoExecutor:
+def executor(slurm_env, tmp_path, monkeypatch: pytest.MonkeyPatch) -> submitit.AutoExecutor:
     """A submitit executor on the local cluster: Slurm named explicitly, so a missing sbatch fails instead of
     quietly running the jobs as local processes."""
     executor = submitit.AutoExecutor(folder=tmp_path / "jobs", cluster="slurm")
     executor.update_parameters(timeout_min=10, cpus_per_task=1)
+    # A job that Slurm reports ended gets this long to show its result file before submitit calls it uncompleted:
+    # 15 s by default, for shared file systems that show a file late; this cluster's files are local.
+    monkeypatch.setattr(submitit.core.core.Job, "_results_timeout_s", 2)
     return executor

@@ -107,8 +107,8 @@ def test_a_cancelled_job_raises_uncompleted(executor, tmp_path):
     wait_for_file(started_file, job)
     started = time.perf_counter()
     job.cancel()
-    # submitit gives a finished job 15 s (_results_timeout_s) to write its result before it calls it
-    # uncompleted, so the error comes about 15-20 s after the cancel.
+    # submitit gives a finished job _results_timeout_s (2 s here, see the executor fixture) to write its result
+    # before it calls it uncompleted.
     with pytest.raises(UncompletedJobError, match="has not produced any output"):
         result_within(job, timeout=90)
     elapsed = time.perf_counter() - started
