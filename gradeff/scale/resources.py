@@ -3,8 +3,9 @@ take, and GPUs on a GPU profile.
 
 A cell's expectation comes from its own earlier records where ``--costs`` names them (the mean wall time, building
 included, and the largest peak RSS of the cell's records at the launch's profile), else from ``--gradeff-dry-run``
-(its estimated time on the device it names; its predicted peak plus :data:`PROCESS_BYTES` for the process around
-it). A shard's time is its cells' sum, plus the pretraining the suite runs first for a backbone without weights
+(its estimated time on the device it names; on the CPU, its predicted peak plus :data:`PROCESS_BYTES` for the
+process around it; on a GPU the predicted peak is the device's, and the host's memory is left to records). A
+shard's time is its cells' sum, plus the pretraining the suite runs first for a backbone without weights
 (whichever shard gets there first pretrains, the others wait for it, so every shard needing it counts it). A job
 array has one set of resources for every task: the longest shard sets the time limit, the largest cell the memory.
 
@@ -82,14 +83,16 @@ def cell_estimates(plan: Mapping, recorded: Mapping[str, CellEstimate] | None = 
             estimates[cell] = recorded[cell]
             continue
         status = planned["status"]
-        if status.startswith("skipped"):
-            # A skipped cell writes its record and ends at once.
+        if status.startswith(("skipped", "oom")):
+            # A skipped cell writes its record and ends at once; one over its memory budget or the device's is
+            # recorded oom before its first step, or at it.
             estimates[cell] = CellEstimate(seconds=0.0, memory_bytes=PROCESS_BYTES, source="dry run")
             continue
         peak = planned["predicted_peak_bytes"]
+        # On a GPU the predicted peak is the device's memory, which says little about the host's: left to records.
+        on_host = plan["target"]["name"] == "cpu" and peak is not None
         estimates[cell] = CellEstimate(seconds=planned["seconds"],
-                                       memory_bytes=peak + PROCESS_BYTES if peak is not None else None,
-                                       source="dry run")
+                                       memory_bytes=peak + PROCESS_BYTES if on_host else None, source="dry run")
     return estimates
 
 

@@ -21,8 +21,8 @@ from tests.conftest import build_record, meters
 GIB = 2**30
 
 
-def _plan(**cells) -> dict:
-    return {"profile": "paper", "pretraining": {"vit_s": 600.0},
+def _plan(target: str = "cpu", **cells) -> dict:
+    return {"profile": "paper", "pretraining": {"vit_s": 600.0}, "target": {"name": target},
             "cells": {cell: {"model": cell.split("-")[0], "status": "ready", "seconds": None,
                              "predicted_peak_bytes": None, "pretrains": False} | values
                       for cell, values in cells.items()}}
@@ -32,13 +32,15 @@ def test_records_come_first_then_the_dry_run_and_a_skipped_cell_takes_nothing():
     plan = _plan(**{"vit-adam-standard": {"seconds": 100.0, "predicted_peak_bytes": GIB},
                     "vit-sgd-standard": {"seconds": 50.0, "predicted_peak_bytes": GIB},
                     "vim-adam-standard": {"status": "skipped: no CUDA"},
+                    "vim-adam-budget": {"status": "oom: every block checkpointed still needs 3.7 GiB > 1.8 GiB",
+                                        "seconds": 600.0},
                     "llm-adam-standard": {"status": "n/a: NotImplementedError: image classifiers only"}})
     recorded = {"vit-adam-standard": CellEstimate(seconds=7.0, memory_bytes=600 * 2**20, source="recorded")}
     estimates = cell_estimates(plan, recorded)
     assert estimates["vit-adam-standard"] == recorded["vit-adam-standard"]
     assert estimates["vit-sgd-standard"] == CellEstimate(seconds=50.0, memory_bytes=GIB + PROCESS_BYTES,
                                                          source="dry run")
-    assert estimates["vim-adam-standard"].seconds == 0.0
+    assert estimates["vim-adam-standard"].seconds == estimates["vim-adam-budget"].seconds == 0.0
     assert estimates["llm-adam-standard"].seconds is None
 
 
@@ -87,3 +89,9 @@ def test_recorded_estimates_read_wall_times_and_peak_rss_at_the_profile(tmp_path
     assert found["llm-adam-standard"].seconds == pytest.approx(3.0)  # total_seconds, the interrupted run left out
     assert found["llm-adam-standard"].memory_bytes == 400 * 2**20  # its peak RSS
     assert found["llm-adam-standard"].source == "recorded"
+
+
+def test_on_a_gpu_the_predicted_peak_is_the_devices_not_the_hosts():
+    plan = _plan("H100", **{"vit-adam-standard": {"seconds": 100.0, "predicted_peak_bytes": 60 * GIB}})
+    assert cell_estimates(plan)["vit-adam-standard"] == CellEstimate(seconds=100.0, memory_bytes=None,
+                                                                     source="dry run")
