@@ -5,10 +5,11 @@ Each block runs in bash, in a scratch folder laid out like a checkout, whose ``.
 ``.venv/bin/gradeff`` and ``scripts/setup.sh`` record the commands instead of running them (bash still expands the
 arrays, variables and continuations as a reader's shell would). The recorded commands then run in one Python process:
 quick ones for real (`gradeff report`, `compare`, `list`), long ones checked without training (a pytest run of the
-grids collects, a `gradeff launch` parses its options and collects its selection), and those that need what only a
-reader has (local copies of datasets and models, hours of training) have their options checked against pytest's and
-the scripts' own. The test suite's command is the one `.ci/run` runs: CI runs it whole; here it must be that line. A
-command no rule knows fails the test: a new kind of command needs a rule.
+grids collects, a `gradeff launch` parses its options and collects its selection, `gradeff launch status|collect`
+parse theirs), and those that need what only a reader has (local copies of datasets and models, hours of training)
+have their options checked against pytest's and the scripts' own. The test suite's command is the one `.ci/run`
+runs: CI runs it whole; here it must be that line. A command no rule knows fails the test: a new kind of command
+needs a rule.
 """
 
 import json
@@ -42,7 +43,7 @@ exec "{python}" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' {name} "$
 RUNNER = r'''
 import contextlib, io, json, sys, time
 import pytest
-from gradeff.cli import build_parser, main as gradeff_main
+from gradeff.cli import build_parser, main as gradeff_main, parse_args
 
 COLLECT = ["--collect-only", "-q", "-p", "no:cacheprovider"]
 
@@ -67,6 +68,9 @@ def run(kind, argv):
             code = pytest.main(without_workers(argv) + COLLECT)
         elif kind == "gradeff":
             code = gradeff_main(argv)
+        elif kind == "launch" and argv[1] in ("status", "collect"):
+            parse_args(argv)  # a launch's folder is a reader's: its options are checked; SystemExit(2) on a bad one
+            code = 0
         elif kind == "launch":
             cut = argv.index("--")
             build_parser().parse_args(argv[:cut])  # launch's own options; SystemExit(2) on a bad one
