@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from gradeff.scale.collect import Collected, CollectError, collect
@@ -40,7 +40,7 @@ from gradeff.scale.slurm import SbatchRequest, cluster_unavailable, parse_sbatch
 from gradeff.scale.status import ShardStatus, shard_statuses
 
 __all__ = ["DEFAULT_TIME_MARGIN", "ENGINES", "EXECUTORS", "LaunchError", "LaunchOptions", "LaunchResult",
-           "check_options", "choose_engine", "describe", "launch", "plan_selection", "shard_command", "vars_of",
+           "check_options", "choose_engine", "describe", "launch", "plan_selection", "shard_command",
            "wait_for_shards"]
 
 ENGINES = ("auto", "local", "slurm")
@@ -348,20 +348,20 @@ def launch(options: LaunchOptions, *, echo=print) -> LaunchResult:
     manifest = LaunchManifest(
         engine=engine, shards=options.shards, pytest_args=options.pytest_args, folder=str(options.folder.resolve()),
         cwd=os.getcwd(), output=str(options.merged.resolve()),
-        report=str(options.report) if options.report else None,
-        baseline=str(options.baseline) if options.baseline else None, compare_args=options.compare_args,
+        # Absolute: `gradeff launch collect` may run elsewhere.
+        report=str(options.report.resolve()) if options.report else None,
+        baseline=str(options.baseline.resolve()) if options.baseline else None, compare_args=options.compare_args,
         profile=plan["profile"], code_version=code_version(),
         tests=tuple({"nodeid": t["nodeid"], "cell": t["cell"], "seed": t["seed"], "shard": shard_of[t["nodeid"]]}
                     for t in tests),
         cells={cell: {axis: planned[axis] for axis in ("grid", "model", "optimizer", "strategy", "method", "dataset")}
                for cell, planned in plan["cells"].items()},
-        sbatch=vars_of(request) if engine == "slurm" else {},
+        sbatch=asdict(request) if engine == "slurm" else {},
         basis=sizing.basis, created_at=time.time())
     save_manifest(manifest)
     jobs = _submit_slurm(options, request, manifest) if engine == "slurm" else _submit_local(options, sizing, manifest)
     array_id = jobs[0].job_id.split("_")[0] if engine == "slurm" else None
-    manifest = LaunchManifest(**vars_of(manifest) | {"array_id": array_id,
-                                                     "jobs": tuple(str(job.job_id) for job in jobs)})
+    manifest = replace(manifest, array_id=array_id, jobs=tuple(str(job.job_id) for job in jobs))
     save_manifest(manifest)
     where = f"Slurm job array {array_id}" if engine == "slurm" else "local processes"
     echo(f"gradeff launch: {options.shards} shards submitted as {where} ({', '.join(manifest.jobs)}); "
@@ -385,7 +385,3 @@ def launch(options: LaunchOptions, *, echo=print) -> LaunchResult:
         raise LaunchError(str(exc)) from None
     return LaunchResult(manifest=manifest, statuses=tuple(statuses), collected=collected)
 
-
-def vars_of(instance) -> dict:
-    """A dataclass's fields as a dict, values as they are (not deep-copied like ``dataclasses.asdict``)."""
-    return {f.name: getattr(instance, f.name) for f in fields(instance)}

@@ -18,6 +18,7 @@ from gradeff.scale.launch import (
     check_options,
     choose_engine,
     shard_command,
+    wait_for_shards,
 )
 from gradeff.scale.manifest import LaunchManifest, load_manifest, save_manifest
 from gradeff.scale.status import ShardStatus, shard_statuses, status_lines
@@ -172,6 +173,35 @@ def test_status_reads_every_run_of_a_requeued_task_and_a_task_slurm_forgot(tmp_p
     lines = status_lines(manifest, statuses)
     assert "runs: REQUEUED 2026-01-01T00:00:01→2026-01-01T00:00:09, PENDING Unknown→Unknown" in lines[2]
     assert lines[-1] == "1 of 3 shards ended (1 failed); 1 of 3 tests recorded"
+
+
+def test_a_waiting_launch_follows_each_change_of_state_and_rides_out_a_silent_controller(tmp_path):
+    tests = [{"nodeid": "g::t[llm-adam-standard]", "cell": "llm-adam-standard", "seed": 0, "shard": 1}]
+    manifest = _manifest(tmp_path, tests, shards=1, jobs=("57_0",))
+
+    def status(state: str) -> list[ShardStatus]:
+        return [ShardStatus(index=1, job="57_0", state=state, recorded=0, assigned=1,
+                            exit_code=0 if state == "COMPLETED" else None)]
+
+    answers = iter([status("RUNNING"), RuntimeError("squeue --jobs=57 exited 1: Unable to contact slurm controller"),
+                    status("RUNNING"), status("PENDING"), status("RUNNING"), status("COMPLETED")])
+
+    def statuses_of(_):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    lines: list[str] = []
+    final = wait_for_shards(manifest, echo=lines.append, poll_s=0.01, statuses_of=statuses_of)
+    assert [s.state for s in final] == ["COMPLETED"]
+    assert [line.split(" after ")[0] for line in lines] == [
+        "gradeff launch: shard 1/1 (job 57_0) RUNNING",
+        "gradeff launch: cannot read the shards' states (squeue --jobs=57 exited 1: Unable to contact slurm "
+        "controller); asking again in 0.01 s",
+        "gradeff launch: shard 1/1 (job 57_0) RUNNING → PENDING",
+        "gradeff launch: shard 1/1 (job 57_0) PENDING → RUNNING",
+        "gradeff launch: shard 1/1 (job 57_0) RUNNING → COMPLETED"]
 
 
 def test_launch_tools_and_the_executor_alias_parse():
