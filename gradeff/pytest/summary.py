@@ -204,10 +204,10 @@ def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *, width: 
     return [line.rstrip() for line in console.file.getvalue().splitlines()]
 
 
-_ANSWER_FOOTER = ("answer: per model (backbone · dataset), the best cell on the study's quality metric (test loss, "
-                  "or test top-1 / F1 for classifiers), then time and energy to target and the live-tensor peak; "
-                  "over several seeds, cells are compared seed by seed (paired t-test, Holm, 5 %) and a tie names "
-                  "every cell it cannot separate; identical: the same numbers on every seed; single draw: one seed")
+_ANSWER_FOOTER = ("answer: per model (backbone · dataset), the cell to use (best quality, then among equivalent cells "
+                  "the fastest to target, then the least memory), then each question: winner (separated from every "
+                  "other cell, paired over seeds, Holm), equivalent (within the question's margin, two one-sided "
+                  "tests) or open (with the seeds that would decide it); ≡: the same numbers on every seed")
 
 
 def answer_lines(records: Iterable[CellRecord]) -> list[str]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from gradeff.analysis import scope
 from gradeff.analysis.answer import AnswerLine, answer, line_text, verdict_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, OBJECTIVE_TITLES
-from gradeff.analysis.pairing import SINGLE_DRAW, TIE
+from gradeff.analysis.pairing import EQUIVALENT, OPEN
 from gradeff.analysis.runs import by_cell
 from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord
@@ -29,11 +29,14 @@ ANSWER_RULES = (
     "quality is the test split's loss (top-1 accuracy for a classifier, micro-F1 for multi-label); speed and "
     "energy are the seconds and joules until the test loss first reached the target, halfway from the untrained "
     "model's to the task's floor (a cell that missed it on a seed does not compete); memory is the live-tensor "
-    "peak of a training step. Only seeds that ended ok count. Over several seeds each cell is compared with the "
-    "best seed by seed (paired t-test, Holm-adjusted, 5 %): a winner beats every other cell, a tie names every "
-    "cell it cannot separate and is never a win, identical cells (the same numbers on every seed, e.g. "
-    "checkpointing against standard) are one entry; with one seed a winner is a single draw. Each study reads "
-    "its own cells only.")
+    "peak of a training step. Only seeds that ended ok count. Each cell is compared with the best seed by seed: "
+    "a winner is separated from every other cell (paired t-test, Holm-adjusted); equivalent cells lie within "
+    "the question's practical margin of the best with 95 % confidence (two one-sided tests); anything else is "
+    "open, with the seeds the observed spread says would decide it (one seed is always open). Identical cells "
+    "(the same numbers on every seed, e.g. checkpointing against standard) are one entry. An energy estimate "
+    "(CPU time × a fixed power) follows time and names no winner of its own. 'Use this' picks the best "
+    "quality, then among equivalent cells the fastest to target, then the least memory. Each study reads its "
+    "own cells only.")
 _REAL_METRICS = ("quality", "final_loss", "seconds_to_target", "epoch_seconds", "peak", "energy")
 
 
@@ -45,7 +48,7 @@ def _row(line: AnswerLine) -> Row:
             cells.append(Cell(text=f"{NA}: {found.reason}", css="na text"))
             continue
         outcome = found.ranking.outcome
-        css = "text" + (" tie" if outcome == TIE else " draw" if outcome == SINGLE_DRAW else " best")
+        css = "text" + (" open" if outcome == OPEN else " equivalent" if outcome == EQUIVALENT else " best")
         cells.append(Cell(text=verdict_text(found, line.labels), sub=found.metric.label, css=css))
     return Row(label=f"{line.subject}", cells=(Cell(text=line.title, css="text"), *cells,
                                                Cell(text="; ".join(line.notes) or "", css="text")))

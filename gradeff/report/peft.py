@@ -232,9 +232,10 @@ def _pick_table(groups: Mapping[tuple[str, str], Mapping[str, CellRuns]]) -> Tab
         rows.append(Row(label=_group_label(model, dataset), cells=tuple(cells)))
     return Table(id="peft-pick-table", caption="Which method and strategy to use, per backbone, dataset and goal",
                  header=("backbone · dataset", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES)), rows=tuple(rows),
-                 note="The same verdicts as the Answer: only seeds that ended ok compete; over several seeds cells are "
-                      "compared seed by seed (paired t-test, Holm, 5 %) and a tie names every cell it cannot "
-                      "separate; identical: the same numbers on every seed; single draw: one seed. Quality: test "
+                 note="The same verdicts as the Answer: only seeds that ended ok compete; cells are compared with the "
+                      "best seed by seed: winner (separated, paired t-test, Holm), equivalent (within the "
+                      "question's margin, two one-sided tests) or open; identical: the same numbers on every "
+                      "seed. Quality: test "
                       "top-1; speed and energy: to the target test loss; memory: the live-tensor peak of a step.")
 
 
