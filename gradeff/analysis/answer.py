@@ -20,7 +20,7 @@ nearest-neighbour sanity baseline, where the records carry one (:func:`sanity_ac
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gradeff.analysis import naming, scope
 from gradeff.analysis.choice import CHOICE_QUESTIONS, Choice, choose
@@ -33,8 +33,8 @@ from gradeff.analysis.verdicts import ESTIMATE_FOLLOWS_TIME, Verdict, verdicts
 from gradeff.records.formatting import NA, as_number, format_value
 from gradeff.records.results import CellRecord, record_field
 
-__all__ = ["ANSWER_STUDIES", "SANITY_METHOD", "AnswerLine", "answer", "cell_label", "line_text", "sanity_accuracy",
-           "use_text", "verdict_text"]
+__all__ = ["ANSWER_STUDIES", "SANITY_METHOD", "AnswerLine", "AnswerOptions", "answer", "cell_label", "line_text",
+           "sanity_accuracy", "use_text", "verdict_text"]
 
 # The studies that answer "what should I use", in the order their lines are printed.
 ANSWER_STUDIES = ("main", "peft", "real")
@@ -44,6 +44,15 @@ SANITY_METHOD = "pixel_1nn"
 # Within a line, the axes that name a cell, in order (only those that vary within the line are printed).
 _LABEL_AXES = ("optimizer", "method", "strategy", "dataset")
 _OBJECTIVE_WORDS = {"speed": "fastest to target", "memory": "least memory", "energy": "least energy to target"}
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerOptions:
+    """How the Answer decides: the questions' practical-equivalence margins (``--gradeff-margin``) and the order the
+    "use this" choice weighs them in (``--gradeff-prefer``)."""
+
+    margins: Mapping[str, Margin] = field(default_factory=dict)
+    prefer: tuple[str, ...] = CHOICE_QUESTIONS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,19 +145,19 @@ def _elsewhere_note(group: Sequence[CellRecord], same_model: Sequence[CellRecord
             f"which the {where} line measures")
 
 
-def answer(records: Iterable[CellRecord], *, margins: Mapping[str, Margin] | None = None,
-           prefer: Sequence[str] = CHOICE_QUESTIONS) -> tuple[AnswerLine, ...]:
+def answer(records: Iterable[CellRecord], options: AnswerOptions | None = None) -> tuple[AnswerLine, ...]:
     """The verdict lines of every study that answers "what should I use", over every seed.
 
     Args:
         records: records in any order, any number of seeds (the same set gives the same lines).
-        margins: question → practical-equivalence margin, overriding the defaults.
-        prefer: the order the "use this" choice weighs the questions in.
+        options: the margins and the choice's order (default: :class:`AnswerOptions`'s).
 
     Returns:
         One line per model and dataset (main study, real data) or backbone and dataset (PEFT study), in
         canonical order.
     """
+    options = options or AnswerOptions()
+    margins, prefer = options.margins, options.prefer
     kept, _ = canonical(records)
     studies = scope.split(kept)
     lines = []

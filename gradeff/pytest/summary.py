@@ -18,7 +18,7 @@ import io
 from collections.abc import Callable, Iterable, Sequence
 
 from gradeff.analysis import metrics
-from gradeff.analysis.answer import answer, line_text
+from gradeff.analysis.answer import AnswerOptions, answer, line_text
 from gradeff.analysis.runs import canonical
 from gradeff.records.formatting import as_number, format_value
 from gradeff.records.results import CellRecord, meter_field, record_field, record_section
@@ -210,9 +210,9 @@ _ANSWER_FOOTER = ("answer: per model (backbone · dataset), the cell to use (bes
                   "tests) or open (with the seeds that would decide it); ≡: the same numbers on every seed")
 
 
-def answer_lines(records: Iterable[CellRecord]) -> list[str]:
+def answer_lines(records: Iterable[CellRecord], options: AnswerOptions | None = None) -> list[str]:
     """The Answer's verdict lines (:func:`gradeff.analysis.answer.answer`), or none without a study that has one."""
-    lines = [line_text(line) for line in answer(records)]
+    lines = [line_text(line) for line in answer(records, options)]
     return [_ANSWER_FOOTER, *lines] if lines else []
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gradeff.analysis import scope
-from gradeff.analysis.answer import AnswerLine, answer, line_text, verdict_text
+from gradeff.analysis.answer import AnswerLine, AnswerOptions, answer, line_text, use_text, verdict_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, OBJECTIVE_TITLES
 from gradeff.analysis.pairing import EQUIVALENT, OPEN
 from gradeff.analysis.runs import by_cell
@@ -50,18 +50,20 @@ def _row(line: AnswerLine) -> Row:
         outcome = found.ranking.outcome
         css = "text" + (" open" if outcome == OPEN else " equivalent" if outcome == EQUIVALENT else " best")
         cells.append(Cell(text=verdict_text(found, line.labels), sub=found.metric.label, css=css))
-    return Row(label=f"{line.subject}", cells=(Cell(text=line.title, css="text"), *cells,
+    use = Cell(text=use_text(line), css="text " + ("best" if line.choice.decided else "open"))
+    return Row(label=f"{line.subject}", cells=(Cell(text=line.title, css="text"), use, *cells,
                                                Cell(text="; ".join(line.notes) or "", css="text")))
 
 
-def build_answer_view(records: Sequence[CellRecord]) -> AnswerView:
+def build_answer_view(records: Sequence[CellRecord], options: AnswerOptions | None = None) -> AnswerView:
     """The Answer section from every record of the report (each study's lines read its own records)."""
-    lines = answer(records)
+    lines = answer(records, options)
     groups = []
     for index, study in enumerate(dict.fromkeys(line.study for line in lines)):
         mine = [line for line in lines if line.study == study]
         table = Table(id=html_id(study, index, prefix="answer-"), caption=scope.STUDIES[study].title,
-                      header=("subject", "what ran", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES), "note"),
+                      header=("subject", "what ran", "use this", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES),
+                              "note"),
                       rows=tuple(_row(line) for line in mine))
         groups.append(AnswerGroupView(id=f"answer-{study}", title=scope.STUDIES[study].title, table=table,
                                       lines=tuple(line_text(line) for line in mine)))
