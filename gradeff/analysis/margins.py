@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_MARGINS", "MARGIN_QUESTIONS", "Margin", "margin_for", "parse_margins"]
+__all__ = ["DEFAULT_MARGINS", "MARGIN_QUESTIONS", "Margin", "margin_for", "metric_margin", "parse_margins"]
 
 # The questions a margin is set for: the Answer's objectives.
 MARGIN_QUESTIONS = ("quality", "speed", "memory", "energy")
@@ -66,6 +66,19 @@ def margin_for(question: str, unit: str, margins: Mapping[str, Margin] | None = 
     if margins and question in margins:
         return margins[question]  # what the user set holds whatever the metric's unit
     return DEFAULT_MARGINS.get(f"{question}:{unit}", DEFAULT_MARGINS[question])
+
+
+# The metrics that answer a question, by key: a table of one of them marks its first place with that question's margin.
+_QUESTION_OF_METRIC = {"test_loss": "quality", "heldout_accuracy": "quality", "test_f1": "quality",
+                       "seconds_to_target": "speed", "peak": "memory", "ram_peak": "memory",
+                       "joules_to_target": "energy"}
+
+
+def metric_margin(metric, margins: Mapping[str, Margin] | None = None) -> Margin | None:
+    """The margin of the question ``metric`` answers (a :class:`gradeff.analysis.metrics.Metric`), or ``None`` for a
+    diagnostic metric (training loss, time per epoch, ...), whose first place is exact."""
+    question = _QUESTION_OF_METRIC.get(metric.key)
+    return None if question is None else margin_for(question, metric.unit, margins)
 
 
 def _parse_value(text: str) -> Margin:

@@ -15,7 +15,6 @@ from gradeff.analysis.answer import AnswerLine, AnswerOptions, answer, line_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, OBJECTIVE_TITLES
 from gradeff.analysis.pairing import EQUIVALENT, OPEN
 from gradeff.analysis.runs import by_cell
-from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord
 from gradeff.report.tables import places, resolve, runs_cell
 from gradeff.report.view import AnswerGroupView, AnswerView, Cell, RealView, Row, Table, html_id
@@ -45,7 +44,7 @@ def _row(line: AnswerLine) -> Row:
     for objective in ANSWER_OBJECTIVES:
         found = line.verdicts[objective]
         if found.ranking is None:
-            cells.append(Cell(text=f"{NA}: {found.reason}", css="na text"))
+            cells.append(Cell(text=verdict_text(found, line.labels), css="na text"))
             continue
         outcome = found.ranking.outcome
         css = "text" + (" open" if outcome == OPEN else " equivalent" if outcome == EQUIVALENT else " best")

@@ -19,7 +19,7 @@ from gradeff.analysis import METRICS, Metric, naming, peft
 from gradeff.analysis.answer import sanity_accuracy, verdict_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, quality_metric
 from gradeff.analysis.runs import CellRuns, by_cell
-from gradeff.analysis.verdicts import verdict
+from gradeff.analysis.verdicts import ESTIMATE_FOLLOWS_TIME, verdict
 from gradeff.data import TASKS
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
@@ -226,7 +226,10 @@ def _pick_table(groups: Mapping[tuple[str, str], Mapping[str, CellRuns]]) -> Tab
         for objective in ANSWER_OBJECTIVES:
             found = verdict(runs, objective)
             if found.ranking is None:
-                cells.append(Cell(text=NA, css="na", title=found.reason))
+                # An estimate of energy is no gap in the data: it follows time, and says so.
+                estimate = found.reason == ESTIMATE_FOLLOWS_TIME
+                cells.append(Cell(text=found.reason if estimate else NA, css="text" if estimate else "na",
+                                  title=found.reason))
                 continue
             cells.append(Cell(text=verdict_text(found, _labels(runs)), css="text", sub=found.metric.label))
         rows.append(Row(label=_group_label(model, dataset), cells=tuple(cells)))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from gradeff import analysis
 from gradeff.analysis import METRICS, Metric
 from gradeff.analysis.answer import verdict_text
+from gradeff.analysis.margins import metric_margin
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, quality_metric
 from gradeff.analysis.pairing import EQUIVALENT, IDENTICAL, OPEN, PairedRatio, Ranking, rank
 from gradeff.analysis.runs import CellRuns
@@ -96,8 +97,11 @@ def metric_cell(record: CellRecord | None, metric: Metric, best: float | None, *
 def places(runs: Mapping[str, CellRuns], metric: Metric) -> dict[str, str]:
     """Each first-place cell of a ranking over seeds: ``best``, ``identical`` (to the best), ``equivalent`` or
     ``open``."""
+    margin = metric_margin(metric)
     ranking = rank({cell: r.values(metric) for cell, r in runs.items()}, goal=metric.goal,
-                   resolution=metric.resolution, fingerprints={cell: r.fingerprint() for cell, r in runs.items()})
+                   resolution=metric.resolution, fingerprints={cell: r.fingerprint() for cell, r in runs.items()},
+                   margin=None if margin is None else margin.absolute,
+                   relative_margin=None if margin is None else margin.relative)
     if ranking is None:
         return {}
     found = ({cell: IDENTICAL for cell in ranking.identical}
@@ -115,7 +119,8 @@ def runs_cell(cell_runs: CellRuns | None, metric: Metric, place: str = "",
     Args:
         cell_runs: the cell's records over seeds, or ``None`` when the results do not have it.
         metric: what the cell shows.
-        place: its place in the table's ranking (``best``, ``identical``, ``tie`` or ``""``).
+        place: its place in the table's ranking (``best``, ``identical``, ``equivalent``, ``open`` or ``""``): the
+            first three are the first place, highlighted; an open cell is marked as still in contention.
         text: ``(runs, mean) → (text, second line)``; default: the mean in the metric's unit.
     """
     if cell_runs is None:
@@ -136,7 +141,8 @@ def runs_cell(cell_runs: CellRuns | None, metric: Metric, place: str = "",
     failed = len(cell_runs.runs) - len(cell_runs.ok)
     if failed:
         sub += f"{', ' if sub else ''}{failed} seed{'s' * (failed > 1)} not ok"
-    return Cell(text=main, sub=sub, css="best" if place else "", title=_PLACE_TITLES.get(place, ""))
+    css = "open" if place == OPEN else "best" if place else ""
+    return Cell(text=main, sub=sub, css=css, title=_PLACE_TITLES.get(place, ""))
 
 
 def _metric_note(metric: Metric, records: Sequence[CellRecord]) -> str:
