@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from gradeff.analysis.answer import AnswerOptions
     from gradeff.records.loading import LoadedResults
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_OUTPUT", "build_parser", "main", "parse_args"]
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--templates", metavar="DIR",
                         help="folder of Jinja templates searched before the packaged ones: a template there "
                              "replaces the packaged one of the same name (default: $GRADEFF_TEMPLATES)")
+    report.add_argument("--margin", action="append", default=[], metavar="QUESTION=VALUE",
+                        help="the Answer's practical-equivalence margin of a question (quality, speed, memory, "
+                             "energy), as --gradeff-margin: 1%%, 0.02, 1pt, 1MiB, 0.5s")
+    report.add_argument("--prefer", metavar="Q1,Q2,...",
+                        help="the order the Answer's 'use this' line weighs quality, time and memory in")
     report.set_defaults(func=_run_report)
 
     listing = commands.add_parser(
@@ -337,6 +343,20 @@ def _run_report(args: argparse.Namespace) -> int:
     if fmt == "parquet" and output == "-":
         _error("parquet is a binary file: give -o FILE.parquet, or --format csv for stdout")
         return EXIT_BAD_INPUT
+    from gradeff.analysis.answer import AnswerOptions
+    from gradeff.analysis.choice import CHOICE_QUESTIONS, parse_prefer
+    from gradeff.analysis.margins import parse_margins
+
+    try:
+        margins = parse_margins(args.margin)
+    except ValueError as exc:
+        _error(f"--margin: {exc}")
+        return EXIT_BAD_INPUT
+    try:
+        options = AnswerOptions(margins=margins, prefer=parse_prefer(args.prefer) if args.prefer else CHOICE_QUESTIONS)
+    except ValueError as exc:
+        _error(f"--prefer {args.prefer}: {exc}")
+        return EXIT_BAD_INPUT
     templates = None
     if fmt == "html":
         from gradeff.report.render import resolve_template_folder
@@ -364,9 +384,9 @@ def _run_report(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     try:
         if output == "-":
-            _write_stdout(fmt, args.title, loaded, templates)
+            _write_stdout(fmt, args.title, loaded, templates, options)
         else:
-            _write_file(fmt, args.title, loaded, output, templates)
+            _write_file(fmt, args.title, loaded, output, templates, options)
     except OSError as exc:
         from gradeff.records.outputs import OutputError
 
@@ -378,7 +398,8 @@ def _run_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templates: Path | None) -> None:
+def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templates: Path | None,
+                options: AnswerOptions) -> None:
     from pathlib import Path
 
     path = Path(output)
@@ -397,10 +418,11 @@ def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templa
         write_with(path, lambda handle: write_csv(loaded.records, handle))
         return
     write_report(loaded.records, path, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title,
-                 templates=templates)
+                 templates=templates, answer_options=options)
 
 
-def _write_stdout(fmt: str, title: str, loaded: LoadedResults, templates: Path | None) -> None:
+def _write_stdout(fmt: str, title: str, loaded: LoadedResults, templates: Path | None,
+                  options: AnswerOptions) -> None:
     if fmt == "csv":
         from gradeff.report.csv_export import write_csv
 
@@ -408,7 +430,8 @@ def _write_stdout(fmt: str, title: str, loaded: LoadedResults, templates: Path |
         return
     from gradeff.report import build_view, render_html
 
-    view = build_view(loaded.records, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title)
+    view = build_view(loaded.records, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title,
+                      answer_options=options)
     sys.stdout.write(render_html(view, templates=templates))
 
 

@@ -39,7 +39,7 @@ from gradeff.analysis.runs import CellRuns, by_cell, canonical, canonical_key
 from gradeff.records.results import CellRecord
 
 __all__ = [
-    "MEMORY_PARTS", "METRICS", "TIE", "Metric", "best_cell", "best_value", "by_cell", "canonical", "comparable",
+    "MEMORY_PARTS", "METRICS", "SHARED", "Metric", "best_cell", "best_value", "by_cell", "canonical", "comparable",
     "group_by_model", "isolated", "latest_records", "memory_metric_for", "memory_parts", "meter_section",
     "meter_value", "metric_value", "nonfinite_value", "order_keys", "pareto_cells", "pareto_front",
     "recommendations", "runs_by_cell", "sort_records", "strategy_ratios", "tally_wins", "training_memory_bytes",
@@ -217,15 +217,15 @@ def recommendations(records: Iterable[CellRecord]) -> dict[str, dict[str, object
     return {model: verdicts(group) for model, group in group_by_model(canonical(records)[0]).items()}
 
 
-TIE = "tie"
+SHARED = "shared"
 
 
 def tally_wins(recs: Mapping[str, Mapping[str, object]]) -> tuple[Counter, Counter]:
     """How often each optimizer and each strategy is a recommendation (the paper's "best paths").
 
-    Only a verdict with one first place counts for an axis value: a tie whose cells differ in optimizer
-    (strategy) counts as a :data:`TIE` for that axis, never as a win of the cell with the best mean; cells
-    merged as identical share one place.
+    Only a verdict with one first place counts for an axis value: a first place shared by cells that differ in
+    optimizer (strategy) — equivalent, or still open — counts as :data:`SHARED` for that axis, never as a win of the
+    cell with the best mean; cells merged as identical share one place.
 
     Returns:
         ``(optimizer wins, strategy wins)`` counters.
@@ -238,5 +238,5 @@ def tally_wins(recs: Mapping[str, Mapping[str, object]]) -> tuple[Counter, Count
             tied = [verdict.runs[cell].first for cell in verdict.ranking.members]
             for counter, axis in ((optimizers, "optimizer"), (strategies, "strategy")):
                 keys = {getattr(r, axis) for r in tied}
-                counter[keys.pop() if len(keys) == 1 else TIE] += 1
+                counter[keys.pop() if len(keys) == 1 else SHARED] += 1
     return optimizers, strategies

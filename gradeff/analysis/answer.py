@@ -1,10 +1,15 @@
 """The Answer: which configuration to use, per model (main study) or backbone × dataset (PEFT study), and how sure.
 
 :func:`answer` is the one function that turns records into verdict lines; the terminal summary prints
-:func:`line_text` of each, and the report's first section shows the same lines. A line holds one
-:class:`~gradeff.analysis.verdicts.Verdict` per question (quality, speed, memory, energy): the winner
-with its mean, 95 % interval and number of seeds, or the tie set (a tie is never a win), cells with the
-same numbers on every seed merged as identical, and "single draw" where each cell ran one seed.
+:func:`line_text` of each, and the report's first section shows the same lines. A line opens with the cell to
+use and why (:mod:`gradeff.analysis.choice`), then holds one :class:`~gradeff.analysis.verdicts.Verdict` per
+question (quality, speed, memory, energy), each in one of three words: the **winner** with its mean, 95 % interval
+and number of seeds; the cells shown **equivalent** to the best within the question's margin; or **open**, with
+the seeds the observed spread says would decide it. Cells with the same numbers on every seed are merged as
+identical. Every verdict states its seeds and the smallest difference they could have detected.
+
+The tests' level comes from the records' seed plan (:func:`gradeff.analysis.sequential.plan_of`): a run that spent
+its seeds adaptively is judged at the per-look level its looks were made at.
 
 Each study's lines read its own records only (:mod:`gradeff.analysis.scope`): the main study, the
 PEFT study's fine-tuning cells, and the real-data grid each get their own. A name says what ran
@@ -15,18 +20,21 @@ nearest-neighbour sanity baseline, where the records carry one (:func:`sanity_ac
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gradeff.analysis import naming, scope
+from gradeff.analysis.choice import CHOICE_QUESTIONS, Choice, choose
+from gradeff.analysis.margins import Margin
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, Metric, metric_value
-from gradeff.analysis.pairing import IDENTICAL, SINGLE_DRAW, TIE, WINNER
-from gradeff.analysis.runs import CellRuns, canonical
-from gradeff.analysis.verdicts import Verdict, verdicts
+from gradeff.analysis.pairing import EQUIVALENT, IDENTICAL, OPEN, WINNER
+from gradeff.analysis.runs import CellRuns, by_cell, canonical
+from gradeff.analysis.sequential import SeedPlan, plan_of
+from gradeff.analysis.verdicts import ESTIMATE_FOLLOWS_TIME, Verdict, verdicts
 from gradeff.records.formatting import NA, as_number, format_value
 from gradeff.records.results import CellRecord, record_field
 
-__all__ = ["ANSWER_STUDIES", "SANITY_METHOD", "AnswerLine", "answer", "cell_label", "line_text", "sanity_accuracy",
-           "verdict_text"]
+__all__ = ["ANSWER_STUDIES", "SANITY_METHOD", "AnswerLine", "AnswerOptions", "answer", "cell_label", "line_text",
+           "sanity_accuracy", "use_text", "verdict_text"]
 
 # The studies that answer "what should I use", in the order their lines are printed.
 ANSWER_STUDIES = ("main", "peft", "real")
@@ -36,6 +44,15 @@ SANITY_METHOD = "pixel_1nn"
 # Within a line, the axes that name a cell, in order (only those that vary within the line are printed).
 _LABEL_AXES = ("optimizer", "method", "strategy", "dataset")
 _OBJECTIVE_WORDS = {"speed": "fastest to target", "memory": "least memory", "energy": "least energy to target"}
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerOptions:
+    """How the Answer decides: the questions' practical-equivalence margins (``--gradeff-margin``) and the order the
+    "use this" choice weighs them in (``--gradeff-prefer``)."""
+
+    margins: Mapping[str, Margin] = field(default_factory=dict)
+    prefer: tuple[str, ...] = CHOICE_QUESTIONS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +65,8 @@ class AnswerLine:
         title: what ran, in words (``ViT-S/16 on CIFAR-100 (synthetic, 100 classes): pretrained here ...``).
         verdicts: objective → :class:`~gradeff.analysis.verdicts.Verdict`.
         labels: cell id → the cell's label within the line (``adam/standard``).
+        choice: the cell to use and why.
+        plan: the seed plan the group's records were run under (its per-look level is every test's).
         notes: what else the line must say (a winner that does not beat the sanity baseline).
     """
 
@@ -56,6 +75,8 @@ class AnswerLine:
     title: str
     verdicts: Mapping[str, Verdict]
     labels: Mapping[str, str]
+    choice: Choice
+    plan: SeedPlan = SeedPlan(first=1, most=1, adaptive=False)
     notes: tuple[str, ...] = ()
 
     @property
@@ -124,16 +145,19 @@ def _elsewhere_note(group: Sequence[CellRecord], same_model: Sequence[CellRecord
             f"which the {where} line measures")
 
 
-def answer(records: Iterable[CellRecord]) -> tuple[AnswerLine, ...]:
+def answer(records: Iterable[CellRecord], options: AnswerOptions | None = None) -> tuple[AnswerLine, ...]:
     """The verdict lines of every study that answers "what should I use", over every seed.
 
     Args:
         records: records in any order, any number of seeds (the same set gives the same lines).
+        options: the margins and the choice's order (default: :class:`AnswerOptions`'s).
 
     Returns:
         One line per model and dataset (main study, real data) or backbone and dataset (PEFT study), in
         canonical order.
     """
+    options = options or AnswerOptions()
+    margins, prefer = options.margins, options.prefer
     kept, _ = canonical(records)
     studies = scope.split(kept)
     lines = []
@@ -146,12 +170,15 @@ def answer(records: Iterable[CellRecord]) -> tuple[AnswerLine, ...]:
         for (model, dataset), group in groups.items():
             axes = _varying(group)
             labels = {r.cell: cell_label(r, axes) for r in group}
-            found = verdicts(group)
+            plan = plan_of(group)
+            found = verdicts(group, level=plan.look_level, margins=margins)
+            chosen = choose(by_cell(group), labels, level=plan.look_level, margins=margins, prefer=prefer)
             subject = model if study == "main" and len(datasets_of[model]) == 1 else f"{model} · {dataset}"
             notes = (_sanity_note(found, labels, sanity_accuracy(study_records, dataset)) if study == "peft" else "",
                      _elsewhere_note(group, [r for r in study_records if r.model == model]))
             lines.append(AnswerLine(study=study, subject=subject, title=naming.group_title(group), verdicts=found,
-                                    labels=labels, notes=tuple(note for note in notes if note)))
+                                    labels=labels, choice=chosen, plan=plan,
+                                    notes=tuple(note for note in notes if note)))
     return tuple(lines)
 
 
@@ -170,30 +197,56 @@ def _group_text(group: Sequence[str], labels: Mapping[str, str]) -> str:
     return " ≡ ".join(names) + (" (identical)" if len(names) > 1 else "")
 
 
+def _power_text(verdict: Verdict) -> str:
+    """``n=3, detects ±0.021`` — the seeds a verdict rests on and the smallest difference they could detect."""
+    ranking, metric = verdict.ranking, verdict.metric
+    nearest = ranking.nearest
+    text = f"n={ranking.n}"
+    if nearest is not None and nearest.detectable is not None:
+        text += f", detects ±{format_value(nearest.detectable, metric.unit)}"
+    return text
+
+
 def verdict_text(verdict: Verdict, labels: Mapping[str, str]) -> str:
-    """One verdict in words: ``adam/standard 2.31 ± 0.04 (n=3)``, ``tie between ...``, ``... (single draw)``, or
+    """One verdict in words: the winner, the equivalent set, or open with the seeds that would decide it; or
     ``n/a: why``."""
     ranking, metric = verdict.ranking, verdict.metric
+    if verdict.reason == ESTIMATE_FOLLOWS_TIME:
+        return ESTIMATE_FOLLOWS_TIME  # measured, in a sense: by the clock; it says nothing the time does not
     if ranking is None or metric is None:
         return f"{NA}: {verdict.reason}"
     best = f"{_group_text(ranking.identical, labels)} {_value_text(metric, verdict.runs[ranking.best])}"
-    ties = "; ".join(_group_text(group, labels) for group in ranking.ties)
-    if ranking.outcome == SINGLE_DRAW:
-        best = f"tie between {best}; {ties}" if ties else best
-        return f"{best} ({SINGLE_DRAW})"
-    if ranking.outcome == TIE:
-        return f"tie between {best}; {ties}"
     if ranking.outcome == IDENTICAL:
         return f"{best}: every cell gave the same numbers"
-    assert ranking.outcome == WINNER
-    return f"{best}, every other cell worse (paired t-test over seeds, Holm, 5 %)" if ranking.worse else best
+    if ranking.outcome == WINNER:
+        return (f"winner {best}, ahead of every other cell ({_power_text(verdict)})" if ranking.worse
+                else f"winner {best} (the only cell)")
+    if ranking.outcome == EQUIVALENT:
+        same = "; ".join(_group_text(group, labels) for group in ranking.equivalent)
+        margin = verdict.margin.text if verdict.margin is not None else ""
+        return f"equivalent {best}; {same} (within {margin}, {_power_text(verdict)})"
+    assert ranking.outcome == OPEN
+    against = "; ".join(_group_text(group, labels) for group in ranking.open)
+    needed = ranking.seeds_needed
+    decide = (f"about {needed} seeds would decide it" if needed is not None and needed > ranking.n
+              else "one seed cannot be tested" if ranking.n < 2 else "more seeds than the spread can tell")
+    return f"open: {best} against {against} ({_power_text(verdict)}; {decide})"
+
+
+def use_text(line: AnswerLine) -> str:
+    """``use adamw/standard: quality equivalent to adam/standard (±1 %); 18 % faster to target ...``."""
+    choice = line.choice
+    if choice.cell is None:
+        return f"{NA}: {choice.reason}"
+    label = line.labels.get(choice.cell, choice.cell)
+    return f"use {label}{'' if choice.decided else ' for now'}: {choice.reason}"
 
 
 def line_text(line: AnswerLine) -> str:
-    """The line as the terminal prints it: the subject, its quality verdict, then speed, memory and energy."""
+    """The line as the terminal prints it: the subject, the cell to use, then each question's verdict."""
     quality = line.quality
     label = quality.metric.label.lower() if quality.metric is not None else "quality"
-    parts = [f"{line.subject}: {label}: {verdict_text(quality, line.labels)}"]
+    parts = [f"{line.subject}: {use_text(line)}", f"{label}: {verdict_text(quality, line.labels)}"]
     for objective in ANSWER_OBJECTIVES[1:]:
         parts.append(f"{_OBJECTIVE_WORDS[objective]}: {verdict_text(line.verdicts[objective], line.labels)}")
     return " | ".join(parts) + "".join(f" [{note}]" for note in line.notes)

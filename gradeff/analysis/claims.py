@@ -12,8 +12,9 @@ and why. The rules:
 - **An effect must exceed the seed spread.** With several seeds, an effect whose interval holds 0 is
   no effect: a claimed change is then not reproduced, and nothing is contradicted by noise. With one
   seed there is no spread: the verdict is a single draw, and says so.
-- **A tie is never a win.** "X is the best" holds only where X wins its ranking outright
-  (:mod:`gradeff.analysis.pairing`); cells with the same numbers on every seed are one entry, "identical".
+- **A shared first place is never a win.** "X is the best" holds only where X wins its ranking outright
+  (:mod:`gradeff.analysis.pairing`): cells shown equivalent to it, or still open against it, share the place;
+  cells with the same numbers on every seed are one entry, "identical".
 - **Not measurable here** where the quantity measured is not the paper's: a stand-in instead of the
   named foundation model, an energy estimate against a measured energy, a loss whose scale depends on a
   vocabulary the suite does not have.
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 from gradeff.analysis import naming
 from gradeff.analysis.metrics import METRICS, Metric, metric_value, quality_metric
-from gradeff.analysis.pairing import SINGLE_DRAW, TIE, Ranking, rank
+from gradeff.analysis.pairing import EQUIVALENT, IDENTICAL, OPEN, WINNER, Ranking, rank
 from gradeff.analysis.runs import CellRuns, by_cell, canonical, seed_values
 from gradeff.analysis.stats import Interval, interval
 from gradeff.records.results import CellRecord, meter_field, record_field
@@ -403,6 +404,8 @@ CLAIMS: tuple[Claim, ...] = (
 
 # --- Main study ------------------------------------------------------------------------------------------
 
+# A claim's effect measured on one seed: a draw, not an interval.
+SINGLE_DRAW = "single draw"
 _ADAPTIVE = ("adam", "adamw", "adagrad", "adadelta")
 
 
@@ -421,9 +424,10 @@ def _ranking(runs: Mapping[str, CellRuns], metric: Metric) -> Ranking[str] | Non
 def _winner_axis(runs: Mapping[str, CellRuns], ranking: Ranking[str] | None, axis: str) -> str | None:
     """The axis value (optimizer) of an outright first place: its members share it and nothing ties with it.
 
-    ``None`` for a tie (a tie is never a win) or no ranking.
+    ``None`` where the first place is shared (equivalent cells, or an open question: neither is a win) or there is
+    no ranking.
     """
-    if ranking is None or ranking.ties:
+    if ranking is None or ranking.outcome not in (WINNER, IDENTICAL):
         return None
     values = {getattr(runs[cell].first, axis) for cell in ranking.identical}
     return values.pop() if len(values) == 1 else None
@@ -432,10 +436,9 @@ def _winner_axis(runs: Mapping[str, CellRuns], ranking: Ranking[str] | None, axi
 def _place_text(runs: Mapping[str, CellRuns], ranking: Ranking[str] | None) -> str:
     if ranking is None:
         return "n/a"
-    groups = [ranking.identical, *ranking.ties]
+    groups = [ranking.identical, *ranking.equivalent, *ranking.open]
     names = " ; ".join(" ≡ ".join(runs[c].cell for c in group) for group in groups)
-    return f"tie: {names}" if ranking.ties and ranking.outcome != SINGLE_DRAW else \
-        names + (f" ({SINGLE_DRAW})" if ranking.outcome == SINGLE_DRAW else "")
+    return f"{ranking.outcome}: {names}" if ranking.outcome in (EQUIVALENT, OPEN) else names
 
 
 def _seeds_of(runs: Iterable[Mapping[str, CellRuns]]) -> int:
@@ -565,7 +568,7 @@ def _sole_optimizer_claim(records: Sequence[CellRecord], metric_of, claimed: Map
         if winner == wanted:
             hits += 1
         elif wanted in _members_axis(runs, ranking):
-            misses += 1  # tied for first: a tie is never a win
+            misses += 1  # sharing the first place: never a win
         else:
             opposed += 1
     if not parts:
@@ -576,14 +579,15 @@ def _sole_optimizer_claim(records: Sequence[CellRecord], metric_of, claimed: Map
 def _sgd_fastest(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
     return _sole_optimizer_claim(records, lambda _: METRICS["epoch_seconds"], "sgd",
                                  "time per epoch, the paper's quantity: an SGD cell must win outright on every "
-                                 "model (a tie is not a win; paired over seeds, Holm, 5 %)")
+                                 "model (a shared first place is not a win; paired over seeds, Holm, 5 %)")
 
 
 def _best_loss_optimizers(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
     claimed = {"modernbert": "adadelta", "llm": "adadelta", "vit": "adagrad", "vlm": "adam"}
     return _sole_optimizer_claim(records, quality_metric, claimed,
                                  "the paper's optimizer wins the quality metric (test loss; test top-1 on ViT) "
-                                 "outright; tied for first is not a win, absent from the first place contradicts")
+                                 "outright; sharing the first place is not a win, absent from the first place "
+                                 "contradicts")
 
 
 def _cg_never_best(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
@@ -602,7 +606,7 @@ def _cg_never_best(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
     measured = f"CG wins outright: {', '.join(wins) or 'nowhere'}; llm cgd diverged: {', '.join(diverged) or 'none'}"
     verdict = REPRODUCED if not wins and diverged else CONTRADICTED if wins and not diverged else NOT_REPRODUCED
     return measured, verdict, ("both halves: never an outright winner (quality, time per epoch, live-tensor peak; "
-                               "a tie is not a win), and diverging on the LLM"), \
+                               "a shared first place is not a win), and diverging on the LLM"), \
         _seeds_of(runs for runs, _ in _optimizer_places(records, quality_metric).values())
 
 
@@ -729,5 +733,3 @@ def evaluate_claims(records: Iterable[CellRecord], *, study: str | None = None,
                                    scale=scale))
     return results
 
-
-_ = TIE  # re-exported for readers of a ranking's outcome

@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from gradeff.analysis.answer import AnswerOptions
+from gradeff.analysis.choice import CHOICE_QUESTIONS, parse_prefer
+from gradeff.analysis.margins import parse_margins
+from gradeff.analysis.sequential import DEFAULT_FIRST, DEFAULT_MOST, SeedPlan
 from gradeff.cell.devices import DEVICES, validate_device
 from gradeff.cell.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 from gradeff.models import MODELS
@@ -27,7 +31,8 @@ from gradeff.studies.grid import AXES, PLURALS, axis_registry
 from gradeff.studies.hparams import MEMORY_MARGIN, largest_caps
 
 __all__ = ["DEFAULT_RESULTS", "MAX_SEED", "PRECISION", "SETTINGS", "WORLD_SIZE", "Settings", "add_options",
-           "benchmark_storage_given", "default_threads", "parse_seeds", "read_settings", "run_config"]
+           "benchmark_storage_given", "default_threads", "parse_seed_plan", "parse_seeds", "read_settings",
+           "run_config"]
 
 DEFAULT_RESULTS = "results/results.jsonl"
 # A sampler faster than this spends more time reading /proc and NVML than the cell spends training.
@@ -128,6 +133,31 @@ def _byte_size(text: str) -> int:
     return value
 
 
+def _positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(text: str) -> float:
+    """``90s``, ``5m``, ``1.5h`` or plain seconds → seconds."""
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in _DURATION_UNITS else (text, "s")
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 5m or 1h, got {text!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration, got {text!r}")
+    return seconds
+
+
 def _fraction(text: str) -> float:
     value = _number(text, float, "a number in [0, 1)")
     if not 0 <= value < 1:
@@ -151,10 +181,25 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--gradeff-threads", type=_threads, default=None, metavar="N",
                     help="torch intra-op threads of every cell (default $OMP_NUM_THREADS, else 1): fixed per cell and "
                          "recorded, so a cell's numbers do not depend on -n or the machine's cores")
-    group.addoption("--gradeff-seeds", default=None, metavar="N|S1,S2,...",
+    group.addoption("--gradeff-seeds", default=None, metavar="N|S1,S2,...|auto[:K]",
                     help="run every cell once per seed: a count N (seeds --gradeff-seed … --gradeff-seed+N-1) or a "
                          "comma-separated list of seeds (0,1,2); with several seeds test ids end in -seedS and the "
-                         "summary and report give each cell's mean with a 95 %% t-interval")
+                         "summary and report give each cell's mean with a 95 %% t-interval. auto: every cell runs "
+                         f"K seeds (default {DEFAULT_FIRST}), then further seeds go only to the cells still in "
+                         "contention for the Answer, up to --gradeff-max-seeds (each look tests at the level over "
+                         "the looks, so the error rate holds)")
+    group.addoption("--gradeff-max-seeds", type=_positive_count, default=DEFAULT_MOST, metavar="N",
+                    help=f"with --gradeff-seeds auto: the most seeds any cell runs (default {DEFAULT_MOST})")
+    group.addoption("--gradeff-seed-budget", type=_duration, default=None, metavar="DURATION",
+                    help="with --gradeff-seeds auto: no further seed starts once the session has run this long "
+                         "(e.g. 90s, 5m, 1h); the questions still open say so and how many seeds would decide them")
+    group.addoption("--gradeff-margin", action="append", default=[], metavar="QUESTION=VALUE",
+                    help="practical-equivalence margin of a question (quality, speed, memory, energy): a share of "
+                         "the best cell's mean (1%%) or a size in the metric's unit (0.02, 1pt, 1MiB, 0.5s); "
+                         "defaults: quality 1%% of a loss or 1 pt of accuracy, speed 5%%, memory 2%%, energy 5%%")
+    group.addoption("--gradeff-prefer", default=None, metavar="Q1,Q2,...",
+                    help="the order the 'use this' line weighs quality, time and memory in (default "
+                         "quality,time,memory: the best quality, then among equivalent cells the fastest)")
     group.addoption("--gradeff-device", default="auto",
                     help=f"device to train on: {', '.join(DEVICES)} or cuda:N (default auto)")
     group.addoption("--gradeff-sample-hz", type=_sample_hz, default=10.0, metavar="HZ",
@@ -242,6 +287,10 @@ class Settings:
         seeds: the seeds every cell runs with (``--gradeff-seeds``; else ``(seed,)``), ``seed`` being the first.
         threads: torch's intra-op threads in every cell (``--gradeff-threads``, see :func:`default_threads`).
         settled: ``(cell id, seed)`` pairs ``--gradeff-resume`` skips → their recorded status (filled by the plugin).
+        seed_plan: with ``--gradeff-seeds auto``, the adaptive plan (``seeds`` then run from ``seed`` to the
+            plan's most); ``None`` for a fixed set of seeds.
+        seed_budget: with an adaptive plan, the wall-clock seconds after which no further seed starts.
+        answer: the Answer's margins and the order of its "use this" choice.
     """
 
     profile: str
@@ -272,6 +321,9 @@ class Settings:
     seeds: tuple[int, ...] = ()
     threads: int = 1
     settled: dict[tuple[str, int], str] = field(default_factory=dict)
+    seed_plan: SeedPlan | None = None
+    seed_budget: float | None = None
+    answer: AnswerOptions = AnswerOptions()
 
     def __post_init__(self):
         if not self.seeds:
@@ -453,8 +505,56 @@ def parse_seeds(text: str | None, seed: int = 0) -> tuple[int, ...]:
     return seeds
 
 
-def _seeds(config: pytest.Config) -> tuple[int, ...]:
+def parse_seed_plan(text: str | None, most: int) -> SeedPlan | None:
+    """``auto`` or ``auto:K`` → the adaptive plan (K first seeds, up to ``most``); anything else → ``None``.
+
+    Raises:
+        ValueError: ``auto:K`` with K not a count, or more first seeds than the most.
+    """
+    if text is None or not text.strip().startswith("auto"):
+        return None
+    head, _, first = text.strip().partition(":")
+    if head != "auto":
+        raise ValueError(f"expected auto or auto:K, got {text!r}")
+    try:
+        first_seeds = int(first) if first else DEFAULT_FIRST
+    except ValueError:
+        raise ValueError(f"auto:K takes a count K >= 1, got {first!r}") from None
+    if first_seeds < 1 or first_seeds > most:
+        raise ValueError(f"auto:{first_seeds} needs 1 <= K <= --gradeff-max-seeds ({most})")
+    return SeedPlan(first=first_seeds, most=most)
+
+
+def _seed_plan(config: pytest.Config) -> SeedPlan | None:
     text = config.getoption("gradeff_seeds")
+    try:
+        plan = parse_seed_plan(text, config.getoption("gradeff_max_seeds"))
+    except ValueError as exc:
+        raise _usage("--gradeff-seeds", text, str(exc)) from None
+    if plan is not None and config.getoption("gradeff_shard", None) is not None:
+        raise pytest.UsageError("--gradeff-seeds auto with --gradeff-shard: an adaptive run decides each further seed "
+                                "from every cell's results, which shards on other machines do not share; give a "
+                                "fixed count (--gradeff-seeds 3) to shard")
+    return plan
+
+
+def _answer_options(config: pytest.Config) -> AnswerOptions:
+    try:
+        margins = parse_margins(config.getoption("gradeff_margin"))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--gradeff-margin: {exc}") from None
+    prefer = config.getoption("gradeff_prefer")
+    try:
+        order = parse_prefer(prefer) if prefer is not None else CHOICE_QUESTIONS
+    except ValueError as exc:
+        raise _usage("--gradeff-prefer", prefer, str(exc)) from None
+    return AnswerOptions(margins=margins, prefer=order)
+
+
+def _seeds(config: pytest.Config, plan: SeedPlan | None) -> tuple[int, ...]:
+    text = config.getoption("gradeff_seeds")
+    if plan is not None:
+        return parse_seeds(str(plan.most), config.getoption("gradeff_seed"))
     try:
         return parse_seeds(text, config.getoption("gradeff_seed"))
     except ValueError as exc:
@@ -544,7 +644,8 @@ def read_settings(config: pytest.Config) -> Settings:
     except ValueError as exc:
         raise pytest.UsageError(f"--gradeff-device: {exc}") from None
     baseline = _baseline(config.getoption("gradeff_baseline"))
-    seeds = _seeds(config)
+    plan = _seed_plan(config)
+    seeds = _seeds(config, plan)
     return Settings(
         profile=config.getoption("gradeff_profile"), epochs=config.getoption("gradeff_epochs"),
         seed=seeds[0], seeds=seeds, device=device,
@@ -561,7 +662,9 @@ def read_settings(config: pytest.Config) -> Settings:
         tune_points=config.getoption("gradeff_tune_points"), protocol=config.getoption("gradeff_protocol"),
         isolate=config.getoption("gradeff_isolate"), fused=config.getoption("gradeff_fused"),
         compile=config.getoption("gradeff_compile"), workers=config.getoption("gradeff_workers"),
-        data=_data_sources(config),
+        data=_data_sources(config), seed_plan=plan,
+        seed_budget=config.getoption("gradeff_seed_budget") if plan is not None else None,
+        answer=_answer_options(config),
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gradeff.analysis.sequential import SeedPlan
 from gradeff.cell.devices import pin_worker_device, resolve_device
 from gradeff.cell.distributed import read_world_size
 from gradeff.models import MODELS
@@ -140,10 +141,14 @@ def _in_finalizer(frame) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A stop requested while its KeyboardInterrupt was swallowed: no further test starts."""
+    """A stop requested while its KeyboardInterrupt was swallowed: no further test starts. Under --gradeff-seeds
+    auto, a cell's further seed runs only while the cell is in contention (decided here, before its fixtures)."""
     from gradeff.cell.stop import raise_if_requested
 
     raise_if_requested()
+    seeding = item.config.stash.get(_SEEDING, None)
+    if seeding is not None:
+        item.stash[_SEED_WHY] = seeding.decide(item)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -198,7 +203,13 @@ def pytest_configure(config: pytest.Config) -> None:
                              precision=config.getoption("gradeff_precision"),
                              world_size=read_world_size(config),
                              protocol=settings.protocol) if settings.resume else {}
-    config.stash[SETTINGS] = dataclasses.replace(settings, session=session, settled=settled)
+    config.stash[SETTINGS] = settings = dataclasses.replace(settings, session=session, settled=settled)
+    if settings.seed_plan is not None:
+        from gradeff.pytest.seeding import Seeding
+
+        config.stash[_SEEDING] = Seeding(plan=settings.seed_plan, seeds=settings.seeds, results=settings.results,
+                                         session=session, options=settings.answer, budget=settings.seed_budget,
+                                         settled=frozenset(settled))
     from gradeff.scale.shard import read_shard
 
     config.stash[_SHARD] = read_shard(config, settings.profile)
@@ -254,6 +265,9 @@ def grid_params(grid: str = "main", **axes) -> list:
 
 _SHARD = pytest.StashKey[ShardPlan | None]()
 _SHARD_LINE = pytest.StashKey[str]()
+# --gradeff-seeds auto: the session's plan at work, and why an item's further seed runs.
+_SEEDING = pytest.StashKey["Seeding"]()
+_SEED_WHY = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(trylast=True)
@@ -264,6 +278,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 
     _keep_shard(config, items)
     items[:] = interleave_backbones(items, fine_tuned_backbone)
+    seeding = config.stash.get(_SEEDING, None)
+    if seeding is not None:
+        from gradeff.pytest.seeding import by_round
+
+        # Round by round: every cell's first seeds, then every cell's next one; a further seed's decision waits only
+        # for earlier rounds, which xdist hands out first.
+        items[:] = by_round(items, seeding.seeds)
+        seeding.collected(items)
 
 
 def _keep_shard(config: pytest.Config, items: list) -> None:
@@ -450,6 +472,8 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
         metering = meters._new_metering() if meters is not None and not setup.config.isolate else None
         record = run_cell(cell, setup.config, timer=timer, built=built, metering=metering)
         del built, setup  # a hand-run cell's objects go with it; the test's own stay its fixtures'
+        plan = settings.seed_plan or SeedPlan(first=len(settings.seeds), most=len(settings.seeds), adaptive=False)
+        record = dataclasses.replace(record, seeding=plan.to_record(request.node.stash.get(_SEED_WHY, "")))
         if meters is not None:
             meters._recorded(record)
         append_record(settings.results, record)
@@ -581,6 +605,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     settings = config.stash.get(SETTINGS, None)
     if settings is None or getattr(config, "workerinput", None) is not None:
         return
+    seeding = config.stash.get(_SEEDING, None)
+    if seeding is not None:
+        # The skipped seeds' ledger served the workers' decisions; each skip is in the session's test report.
+        seeding.ledger.unlink(missing_ok=True)
     from gradeff.pytest.gate import current_records, session_files
 
     records, _ = _session_records(config)
@@ -651,7 +679,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         from gradeff.report import write_report
 
         try:
-            path = write_report(records, settings.report, skipped_lines=errors, sources=[str(settings.results)])
+            path = write_report(records, settings.report, skipped_lines=errors, sources=[str(settings.results)],
+                                answer_options=settings.answer)
             write(f"report: {path.resolve()}")
         except OutputError as exc:
             config.stash[_UNWRITTEN].append(str(exc))
@@ -665,7 +694,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         for line in text.rstrip().splitlines():
             write(line)
     # The verdicts last: what a reader of the terminal sees without scrolling back.
-    verdicts = answer_lines(records)
+    verdicts = answer_lines(records, settings.answer)
     if verdicts:
         terminalreporter.section("gradeff: the answer")
         for line in verdicts:

@@ -18,7 +18,7 @@ import io
 from collections.abc import Callable, Iterable, Sequence
 
 from gradeff.analysis import metrics
-from gradeff.analysis.answer import answer, line_text
+from gradeff.analysis.answer import AnswerOptions, answer, line_text
 from gradeff.analysis.runs import canonical
 from gradeff.records.formatting import as_number, format_value
 from gradeff.records.results import CellRecord, meter_field, record_field, record_section
@@ -204,15 +204,15 @@ def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *, width: 
     return [line.rstrip() for line in console.file.getvalue().splitlines()]
 
 
-_ANSWER_FOOTER = ("answer: per model (backbone · dataset), the best cell on the study's quality metric (test loss, "
-                  "or test top-1 / F1 for classifiers), then time and energy to target and the live-tensor peak; "
-                  "over several seeds, cells are compared seed by seed (paired t-test, Holm, 5 %) and a tie names "
-                  "every cell it cannot separate; identical: the same numbers on every seed; single draw: one seed")
+_ANSWER_FOOTER = ("answer: per model (backbone · dataset), the cell to use (best quality, then among equivalent cells "
+                  "the fastest to target, then the least memory), then each question: winner (separated from every "
+                  "other cell, paired over seeds, Holm), equivalent (within the question's margin, two one-sided "
+                  "tests) or open (with the seeds that would decide it); ≡: the same numbers on every seed")
 
 
-def answer_lines(records: Iterable[CellRecord]) -> list[str]:
+def answer_lines(records: Iterable[CellRecord], options: AnswerOptions | None = None) -> list[str]:
     """The Answer's verdict lines (:func:`gradeff.analysis.answer.answer`), or none without a study that has one."""
-    lines = [line_text(line) for line in answer(records)]
+    lines = [line_text(line) for line in answer(records, options)]
     return [_ANSWER_FOOTER, *lines] if lines else []
 
 

@@ -35,6 +35,8 @@ __all__ = [
     "latest_by_run", "meter_field", "meter_section", "read_records", "record_field", "record_section",
 ]
 
+# 5: ``seeding``: the seed plan (fixed or adaptive) and why a seed past the first ones ran; older records read
+#    as fixed plans of the seeds they hold.
 # 4: three splits — ``heldout_*`` figures are the test split's, ``validation_*`` the validation split's —, the
 #    test curve at optimizer-step resolution (``curve``, ``evaluation``) and whether the target was reached
 #    (``summary.target_reached``); versions 1–3 are read as they were (their held-out split was the only one).
@@ -42,8 +44,8 @@ __all__ = [
 #    NaN/Infinity tokens, which are still read).
 # 2: grid, method, dataset, parameters, weights and held-out evaluation; version 1 records are read
 #    as main-study cells (full training on the model's own task, no held-out split).
-SCHEMA_VERSION = 4
-_READABLE_VERSIONS = (1, 2, 3, 4)
+SCHEMA_VERSION = 5
+_READABLE_VERSIONS = (1, 2, 3, 4, 5)
 # The record-level object naming the values stored as null because they were NaN or infinite.
 NONFINITE_KEY = "nonfinite"
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -113,6 +115,8 @@ SECTION_FIELDS: dict[str, frozenset[str]] = {
                           "validation_samples", "eval_every", "warmup_ratio", "seq_len", "num_states", "num_classes",
                           "image_size", "caption_len", "method", "precision", "protocol", "lr_source",
                           "optimizer_kernel", "world_size"}),
+    # how many seeds the run spent and why this one ran (gradeff.analysis.sequential.SeedPlan.to_record)
+    "seeding": frozenset({"plan", "first", "most", "level", "why"}),
     "environment": frozenset({"python", "torch", "transformers", "cuda", "platform", "cpu", "cpu_id", "cpu_count",
                               "cpu_capability", "kernel_env", "device", "device_name", "gpu_driver", "gpu_index",
                               "gpu_uuid", "torch_threads", "process"}),
@@ -338,6 +342,8 @@ class CellRecord:
             predicted peak (the measured one is ``meters.memory.peak_bytes``), a compiled model's
             activation budget and compile time, static checkpointing's block count.
         hparams: the hyper-parameters used (the method's under ``method``).
+        seeding: the seed plan the run followed (fixed, or adaptive with its first and most seeds and the level
+            each look tests at) and, for a seed past the first ones, why it ran (what was still open).
         environment: versions, device and CPU of the machine.
         meters: measurements of the meters (RAM, GPU, energy, memory breakdown), by meter.
         session: id of the pytest session (or run) that produced the record.
@@ -371,6 +377,7 @@ class CellRecord:
     curve: tuple[dict, ...] = ()
     evaluation: dict = field(default_factory=dict)
     hparams: dict = field(default_factory=dict)
+    seeding: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     meters: dict = field(default_factory=dict)
     session: str = ""

@@ -30,6 +30,7 @@ from gradeff import analysis
 from gradeff.analysis import group_by_model, naming, scope
 from gradeff.analysis import memory as memory_analysis
 from gradeff.analysis import peft as peft_analysis
+from gradeff.analysis.answer import AnswerOptions
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import NA
@@ -70,6 +71,7 @@ def build_view(
     sources: Sequence[str] = (),
     title: str = "gradeff report",
     generated_at: str | None = None,
+    answer_options: AnswerOptions | None = None,
 ) -> ReportView:
     """Turn records into the report's view model: a function of the *set* of records.
 
@@ -122,7 +124,7 @@ def build_view(
         sections=SECTIONS, section_by_id={section.id: section for section in SECTIONS},
         section_cells={section.id: tuple(r.cell for r in cells.values() if not section.studies
                                          or scope.study_of(r.first) in section.studies) for section in SECTIONS},
-        answer=build_answer_view(kept),
+        answer=build_answer_view(kept, answer_options),
         real=build_real_view(studies["real"]),
         overview=_overview(kept, sources, superseded, skipped_lines, claims),
         notices=_notices(kept, superseded, skipped_lines),
@@ -248,6 +250,7 @@ def write_report(
     sources: Sequence[str] = (),
     title: str = "gradeff report",
     templates: str | os.PathLike[str] | None = None,
+    answer_options: AnswerOptions | None = None,
 ) -> Path:
     """Write the HTML report of ``records`` to ``path`` (a CSV table instead when ``path`` ends in ``.csv``).
 
@@ -261,6 +264,7 @@ def write_report(
         sources: the results files the records came from.
         title: page title.
         templates: a folder of templates searched before the packaged ones (default ``$GRADEFF_TEMPLATES``).
+        answer_options: the Answer's margins and the order of its "use this" choice (default: the defaults).
 
     Returns:
         The path written.
@@ -276,5 +280,6 @@ def write_report(
         from gradeff.report.csv_export import write_csv
 
         return write_with(path, lambda handle: write_csv(records, handle))
-    view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title)
+    view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title,
+                      answer_options=answer_options)
     return write_text(path, render_html(view, templates=templates))

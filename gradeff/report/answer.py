@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gradeff.analysis import scope
-from gradeff.analysis.answer import AnswerLine, answer, line_text, verdict_text
+from gradeff.analysis.answer import AnswerLine, AnswerOptions, answer, line_text, use_text, verdict_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, OBJECTIVE_TITLES
-from gradeff.analysis.pairing import SINGLE_DRAW, TIE
+from gradeff.analysis.pairing import EQUIVALENT, OPEN
 from gradeff.analysis.runs import by_cell
-from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord
 from gradeff.report.tables import places, resolve, runs_cell
 from gradeff.report.view import AnswerGroupView, AnswerView, Cell, RealView, Row, Table, html_id
@@ -29,11 +28,14 @@ ANSWER_RULES = (
     "quality is the test split's loss (top-1 accuracy for a classifier, micro-F1 for multi-label); speed and "
     "energy are the seconds and joules until the test loss first reached the target, halfway from the untrained "
     "model's to the task's floor (a cell that missed it on a seed does not compete); memory is the live-tensor "
-    "peak of a training step. Only seeds that ended ok count. Over several seeds each cell is compared with the "
-    "best seed by seed (paired t-test, Holm-adjusted, 5 %): a winner beats every other cell, a tie names every "
-    "cell it cannot separate and is never a win, identical cells (the same numbers on every seed, e.g. "
-    "checkpointing against standard) are one entry; with one seed a winner is a single draw. Each study reads "
-    "its own cells only.")
+    "peak of a training step. Only seeds that ended ok count. Each cell is compared with the best seed by seed: "
+    "a winner is separated from every other cell (paired t-test, Holm-adjusted); equivalent cells lie within "
+    "the question's practical margin of the best with 95 % confidence (two one-sided tests); anything else is "
+    "open, with the seeds the observed spread says would decide it (one seed is always open). Identical cells "
+    "(the same numbers on every seed, e.g. checkpointing against standard) are one entry. An energy estimate "
+    "(CPU time × a fixed power) follows time and names no winner of its own. 'Use this' picks the best "
+    "quality, then among equivalent cells the fastest to target, then the least memory. Each study reads its "
+    "own cells only.")
 _REAL_METRICS = ("quality", "final_loss", "seconds_to_target", "epoch_seconds", "peak", "energy")
 
 
@@ -42,23 +44,25 @@ def _row(line: AnswerLine) -> Row:
     for objective in ANSWER_OBJECTIVES:
         found = line.verdicts[objective]
         if found.ranking is None:
-            cells.append(Cell(text=f"{NA}: {found.reason}", css="na text"))
+            cells.append(Cell(text=verdict_text(found, line.labels), css="na text"))
             continue
         outcome = found.ranking.outcome
-        css = "text" + (" tie" if outcome == TIE else " draw" if outcome == SINGLE_DRAW else " best")
+        css = "text" + (" open" if outcome == OPEN else " equivalent" if outcome == EQUIVALENT else " best")
         cells.append(Cell(text=verdict_text(found, line.labels), sub=found.metric.label, css=css))
-    return Row(label=f"{line.subject}", cells=(Cell(text=line.title, css="text"), *cells,
+    use = Cell(text=use_text(line), css="text " + ("best" if line.choice.decided else "open"))
+    return Row(label=f"{line.subject}", cells=(Cell(text=line.title, css="text"), use, *cells,
                                                Cell(text="; ".join(line.notes) or "", css="text")))
 
 
-def build_answer_view(records: Sequence[CellRecord]) -> AnswerView:
+def build_answer_view(records: Sequence[CellRecord], options: AnswerOptions | None = None) -> AnswerView:
     """The Answer section from every record of the report (each study's lines read its own records)."""
-    lines = answer(records)
+    lines = answer(records, options)
     groups = []
     for index, study in enumerate(dict.fromkeys(line.study for line in lines)):
         mine = [line for line in lines if line.study == study]
         table = Table(id=html_id(study, index, prefix="answer-"), caption=scope.STUDIES[study].title,
-                      header=("subject", "what ran", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES), "note"),
+                      header=("subject", "what ran", "use this", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES),
+                              "note"),
                       rows=tuple(_row(line) for line in mine))
         groups.append(AnswerGroupView(id=f"answer-{study}", title=scope.STUDIES[study].title, table=table,
                                       lines=tuple(line_text(line) for line in mine)))

@@ -19,7 +19,7 @@ from gradeff.analysis import METRICS, Metric, naming, peft
 from gradeff.analysis.answer import sanity_accuracy, verdict_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, quality_metric
 from gradeff.analysis.runs import CellRuns, by_cell
-from gradeff.analysis.verdicts import verdict
+from gradeff.analysis.verdicts import ESTIMATE_FOLLOWS_TIME, verdict
 from gradeff.data import TASKS
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
@@ -226,15 +226,19 @@ def _pick_table(groups: Mapping[tuple[str, str], Mapping[str, CellRuns]]) -> Tab
         for objective in ANSWER_OBJECTIVES:
             found = verdict(runs, objective)
             if found.ranking is None:
-                cells.append(Cell(text=NA, css="na", title=found.reason))
+                # An estimate of energy is no gap in the data: it follows time, and says so.
+                estimate = found.reason == ESTIMATE_FOLLOWS_TIME
+                cells.append(Cell(text=found.reason if estimate else NA, css="text" if estimate else "na",
+                                  title=found.reason))
                 continue
             cells.append(Cell(text=verdict_text(found, _labels(runs)), css="text", sub=found.metric.label))
         rows.append(Row(label=_group_label(model, dataset), cells=tuple(cells)))
     return Table(id="peft-pick-table", caption="Which method and strategy to use, per backbone, dataset and goal",
                  header=("backbone · dataset", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES)), rows=tuple(rows),
-                 note="The same verdicts as the Answer: only seeds that ended ok compete; over several seeds cells are "
-                      "compared seed by seed (paired t-test, Holm, 5 %) and a tie names every cell it cannot "
-                      "separate; identical: the same numbers on every seed; single draw: one seed. Quality: test "
+                 note="The same verdicts as the Answer: only seeds that ended ok compete; cells are compared with the "
+                      "best seed by seed: winner (separated, paired t-test, Holm), equivalent (within the "
+                      "question's margin, two one-sided tests) or open; identical: the same numbers on every "
+                      "seed. Quality: test "
                       "top-1; speed and energy: to the target test loss; memory: the live-tensor peak of a step.")
 
 

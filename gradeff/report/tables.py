@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from gradeff import analysis
 from gradeff.analysis import METRICS, Metric
 from gradeff.analysis.answer import verdict_text
+from gradeff.analysis.margins import metric_margin
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, quality_metric
-from gradeff.analysis.pairing import IDENTICAL, SINGLE_DRAW, TIE, PairedRatio, Ranking, rank
+from gradeff.analysis.pairing import EQUIVALENT, IDENTICAL, OPEN, PairedRatio, Ranking, rank
 from gradeff.analysis.runs import CellRuns
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
@@ -55,7 +56,8 @@ BEST_METRICS = ("quality", "final_loss", "seconds_to_target", "epoch_seconds", "
                 "gpu_alloc", "energy")
 _RATIO_PAIRS = (("checkpoint", "standard"), ("accum", "standard"))
 _PLACE_TITLES = {"best": "best mean over seeds", IDENTICAL: "the same numbers as the best on every seed",
-                 TIE: "tied with the best: the paired comparison over seeds cannot tell them apart"}
+                 EQUIVALENT: "equivalent to the best: within the question's margin, with 95 % confidence",
+                 OPEN: "open against the best: neither separated from it nor shown equivalent yet"}
 
 
 def resolve(key: str, records: Sequence[CellRecord]) -> Metric:
@@ -93,12 +95,18 @@ def metric_cell(record: CellRecord | None, metric: Metric, best: float | None, *
 
 
 def places(runs: Mapping[str, CellRuns], metric: Metric) -> dict[str, str]:
-    """Each first-place cell of a ranking over seeds: ``best``, ``identical`` (to the best) or ``tie``."""
+    """Each first-place cell of a ranking over seeds: ``best``, ``identical`` (to the best), ``equivalent`` or
+    ``open``."""
+    margin = metric_margin(metric)
     ranking = rank({cell: r.values(metric) for cell, r in runs.items()}, goal=metric.goal,
-                   resolution=metric.resolution, fingerprints={cell: r.fingerprint() for cell, r in runs.items()})
+                   resolution=metric.resolution, fingerprints={cell: r.fingerprint() for cell, r in runs.items()},
+                   margin=None if margin is None else margin.absolute,
+                   relative_margin=None if margin is None else margin.relative)
     if ranking is None:
         return {}
-    found = {cell: IDENTICAL for cell in ranking.identical} | {cell: TIE for group in ranking.ties for cell in group}
+    found = ({cell: IDENTICAL for cell in ranking.identical}
+             | {cell: EQUIVALENT for group in ranking.equivalent for cell in group}
+             | {cell: OPEN for group in ranking.open for cell in group})
     found[ranking.best] = "best"
     return found
 
@@ -111,7 +119,8 @@ def runs_cell(cell_runs: CellRuns | None, metric: Metric, place: str = "",
     Args:
         cell_runs: the cell's records over seeds, or ``None`` when the results do not have it.
         metric: what the cell shows.
-        place: its place in the table's ranking (``best``, ``identical``, ``tie`` or ``""``).
+        place: its place in the table's ranking (``best``, ``identical``, ``equivalent``, ``open`` or ``""``): the
+            first three are the first place, highlighted; an open cell is marked as still in contention.
         text: ``(runs, mean) → (text, second line)``; default: the mean in the metric's unit.
     """
     if cell_runs is None:
@@ -132,7 +141,8 @@ def runs_cell(cell_runs: CellRuns | None, metric: Metric, place: str = "",
     failed = len(cell_runs.runs) - len(cell_runs.ok)
     if failed:
         sub += f"{', ' if sub else ''}{failed} seed{'s' * (failed > 1)} not ok"
-    return Cell(text=main, sub=sub, css="best" if place else "", title=_PLACE_TITLES.get(place, ""))
+    css = "open" if place == OPEN else "best" if place else ""
+    return Cell(text=main, sub=sub, css=css, title=_PLACE_TITLES.get(place, ""))
 
 
 def _metric_note(metric: Metric, records: Sequence[CellRecord]) -> str:
@@ -235,12 +245,11 @@ def recommendation_table(models: Sequence[str], runs_by_model: Mapping[str, Mapp
             cells.append(Cell(text=verdict_text(found, labels), css="text", sub=found.metric.label,
                               title=_outcome_title(found.ranking)))
         rows.append(Row(label=display_name(MODELS, model), cells=tuple(cells)))
-    confirmed = any(v.ranking is not None and v.ranking.outcome != SINGLE_DRAW for per in recs.values()
-                    for v in per.values())
+    confirmed = any(v.ranking is not None and v.ranking.n > 1 for per in recs.values() for v in per.values())
     significance = ("Cells run over several seeds are compared seed by seed (paired t-test, Holm-adjusted over the "
-                    "model's cells, 5 %): a cell that cannot be told from the best is named in the tie, and a tie "
-                    "is never tallied as a win." if confirmed else "One seed per cell: each winner is a single draw, "
-                    "not a significant result (--gradeff-seeds 3 runs each cell over three seeds).")
+                    "model's cells; equivalence by two one-sided tests against the question's margin): a shared "
+                    "first place is never tallied as a win." if confirmed else "One seed per cell: every question "
+                    "is open (--gradeff-seeds auto spends seeds until the answers are decided).")
     table = Table(id="recommendation-table", caption="Which optimizer and strategy to use, per model and goal",
                   header=("model", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES)), rows=tuple(rows),
                   note="Only seeds that trained every epoch (status ok) compete. Quality: the test split's loss, or "
@@ -257,17 +266,17 @@ def recommendation_table(models: Sequence[str], runs_by_model: Mapping[str, Mapp
 
 
 def _outcome_title(ranking: Ranking) -> str:
-    return {SINGLE_DRAW: "one seed: a single draw, not a significant result",
-            TIE: "tied: the paired comparison over seeds cannot tell these cells from the best",
+    return {OPEN: "open: neither separated from the best nor shown equivalent yet",
+            EQUIVALENT: "equivalent: within the question's margin of the best, with 95 % confidence",
             IDENTICAL: "every cell gave the same numbers"}.get(
         ranking.outcome, "every other cell significantly worse" if ranking.worse else "")
 
 
 def _tally(counter: Counter, registry: Registry) -> str:
     wins = ", ".join(f"{display_name(registry, key)} {count}" for key, count in counter.most_common()
-                     if key != analysis.TIE)
-    ties = counter.get(analysis.TIE, 0)
-    return wins + (f"{', ' if wins else ''}tied {ties}" if ties else "")
+                     if key != analysis.SHARED)
+    shared = counter.get(analysis.SHARED, 0)
+    return wins + (f"{', ' if wins else ''}shared {shared}" if shared else "")
 
 
 def best_loss_table(models: Sequence[str], runs_by_model: Mapping[str, Mapping[str, CellRuns]]) -> Table:

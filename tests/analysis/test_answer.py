@@ -21,33 +21,42 @@ def test_quality_winner_with_interval_and_n():
     assert found.ranking.outcome == "winner" and found.best.cell == "llm-adam-standard"
     assert found.interval.n == 3 and found.metric.key == "test_loss"
     text = verdict_text(found, {"llm-adam-standard": "adam/standard", "llm-sgd-standard": "sgd/standard"})
-    assert text.startswith("adam/standard 1.05 ± ") and "(n=3)" in text and "every other cell worse" in text
+    assert text.startswith("winner adam/standard 1.05 ± ") and "(n=3)" in text
+    assert "ahead of every other cell (n=3, detects ±" in text
     assert [g[0].cell for g in found.groups()] == ["llm-adam-standard"]
 
 
-def test_ties_identical_and_single_draws_in_words():
-    """A tie names its set; identical cells are one entry; one seed is a single draw."""
+def test_open_equivalent_identical_and_one_seed_in_words():
+    """Open names the cells against the best and what would decide it; identical cells are one entry; one seed is
+    open; cells within the margin are equivalent."""
     labels = {c: c.split("-", 1)[1] for c in ("llm-adam-standard", "llm-adam-checkpoint", "llm-sgd-standard")}
     tied = verdicts([*runs("llm-adam-standard", (1.0, 1.4, 1.2)), *runs("llm-sgd-standard", (1.3, 1.1, 1.25))])
-    assert verdict_text(tied["quality"], labels).startswith("tie between adam-standard 1.2 ± 0.4968 (n=3)")
-    assert "; sgd-standard" in verdict_text(tied["quality"], labels)
+    text = verdict_text(tied["quality"], labels)
+    assert text.startswith("open: adam-standard 1.2 ± 0.4968 (n=3) against sgd-standard (n=3, detects ±")
+    assert text.endswith("more seeds than the spread can tell)")
+    close = verdicts([*runs("llm-adam-standard", (1.0, 1.2, 1.1, 1.05)),
+                      *runs("llm-sgd-standard", (1.001, 1.2015, 1.1005, 1.0512))])
+    assert verdict_text(close["quality"], labels).startswith("equivalent adam-standard 1.087 ± ")
+    assert "; sgd-standard (within ±1 %, n=4, detects ±" in verdict_text(close["quality"], labels)
     same = verdicts([*runs("llm-adam-standard", (1.0, 1.4)), *runs("llm-adam-checkpoint", (1.0, 1.4))])
     assert verdict_text(same["quality"], labels).startswith("adam-standard ≡ adam-checkpoint (identical) 1.2 ± ")
     assert verdict_text(same["quality"], labels).endswith("every cell gave the same numbers")
     draw = verdicts([run("llm-adam-standard", test=1.0), run("llm-sgd-standard", test=2.0)])
-    assert verdict_text(draw["quality"], labels) == "adam-standard 1 (single draw)"
+    assert verdict_text(draw["quality"], labels) == \
+        "open: adam-standard 1 against sgd-standard (n=1; one seed cannot be tested)"
     equal = verdicts([run("llm-adam-standard", test=1.0), run("llm-sgd-standard", test=1.0, train=0.2)])
-    assert verdict_text(equal["quality"], labels) == "tie between sgd-standard 1; adam-standard (single draw)"
+    assert verdict_text(equal["quality"], labels) == \
+        "open: sgd-standard 1 against adam-standard (n=1; one seed cannot be tested)"
     alone = verdicts([*runs("llm-adam-standard", (1.0, 1.4))])
-    assert verdict_text(alone["quality"], labels) == "adam-standard 1.2 ± 2.541 (n=2)"
+    assert verdict_text(alone["quality"], labels) == "winner adam-standard 1.2 ± 2.541 (n=2) (the only cell)"
 
 
 def test_speed_and_energy_need_the_target_on_every_seed():
     """A cell that missed the target on a seed does not compete; without any, speed is n/a and says why."""
-    fast = [run("llm-adam-standard", s, summary=_reached(1.0 + s / 10)) for s in range(2)]
-    slow = [run("llm-sgd-standard", s, summary=_reached(5.0 + s / 10)) for s in range(2)]
-    missed = [run("llm-cgd-standard", 0, summary=_reached(0.1)), run("llm-cgd-standard", 1,
-                                                                      summary={"target_loss": 5.0})]
+    fast = [run("llm-adam-standard", s, summary=_reached(1.0 + s / 10), energy_source="rapl") for s in range(2)]
+    slow = [run("llm-sgd-standard", s, summary=_reached(5.0 + s / 10), energy_source="rapl") for s in range(2)]
+    missed = [run("llm-cgd-standard", 0, summary=_reached(0.1), energy_source="rapl"),
+              run("llm-cgd-standard", 1, summary={"target_loss": 5.0}, energy_source="rapl")]
     found = verdicts([*fast, *slow, *missed])
     assert found["speed"].best.cell == "llm-adam-standard" and found["speed"].ranking.outcome == "winner"
     assert found["speed"].left_out == ("llm-cgd-standard: not reached on 1 of 2 seeds",)
@@ -58,6 +67,12 @@ def test_speed_and_energy_need_the_target_on_every_seed():
     assert na.ranking is None and na.reason == "no target to reach (no test split, or no epoch trained)"
     assert na.left_out == ("llm-adam-standard: n/a on 1 of 1 seeds",)
     assert verdict_text(none, {}) == "n/a: no cell reached the target on every seed"
+
+
+def test_an_energy_estimate_follows_time():
+    """CPU time × a fixed power orders cells as time does: no energy winner of its own."""
+    found = verdicts([run("llm-adam-standard", s, summary=_reached(1.0 + s)) for s in range(2)])["energy"]
+    assert found.ranking is None and verdict_text(found, {}) == "estimate, follows time"
 
 
 def test_memory_without_a_live_peak_or_isolation_names_no_winner():
@@ -84,7 +99,8 @@ def test_each_study_answers_with_its_own_cells():
     assert main.quality.best.cell == "vit-adam-standard" and main.quality.metric.key == "heldout_accuracy"
     assert lines[2].quality.best.cell == "vit-adamw-digits"
     text = line_text(main)
-    assert text.startswith("vit: test top-1 accuracy: adam 90.0 % ± 0.0 % (n=2), every other cell worse")
+    assert text.startswith("vit: use adam: best quality, ahead of sgd | test top-1 accuracy: winner adam 90.0 % ± "
+                           "0.0 % (n=2), ahead of every other cell")
     assert "| fastest to target: n/a" in text and "| least memory: " in text
     # The same records in any order: the same lines.
     shuffled = list(records)
@@ -112,7 +128,8 @@ def test_the_sanity_baseline_flags_fine_tuning_that_learned_nothing():
                       task={"sanity_accuracy": 0.35}), tuned[1]]
     assert sanity_accuracy(with_field, "cifar100") == 35.0
     (line,) = answer(with_field)
-    assert line.notes == ("lora does not beat the raw-pixel nearest-neighbour baseline (35.0 %): "
+    # One seed each: the first place is open between them, and neither beats the baseline.
+    assert line.notes == ("lora, full do not beat the raw-pixel nearest-neighbour baseline (35.0 %): "
                           "fine-tuning learned nothing the pixels did not already hold",)
     assert line_text(line).endswith("already hold]")
     baseline = run(f"vit_s-{SANITY_METHOD}-standard-cifar100", grid="peft", accuracy=0.10)

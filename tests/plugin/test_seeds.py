@@ -4,7 +4,8 @@ import fnmatch
 
 import pytest
 
-from gradeff.pytest.options import parse_seeds
+from gradeff.analysis.sequential import SeedPlan, contention
+from gradeff.pytest.options import parse_seed_plan, parse_seeds
 from gradeff.records.results import read_records
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
@@ -90,12 +91,14 @@ def test_summary_gives_rows_per_seed_then_intervals_and_ends_with_the_answer():
     adam = lines[start + 2].split()
     # The test loss first: mean 1.51, s = 0.01414, t(0.975, 1) = 12.706: half-width 0.1271
     assert adam[:5] == ["llm-adam-standard", "2", "1.5100", "±", "0.1271"]
-    # The summary ends with the Answer: adam and adamw tie on the test loss over their paired seeds.
-    assert lines[-1].startswith("llm: test loss: tie between adam 1.51 ± 0.1271 (n=2); adamw")
+    # The summary ends with the Answer: adam and adamw are open on the test loss over their paired seeds.
+    assert lines[-1].startswith("llm: use adam for now: quality open against adamw")
+    assert "test loss: open: adam 1.51 ± 0.1271 (n=2) against adamw" in lines[-1]
     assert lines[-2].startswith("answer: per model")
     # Without adamw's spread, adam is clearly best.
     lines = summary_lines(records[:4])
-    assert lines[-1].startswith("llm: test loss: adam 1.51 ± 0.1271 (n=2), every other cell worse")
+    assert lines[-1].startswith("llm: use adam: best quality, ahead of sgd | test loss: winner adam 1.51 ± 0.1271 "
+                                "(n=2), ahead of every other cell")
 
 
 def test_summary_of_one_seed_is_unchanged(make_record):
@@ -104,3 +107,55 @@ def test_summary_of_one_seed_is_unchanged(make_record):
     lines = summary_lines([make_record("llm-adam-standard"), make_record("llm-sgd-standard")])
     assert [line.split()[0] for line in lines[1:3]] == ["llm-adam-standard", "llm-sgd-standard"]
     assert not any(line.startswith("over seeds") for line in lines)
+
+
+@pytest.mark.parametrize(("text", "most", "plan"), [
+    ("auto", 5, SeedPlan(first=2, most=5)), ("auto:3", 4, SeedPlan(first=3, most=4)), ("3", 5, None), (None, 5, None),
+])
+def test_auto_reads_an_adaptive_plan(text, most, plan):
+    assert parse_seed_plan(text, most) == plan
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--gradeff-seeds", "auto:9", "--gradeff-max-seeds", "4"), "*auto:9 needs 1 <= K <= --gradeff-max-seeds (4)*"),
+    (("--gradeff-seeds", "auto:x"), "*auto:K takes a count K >= 1*"),
+    (("--gradeff-seeds", "auto", "--gradeff-shard", "1/2"), "*adaptive run decides each further seed*"),
+    (("--gradeff-max-seeds", "0"), "*expected a whole number >= 1*"),
+    (("--gradeff-seed-budget", "soon"), "*expected a duration like 90s, 5m or 1h*"),
+    (("--gradeff-margin", "speed"), "*expected QUESTION=VALUE with QUESTION one of quality, speed, memory, energy*"),
+    (("--gradeff-prefer", "cost"), "*--gradeff-prefer cost: unknown question(s) cost; valid: quality, time, memory*"),
+])
+def test_bad_adaptive_options_are_usage_errors(grid_pytester, args, message):
+    outcome = grid_pytester.runpytest(*PLUGIN, "--collect-only", *args)
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    assert any(fnmatch.fnmatch(line, message) for line in outcome.errlines + outcome.outlines)
+
+
+def test_auto_collects_every_seed_round_by_round(grid_pytester):
+    assert _collected(grid_pytester, "-k", "llm-adam-accum or llm-sgd-accum", "--gradeff-seeds", "auto",
+                      "--gradeff-max-seeds", "3") == [
+        "llm-sgd-accum-seed0", "llm-adam-accum-seed0", "llm-sgd-accum-seed1", "llm-adam-accum-seed1",
+        "llm-sgd-accum-seed2", "llm-adam-accum-seed2"]
+
+
+def test_auto_runs_further_seeds_only_for_cells_in_contention(grid_pytester):
+    """vit's sgd and adam at one epoch: after two seeds each, whatever is decided is not run again, and every record
+    of a further seed says why it ran; a cell's seeds are never spent past the plan's most."""
+    results = grid_pytester.path / "r.jsonl"
+    outcome = grid_pytester.runpytest_subprocess(
+        *PLUGIN, "test_grid.py", "-k", "vit-sgd-standard or vit-adam-standard or vit-cgd-standard",
+        "--gradeff-epochs", "1", "--gradeff-seeds", "auto", "--gradeff-max-seeds", "4", "--benchmark-disable",
+        f"--gradeff-results={results}", "-rs")
+    records = list(read_records(results))
+    first = [r for r in records if r.seed < 2]
+    further = [r for r in records if r.seed >= 2]
+    assert len(first) == 6 and all(r.seeding["plan"] == "auto" and r.seeding["why"] == "" for r in first)
+    assert all(r.seeding["why"].startswith(f"seed {r.seed + 1}: ") for r in further)
+    assert all(r.seed < 4 for r in records)
+    plan = SeedPlan(first=2, most=4)
+    ran = {seed: {r.cell for r in records if r.seed == seed} for seed in (2, 3)}
+    # Exactly the cells the first seeds left in contention ran a third; of those, the ones still in it a fourth
+    # (a cell once out of contention never runs again).
+    assert ran[2] == set(contention([r for r in records if r.seed < 2], plan))
+    assert ran[3] == set(contention([r for r in records if r.seed < 3], plan)) & ran[2]
+    outcome.assert_outcomes(passed=len(records), skipped=12 - len(records))

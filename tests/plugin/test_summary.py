@@ -83,14 +83,19 @@ def test_forward_backward_passes_count_every_micro_batch():
 
 
 def test_the_summary_ends_with_one_verdict_line_per_model():
-    """The Answer's lines close the summary: quality first, then speed, memory, energy; one seed is a single draw."""
+    """The Answer's lines close the summary: the cell to use, then quality, speed, memory, energy; one seed leaves
+    every question open."""
     from tests.analysis.factories import run
 
     lines = summary_lines([run("llm-adam-standard", test=1.0), run("llm-sgd-standard", test=2.0),
                            run("vit-adam-standard", accuracy=0.5), run("vit-sgd-standard", accuracy=0.25)])
     assert lines[-3].startswith("answer: per model")
-    assert lines[-2].startswith("vit: test top-1 accuracy: adam 50.0 % (single draw) | fastest to target: n/a")
-    assert lines[-1].startswith("llm: test loss: adam 1 (single draw) | fastest to target: n/a")
+    assert lines[-2].startswith("vit: use adam for now: quality open against sgd (more seeds needed)")
+    assert "| test top-1 accuracy: open: adam 50.0 % against sgd (n=1; one seed cannot be tested) | fastest to " \
+           "target: n/a" in lines[-2]
+    assert lines[-1].startswith("llm: use adam for now: quality open against sgd")
+    assert "| test loss: open: adam 1 against sgd (n=1; one seed cannot be tested) | fastest to target: n/a" \
+           in lines[-1]
     assert " | least memory: " in lines[-1] and " | least energy to target: " in lines[-1]
     assert summary_lines([run(grid="memory", cell="llm-standard")])[-1].startswith("energy source")
 

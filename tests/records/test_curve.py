@@ -1,6 +1,8 @@
 """Time to target at optimizer-step resolution, read from a cell's test curve."""
 
-from gradeff.records.curve import CurvePoint, first_at_target
+from types import SimpleNamespace
+
+from gradeff.records.curve import CurvePoint, first_at_target, target_loss, time_to_target
 from gradeff.records.results import EpochRecord, Summary
 
 
@@ -57,3 +59,26 @@ def test_energy_unmeasured_is_none_not_zero():
              CurvePoint(step=7, epoch=0, seconds=3.0, joules=None, loss=1.0)]
     summary = Summary.of(_epochs(curve, per_epoch=7), 5.0, untrained=_Untrained, floor=1.0, curve=curve)
     assert summary.steps_to_target == 7 and summary.joules_to_target is None
+
+
+def _epoch(i, loss, steps=8, seconds=1.0):
+    return SimpleNamespace(epoch=i, heldout_loss=loss, optimizer_steps=steps, seconds=seconds, joules=2.0)
+
+
+def test_time_to_target_on_a_hand_made_series():
+    """Target halfway from 4.0 to a floor of 1.0 = 2.5: reached at epoch 2 after 24 steps, 3 s, 6 J."""
+    target = target_loss(4.0, 1.0)
+    assert target == 2.5 and target_loss(4.0, None) == 2.0
+    series = [_epoch(0, 3.5), _epoch(1, 2.6), _epoch(2, 2.4), _epoch(3, 2.0)]
+    reached = time_to_target(series, target, joules=lambda e: e.joules)
+    assert (reached.epoch, reached.optimizer_steps, reached.seconds, reached.joules) == (2, 24, 3.0, 6.0)
+    assert time_to_target(series[:2], target) is None
+    assert time_to_target([_epoch(0, None), _epoch(1, 2.0)], target).epoch == 1
+    assert time_to_target(series, target).joules is None  # energy not given: not a made-up 0
+
+
+def test_an_epoch_exactly_at_the_target_reaches_it():
+    """The target is reached at ≤, and the result carries the target it was measured against."""
+    reached = time_to_target([_epoch(0, 3.0), _epoch(1, 2.5), _epoch(2, 2.0)], 2.5)
+    assert (reached.target, reached.epoch, reached.optimizer_steps, reached.seconds) == (2.5, 1, 16, 2.0)
+    assert time_to_target([_epoch(0, 2.5000001)], 2.5) is None

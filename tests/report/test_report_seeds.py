@@ -18,8 +18,8 @@ def _cell(table, optimizer, strategy):
     return row.cells[table.header.index(strategy) - 1]
 
 
-def test_grid_tables_show_mean_and_interval_and_highlight_ties():
-    """adam and adamw overlap (tie, both highlighted); sgd is clearly worse; n=2 shown under each mean."""
+def test_grid_tables_show_mean_and_interval_and_mark_open_cells():
+    """adam and adamw overlap (open: adamw marked as still in contention); sgd is clearly worse; n=2 under each mean."""
     records = [*_runs("llm-adam-standard", (1.50, 1.52)), *_runs("llm-adamw-standard", (1.40, 1.70)),
                *_runs("llm-sgd-standard", (1.90, 1.92))]
     view = build_view(records, generated_at="now")
@@ -27,26 +27,27 @@ def test_grid_tables_show_mean_and_interval_and_highlight_ties():
     adam, adamw, sgd = (_cell(table, o, "standard") for o in ("adam", "adamw", "sgd"))
     # mean 1.51, s = 0.01414, t(0.975, 1) = 12.706: half-width 0.127
     assert adam.text.startswith("1.51") and adam.sub.startswith("± 0.127") and adam.sub.endswith("(n=2)")
-    assert adam.css == adamw.css == "best" and sgd.css == ""
-    assert "paired comparison over seeds" in adamw.title and "95 % Student-t interval" in table.note
+    assert adam.css == "best" and adamw.css == "open" and sgd.css == ""
+    assert "neither separated from it nor shown equivalent" in adamw.title and "95 % Student-t interval" in table.note
     assert dict(view.overview)["cells"] == "3 (6 runs over seeds)"
     assert any("several seeds" in notice for notice in view.notices)
     quality = view.recommendations.rows[0].cells[0]
-    assert quality.text.startswith("tie between Adam + Standard 1.51 ± 0.1271 (n=2); AdamW + Standard")
-    assert quality.sub == "Test loss" and "tied" in quality.title
+    assert quality.text.startswith("open: Adam + Standard 1.51 ± 0.1271 (n=2) against AdamW + Standard")
+    assert quality.sub == "Test loss" and quality.title.startswith("open")
     html = render_html(view)
     assert "± 0.127" in html and "(n=2)" in html
 
 
-def test_a_separated_winner_is_named_alone_and_ties_are_tallied_as_ties():
+def test_a_separated_winner_is_named_alone_and_shared_places_are_tallied_as_shared():
     records = [*_runs("llm-adam-standard", (1.50, 1.52)), *_runs("llm-sgd-accum", (1.90, 1.93))]
     view = build_view(records, generated_at="now")
     quality, memory = view.recommendations.rows[0].cells[0], view.recommendations.rows[0].cells[2]
-    assert quality.text.startswith("Adam + Standard 1.51 ± ") and "every other cell worse" in quality.text
+    assert quality.text.startswith("winner Adam + Standard 1.51 ± ") and "ahead of every other cell" in quality.text
     assert quality.title == "every other cell significantly worse"
-    # Equal peaks on every seed but other runs: a tie between two optimizers and two strategies, tallied as one.
-    assert memory.text.startswith("tie between ")
-    assert view.wins == ("Optimizer wins (2 best paths): Adam 1, tied 1", "Strategy wins: Standard 1, tied 1")
+    # Equal peaks on every seed but other runs: equivalent (no difference at all is within any margin), a first place
+    # shared by two optimizers and two strategies, tallied as shared.
+    assert memory.text.startswith("equivalent ")
+    assert view.wins == ("Optimizer wins (2 best paths): Adam 1, shared 1", "Strategy wins: Standard 1, shared 1")
 
 
 def test_identical_cells_are_one_entry():
@@ -55,7 +56,7 @@ def test_identical_cells_are_one_entry():
                *_runs("llm-sgd-standard", (2.5, 2.6))]
     view = build_view(records, generated_at="now")
     quality = view.recommendations.rows[0].cells[0]
-    assert quality.text.startswith("Adam + Standard ≡ Adam + Activation checkpointing (identical) 1.51")
+    assert quality.text.startswith("winner Adam + Standard ≡ Adam + Activation checkpointing (identical) 1.51")
     checkpoint = _cell(_table(view, "test_loss"), "adam", "checkpoint")
     assert checkpoint.css == "best" and checkpoint.title == "the same numbers as the best on every seed"
     ratio = next(t for t in view.ratios if t.id == "ratio-checkpoint-quality")
@@ -63,13 +64,15 @@ def test_identical_cells_are_one_entry():
     assert (cell.text, cell.sub, cell.css) == ("1.00×", "identical (n=2)", "identical")
 
 
-def test_one_seed_names_single_draws():
+def test_one_seed_leaves_every_question_open():
     records = [run("llm-adam-standard", test=1.5), run("llm-sgd-standard", test=1.9, joules=20.0)]
     view = build_view(records, generated_at="now")
     adam = _cell(_table(view, "test_loss"), "adam", "standard")
     assert adam.css == "best" and "(n=" not in adam.sub
-    assert "single draw" in view.recommendations.note
-    assert view.recommendations.rows[0].cells[0].text == "Adam + Standard 1.5 (single draw)"
+    assert _cell(_table(view, "test_loss"), "sgd", "standard").css == "open"
+    assert "One seed per cell: every question is open" in view.recommendations.note
+    assert view.recommendations.rows[0].cells[0].text == \
+        "open: Adam + Standard 1.5 against SGD + Standard (n=1; one seed cannot be tested)"
     assert dict(view.overview)["cells"] == "2"
 
 

@@ -88,7 +88,8 @@ def test_each_section_reads_its_own_studys_cells(tmp_path):
     assert [g.id for g in view.answer.groups] == ["answer-main", "answer-peft", "answer-real"]
     real = view.answer.groups[2]
     assert [row.label for row in real.table.rows] == ["vit · digits", "llm · pydoc"]
-    assert real.lines[0].startswith("vit · digits: test top-1 accuracy: adamw 95.0 % ± 0.0 % (n=3)")
+    assert real.lines[0].startswith("vit · digits: use adamw: best quality, ahead of sgd | test top-1 accuracy: winner "
+                                    "adamw 95.0 % ± 0.0 % (n=3)")
 
 
 @pytest.mark.parametrize("seeds", [1, 3])
