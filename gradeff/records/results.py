@@ -115,7 +115,7 @@ SECTION_FIELDS: dict[str, frozenset[str]] = {
                           "optimizer_kernel", "world_size"}),
     "environment": frozenset({"python", "torch", "transformers", "cuda", "platform", "cpu", "cpu_id", "cpu_count",
                               "cpu_capability", "kernel_env", "device", "device_name", "gpu_driver", "gpu_index",
-                              "gpu_uuid", "torch_threads", "process"}),
+                              "gpu_uuid", "torch_threads", "numerics_probe", "process"}),
 }
 
 
