@@ -35,8 +35,9 @@ from gradeff.studies.grid import GRIDS, PLURALS, cells
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
 # --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
-# benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method).
-pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures"]
+# benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method); the file
+# pytest-benchmark's --benchmark-save will write, checked once its storage is open.
+pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures", "gradeff.pytest.plugin_outputs"]
 _SESSION_KEY = "gradeff_session"
 
 
@@ -175,9 +176,12 @@ def pytest_configure(config: pytest.Config) -> None:
                             "cells (after --gradeff-<axis> options)")
     settings = read_settings(config)
     from gradeff.pytest.gate import path_conflicts
+    from gradeff.pytest.plugin_outputs import plugin_outputs
 
+    # Every output (gradeff's, pytest's and other plugins': --junitxml, --benchmark-json, --log-file...) against every
+    # other, before pytest's logging plugin (trylast) opens its file.
     conflicts = path_conflicts(results=settings.results, report=settings.report, baseline=settings.baseline,
-                               compare_args=settings.compare_args)
+                               compare_args=settings.compare_args, others=plugin_outputs(config))
     if conflicts:
         raise pytest.UsageError("; ".join(conflicts))
     if model_paths:

@@ -1,0 +1,48 @@
+"""Hostile sessions: options and signals a user (or a CI runner) may throw at a gradeff session, each of which once
+lost records or gave a wrong answer without a word. Run them all with ``-k hostile``."""
+
+import pytest
+
+PLUGIN = ("-p", "gradeff.pytest_plugin")
+KEPT = '{"kept": true}\n'
+
+
+# --- every output against every other ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("option", ["--junitxml", "--benchmark-json", "--log-file"])
+def test_hostile_a_plugin_output_on_the_results_file_is_refused_before_anything_is_written(grid_pytester, tmp_path,
+                                                                                        option):
+    """pytest's JUnit XML (written even under --collect-only), pytest-benchmark's JSON and pytest's log file on the
+    results file: refused naming both options (exit 4), and the records stay as they were."""
+    results = tmp_path / "r.jsonl"
+    results.write_text(KEPT)
+    outcome = grid_pytester.runpytest(*PLUGIN, "-k", "llm-adam-standard", "--collect-only",
+                                      f"--gradeff-results={results}", f"{option}={results}")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    outcome.stderr.fnmatch_lines([f"ERROR: --gradeff-results and {option} are both {results}"])
+    assert results.read_text() == KEPT
+
+
+def test_hostile_two_plugin_outputs_on_one_path_and_the_report_are_refused(grid_pytester, tmp_path):
+    report, xml = tmp_path / "report.html", tmp_path / "out.xml"
+    clash = grid_pytester.runpytest(*PLUGIN, "-k", "llm-adam-standard", "--collect-only", f"--gradeff-report={report}",
+                                    f"--junitxml={report}", f"--gradeff-results={tmp_path / 'r.jsonl'}")
+    assert clash.ret == pytest.ExitCode.USAGE_ERROR
+    clash.stderr.fnmatch_lines([f"ERROR: --gradeff-report and --junitxml are both {report}"])
+    apart = grid_pytester.runpytest(*PLUGIN, "-k", "llm-adam-standard", "--collect-only", f"--junitxml={xml}",
+                                    f"--gradeff-report={report}", f"--gradeff-results={tmp_path / 'r.jsonl'}")
+    assert apart.ret == pytest.ExitCode.OK and xml.is_file()
+
+
+def test_hostile_benchmark_save_onto_the_results_file_is_refused(grid_pytester, tmp_path):
+    """--benchmark-save writes STORAGE/<machine>/NNNN_NAME.json: a results file given that very path is refused."""
+    from pytest_benchmark.utils import get_machine_id
+
+    storage = tmp_path / "storage"
+    results = storage / get_machine_id() / "0001_mine.json"
+    outcome = grid_pytester.runpytest(*PLUGIN, "-k", "llm-adam-standard", "--collect-only",
+                                      f"--gradeff-results={results}", f"--benchmark-storage={storage}",
+                                      "--benchmark-save=mine")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    outcome.stderr.fnmatch_lines([f"ERROR: --gradeff-results and --benchmark-save (in --benchmark-storage) are both "
+                                  f"{results}"])
