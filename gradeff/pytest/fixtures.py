@@ -105,6 +105,8 @@ class _Setup:
     state: Any = None
     dataset: Any = None
     built: Any = None
+    # The pytest session's configuration, for a grid cell: whether --gradeff-resume keeps its earlier record.
+    pytest_config: Any = None
 
     @classmethod
     def of(cls, cell, config, settings, **fields) -> _Setup:
@@ -125,7 +127,10 @@ class _Setup:
 
         if not self.grid:
             return True
-        return (self.cell.id, self.config.seed) not in self.settings.settled and trains_prebuilt(self.cell, self.config)
+        from gradeff.pytest.resume import judge
+
+        judgement = judge(self.pytest_config, self.cell, self.config.seed) if self.pytest_config else None
+        return not (judgement is not None and judgement.reuse) and trains_prebuilt(self.cell, self.config)
 
     def build(self):
         """The cell's :class:`gradeff.cell.run.Built`, built once (``None`` where the runner builds its own)."""
@@ -164,7 +169,7 @@ def cell_setup(config: pytest.Config, cell, seed: int) -> _Setup:
     """The setup of a grid cell (what ``gradeff_cell`` runs): the public fixtures' source in a grid test."""
     from gradeff.pytest.options import SETTINGS, run_config
 
-    return _Setup.of(cell, run_config(config, seed), config.stash[SETTINGS], grid=True)
+    return _Setup.of(cell, run_config(config, seed), config.stash[SETTINGS], grid=True, pytest_config=config)
 
 
 @pytest.fixture

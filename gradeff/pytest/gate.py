@@ -9,7 +9,7 @@ which is a regression unless ``--gradeff-compare-args=--allow-missing``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 from gradeff.records.results import CellRecord, read_records
@@ -115,11 +115,11 @@ def cell_of_nodeid(nodeid: str, known: set[str]) -> str | None:
     return param if param in known else None
 
 
-def current_records(session_records: list[CellRecord], results: Path, settled: dict) -> list[CellRecord]:
-    """The session's records, plus, under ``--gradeff-resume``, the file's records of the cells it skipped as
-    already settled: those cells were run, by an earlier session, for this very code."""
-    if not settled:
+def current_records(session_records: list[CellRecord], results: Path, kept: Collection) -> list[CellRecord]:
+    """The session's records, plus, under ``--gradeff-resume``, the file's records of the ``(cell, seed)`` runs it
+    kept instead of running them: those were run, by an earlier session, as this very experiment."""
+    if not kept:
         return session_records
-    earlier = [r for r in read_records(results, errors=[]) if (r.cell, r.seed) in settled]
+    earlier = [r for r in read_records(results, errors=[]) if (r.cell, r.seed) in kept]
     ran = {(r.cell, r.seed) for r in session_records}
     return [r for r in earlier if (r.cell, r.seed) not in ran] + session_records

@@ -163,7 +163,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="grid carbon intensity for CO2-equivalent figures (default 400 g/kWh)")
     group.addoption("--gradeff-resume", action="store_true",
                     help="skip cells that already have a final record (ok, diverged, oom, skipped) in the results "
-                         "file for the same profile, seed, epochs and code version")
+                         "file for the very same experiment (an equal fingerprint of settings, data and weights "
+                         "checksums, threads, kernels, compile, tuning, budget, protocol, rate and code version); "
+                         "re-run the rest, saying what differs")
     group.addoption("--gradeff-memory-budget", type=_byte_size, default=None, metavar="SIZE",
                     help="bytes a training step must fit in (e.g. 2GiB): the budget strategies' target (default: "
                          "the profile's, 10MiB at tiny, 2GiB at paper); any other cell is ended as oom when its "
@@ -241,7 +243,9 @@ class Settings:
         weights: ``(model, local path)`` pairs of ``--gradeff-weights``, resolved and checked.
         seeds: the seeds every cell runs with (``--gradeff-seeds``; else ``(seed,)``), ``seed`` being the first.
         threads: torch's intra-op threads in every cell (``--gradeff-threads``, see :func:`default_threads`).
-        settled: ``(cell id, seed)`` pairs ``--gradeff-resume`` skips → their recorded status (filled by the plugin).
+        settled: ``(cell id, seed)`` → the final record ``--gradeff-resume`` may keep for it
+            (:class:`gradeff.pytest.resume.Earlier`: its status and experiment fingerprint; filled by the plugin). A
+            cell keeps it only where its own fingerprint is equal (:func:`gradeff.pytest.resume.judge`).
     """
 
     profile: str
@@ -271,7 +275,7 @@ class Settings:
     session: str = ""
     seeds: tuple[int, ...] = ()
     threads: int = 1
-    settled: dict[tuple[str, int], str] = field(default_factory=dict)
+    settled: dict[tuple[str, int], object] = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.seeds:

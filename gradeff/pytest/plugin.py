@@ -29,15 +29,17 @@ from gradeff.pytest.options import (
     read_settings,
     run_config,
 )
-from gradeff.records.results import FINAL_STATUSES, append_record, read_records, record_field
+from gradeff.records.results import append_record, read_records, record_field
 from gradeff.scale.shard import ShardPlan
 from gradeff.studies.grid import GRIDS, PLURALS, cells
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
 # --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
 # benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method); the file
-# pytest-benchmark's --benchmark-save will write, checked once its storage is open.
-pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures", "gradeff.pytest.plugin_outputs"]
+# pytest-benchmark's --benchmark-save will write, checked once its storage is open; what --gradeff-resume kept and
+# re-ran.
+pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures", "gradeff.pytest.plugin_outputs",
+                  "gradeff.pytest.resume"]
 _SESSION_KEY = "gradeff_session"
 
 
@@ -64,33 +66,6 @@ def pytest_addhooks(pluginmanager) -> None:
     from gradeff.specs import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
-
-
-def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
-                   epochs: int | None, precision: str = "fp32",
-                   world_size: int | None = None, protocol: str = "tuned") -> dict[tuple[str, int], str]:
-    """``(cell id, seed)`` pairs with a final record for this profile, epoch count, protocol and code version →
-    status."""
-    from gradeff.cell.environment import code_version
-    from gradeff.studies.hparams import hparams_for
-
-    if not path.exists():
-        return {}
-    version = code_version()
-    settled = {}
-    for record in read_records(path, errors=[]):
-        # Cheap tests first: hparams_for is only asked about records that could settle a cell.
-        if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
-                and record.seed in seeds and record.code_version == version
-                and record_field(record, "hparams", "precision", "fp32") == precision
-                # The same code version writes the protocol: a record without one (made by hand) is not told apart.
-                and record_field(record, "hparams", "protocol", protocol) == protocol
-                # A sharded cell's record settles it only for the same number of processes.
-                and record_field(record, "hparams", "world_size", world_size) == world_size
-                and record_field(record, "hparams", "epochs")
-                == hparams_for(record.model, profile, epochs=epochs, dataset=record.dataset or None).epochs):
-            settled[(record.cell, record.seed)] = record.status
-    return settled
 
 
 def _stop_like_ctrl_c() -> None:
@@ -195,11 +170,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).
         settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
-    settled = _settled_cells(settings.results, profile=settings.profile, seeds=settings.seeds,
-                             epochs=settings.epochs,
-                             precision=config.getoption("gradeff_precision"),
-                             world_size=read_world_size(config),
-                             protocol=settings.protocol) if settings.resume else {}
+    from gradeff.pytest.resume import candidates
+
+    # The records --gradeff-resume may keep; each cell keeps its own only for an equal experiment fingerprint.
+    settled = candidates(settings.results, profile=settings.profile, seeds=settings.seeds) if settings.resume else {}
     config.stash[SETTINGS] = dataclasses.replace(settings, session=session, settled=settled)
     from gradeff.scale.shard import read_shard
 
@@ -421,9 +395,14 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
             axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, cell)
                     for axis, value in given.items()}
             cell = Cell(cell, **axes, grid=grid)
-        if (cell.id, gradeff_seed) in settings.settled:
-            pytest.skip(f"--gradeff-resume: already recorded as {settings.settled[cell.id, gradeff_seed]} "
-                        f"in {settings.results}")
+        from gradeff.pytest.resume import judge, note
+
+        judgement = judge(request.config, cell, gradeff_seed)
+        if judgement is not None:
+            note(request.node, cell.id, gradeff_seed, judgement)
+            if judgement.reuse:
+                pytest.skip(f"--gradeff-resume: already recorded as {judgement.status} in {settings.results} (the "
+                            f"same experiment: {judgement.fingerprint})")
         used["group"] = cell.model
         if cell == own:
             setup = request.getfixturevalue("_gradeff_setup")
@@ -568,7 +547,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     from gradeff.pytest.gate import current_records, session_files
 
     records, _ = _session_records(config)
-    records = current_records(records, settings.results, settings.settled)
+    from gradeff.pytest.resume import kept_runs
+
+    records = current_records(records, settings.results, kept_runs(config))
     selection = config.stash.get(_SELECTED, [])
     if config.option.collectonly or config.getoption("gradeff_dry_run") is not None:
         return  # no cell was meant to run: nothing to judge, and the last session's files stay

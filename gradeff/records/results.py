@@ -35,6 +35,9 @@ __all__ = [
     "latest_by_run", "meter_field", "meter_section", "read_records", "record_field", "record_section",
 ]
 
+# 5: the experiment's fingerprint (``experiment``: a digest of every input that can change the numbers, and the
+#    inputs; gradeff.records.fingerprint), what --gradeff-resume compares; versions 1–4 are read with an empty one
+#    (never resumed: nothing says which experiment they were).
 # 4: three splits — ``heldout_*`` figures are the test split's, ``validation_*`` the validation split's —, the
 #    test curve at optimizer-step resolution (``curve``, ``evaluation``) and whether the target was reached
 #    (``summary.target_reached``); versions 1–3 are read as they were (their held-out split was the only one).
@@ -42,8 +45,8 @@ __all__ = [
 #    NaN/Infinity tokens, which are still read).
 # 2: grid, method, dataset, parameters, weights and held-out evaluation; version 1 records are read
 #    as main-study cells (full training on the model's own task, no held-out split).
-SCHEMA_VERSION = 4
-_READABLE_VERSIONS = (1, 2, 3, 4)
+SCHEMA_VERSION = 5
+_READABLE_VERSIONS = (1, 2, 3, 4, 5)
 # The record-level object naming the values stored as null because they were NaN or infinite.
 NONFINITE_KEY = "nonfinite"
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -113,6 +116,7 @@ SECTION_FIELDS: dict[str, frozenset[str]] = {
                           "validation_samples", "eval_every", "warmup_ratio", "seq_len", "num_states", "num_classes",
                           "image_size", "caption_len", "method", "precision", "protocol", "lr_source",
                           "optimizer_kernel", "world_size"}),
+    "experiment": frozenset({"fingerprint", "inputs", "error"}),
     "environment": frozenset({"python", "torch", "transformers", "cuda", "platform", "cpu", "cpu_id", "cpu_count",
                               "cpu_capability", "kernel_env", "device", "device_name", "gpu_driver", "gpu_index",
                               "gpu_uuid", "torch_threads", "numerics_probe", "process"}),
@@ -338,7 +342,10 @@ class CellRecord:
             predicted peak (the measured one is ``meters.memory.peak_bytes``), a compiled model's
             activation budget and compile time, static checkpointing's block count.
         hparams: the hyper-parameters used (the method's under ``method``).
-        environment: versions, device and CPU of the machine.
+        environment: versions, device and CPU of the machine, and the numerics probe of its kernels.
+        experiment: the experiment's fingerprint and the inputs it hashes (settings, data and weights checksums,
+            threads, kernels, compile, tuning, budget, protocol and rate, code version; see
+            :mod:`gradeff.records.fingerprint`): ``--gradeff-resume`` keeps a record only for an equal one.
         meters: measurements of the meters (RAM, GPU, energy, memory breakdown), by meter.
         session: id of the pytest session (or run) that produced the record.
         code_version: gradeff's version and a hash of its source, so a resumed run never mixes
@@ -372,6 +379,7 @@ class CellRecord:
     evaluation: dict = field(default_factory=dict)
     hparams: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
+    experiment: dict = field(default_factory=dict)
     meters: dict = field(default_factory=dict)
     session: str = ""
     code_version: str = ""

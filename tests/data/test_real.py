@@ -128,21 +128,20 @@ def test_prepared_tensors_are_cached_and_reused(formats, tmp_path):
     batch = second.batch(torch.arange(4))
     assert batch["pixel_values"].dtype == torch.float32 and batch["pixel_values"].shape == (4, 3, 16, 16)
     assert -1.0 <= float(batch["pixel_values"].min()) and float(batch["pixel_values"].max()) <= 1.0
-    assert len(list((tmp_path / "data" / "prepared").iterdir())) == 1
+    assert len(list((tmp_path / "data" / "prepared").glob("*.pt"))) == 1
 
 
-def test_a_file_two_workers_write_at_once_is_the_first_that_landed(tmp_path):
-    """The built-in datasets and the prepared tensors are written by whichever worker gets there; a later writer never
-    replaces the file (its mtime is part of the prepared tensors' cache key), and leaves no temporary behind."""
+def test_a_built_file_is_written_once_and_kept_while_sound(tmp_path):
+    """The built-in datasets are written by whichever worker takes the lock first, with their checksum; a later caller
+    finds the file sound and never writes it again (its mtime is part of the prepared tensors' cache key), and no
+    temporary is left behind."""
     target = tmp_path / "digits.parquet"
-
-    def write(tmp: Path) -> None:
-        tmp.write_bytes(b"second")
-        target.write_bytes(b"first")  # another worker's file lands while this one writes
-
-    assert real._atomic_write(target, write) == target
-    assert target.read_bytes() == b"first" and [p.name for p in tmp_path.iterdir()] == [target.name]
-    assert real._atomic_write(target, lambda tmp: pytest.fail("an existing file is not written again")) == target
+    assert real._checked_file(target, lambda tmp: tmp.write_bytes(b"first")) == target
+    mtime = target.stat().st_mtime_ns
+    assert real._checked_file(target, lambda tmp: pytest.fail("a sound file is not written again")) == target
+    assert target.read_bytes() == b"first" and target.stat().st_mtime_ns == mtime
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["digits.parquet", "digits.parquet.lock",
+                                                          "digits.parquet.sha256"]
 
 
 def test_no_network_call_is_attempted(formats, tmp_path, monkeypatch):

@@ -46,3 +46,27 @@ def test_hostile_benchmark_save_onto_the_results_file_is_refused(grid_pytester, 
     assert outcome.ret == pytest.ExitCode.USAGE_ERROR
     outcome.stderr.fnmatch_lines([f"ERROR: --gradeff-results and --benchmark-save (in --benchmark-storage) are both "
                                   f"{results}"])
+
+
+# --- resume keeps only the very same experiment ---------------------------------------------------------------
+
+def test_hostile_resume_keeps_the_same_experiment_and_reruns_another_saying_what_differs(grid_pytester, tmp_path):
+    """Resumed with --gradeff-threads 2 (or --gradeff-fused, real data, a budget...), a record of another experiment
+    was once kept as 'already recorded as ok'. Now the same experiment is kept, another one re-run, with one line
+    naming what differs; the gate counts the kept record only."""
+    results = tmp_path / "r.jsonl"
+    args = (*PLUGIN, "-p", "no:cacheprovider", "--benchmark-disable", "--gradeff-epochs", "1", "-k",
+            "llm-adam-standard", f"--gradeff-results={results}", f"--gradeff-cache={tmp_path / 'cache'}", "-rs")
+    grid_pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    kept = grid_pytester.runpytest_subprocess(*args, "--gradeff-resume")
+    kept.assert_outcomes(skipped=1)
+    kept.stdout.fnmatch_lines(["*--gradeff-resume: already recorded as ok in * (the same experiment: v1:*)"])
+    rerun = grid_pytester.runpytest_subprocess(*args, "--gradeff-resume", "--gradeff-threads", "2", "--gradeff-fused")
+    rerun.assert_outcomes(passed=1)
+    rerun.stdout.fnmatch_lines(["*gradeff --gradeff-resume: 1 cell(s) re-run, their records not kept*",
+                                "re-run llm-adam-standard (seed 0): fused false → true; *threads 1 → 2"])
+    from gradeff.records.results import read_records
+
+    records = list(read_records(results))
+    assert len(records) == 2 and records[-1].environment["torch_threads"] == 2
+    assert records[0].experiment["fingerprint"] != records[1].experiment["fingerprint"]
