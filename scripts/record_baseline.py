@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     selection = args.selection or list(DEFAULT_SLICE)
     from gradeff.gate.portability import PERTURBATIONS, perturbed_path
-    from gradeff.records.outputs import write_text
+    from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, write_text
     from gradeff.records.results import read_records
 
     started = time.perf_counter()
@@ -88,8 +88,12 @@ def main(argv: list[str] | None = None) -> int:
             _pytest(selection, perturbed_file, threads=perturbation.threads, env=dict(perturbation.env), workers=2)
         primary, perturbed = list(read_records(primary_file)), list(read_records(perturbed_file))
         probe = _check(primary, perturbed)
-        write_text(perturbed_path(args.out), perturbed_file.read_text(encoding="utf-8"))
-        write_text(args.out, primary_file.read_text(encoding="utf-8"))
+        try:
+            write_text(perturbed_path(args.out), perturbed_file.read_text(encoding="utf-8"))
+            write_text(args.out, primary_file.read_text(encoding="utf-8"))
+        except OutputError as exc:  # the old files stay as they were (each is replaced whole or not at all)
+            print(f"record_baseline: error: {exc}", file=sys.stderr)
+            return EXIT_INCOMPLETE_OUTPUT
     print(f"record_baseline: {len(primary)} cells (numerics probe {probe}) and {len(perturbed)} perturbation runs in "
           f"{time.perf_counter() - started:.0f} s: {args.out}, {perturbed_path(args.out)}", file=sys.stderr)
     return 0

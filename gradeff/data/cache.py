@@ -80,10 +80,7 @@ def cached(builder: str, arguments: Mapping, draw: Callable[[], Dataset], *, roo
         dataset = draw()
         payload = _payload(dataset)
         if payload is not None:
-            try:
-                _write(path, payload)
-            except OSError:  # a full disk costs the next process a draw, never this one its data
-                pass
+            _write(path, payload)
         return dataset
     finally:
         lock.release()
@@ -113,7 +110,8 @@ def _payload(dataset: Dataset) -> dict | None:
 def _write(path: Path, payload: dict) -> None:
     import torch
 
-    write_checked(path, lambda temporary: torch.save(payload, temporary))
+    # A full disk costs the next process a draw (said in a warning), never this one its data.
+    write_checked(path, lambda temporary: torch.save(payload, temporary), best_effort=True)
 
 
 # What reading a copy that is not what it should be raises (torch.load, JSON, the Dataset's own checks).

@@ -30,7 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["MANIFEST", "SUFFIX", "CacheCorrupted", "CacheRebuiltWarning", "content_sha256", "file_sha256",
+__all__ = ["MANIFEST", "SUFFIX", "CacheCorrupted", "CacheNotWrittenWarning", "CacheRebuiltWarning", "content_sha256",
+           "file_sha256",
            "read_checked", "sidecar", "verify", "verify_manifest", "warn_rebuilt", "write_checked", "write_manifest"]
 
 SUFFIX = ".sha256"
@@ -40,6 +41,10 @@ T = TypeVar("T")
 
 class CacheRebuiltWarning(UserWarning):
     """A cache file (or folder) failed its checksum, or did not load, and is built again; the message names it."""
+
+
+class CacheNotWrittenWarning(UserWarning):
+    """A cache file could not be written (a full or read-only disk); what was built is used all the same."""
 
 
 class CacheCorrupted(ValueError):
@@ -118,20 +123,30 @@ def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
 
 
-def write_checked(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:
+def write_checked(path: str | os.PathLike[str], write: Callable[[Path], object], *,
+                  best_effort: bool = False) -> Path | None:
     """Write a cache file and then its checksum: ``write(temporary)`` fills a file beside ``path``, which is flushed
     and renamed into place; the sidecar follows the same way, so it exists only for a complete payload.
 
     Args:
         path: the cache file; its folder is created.
         write: fills the file at the path it is given (``torch.save``, ``to_parquet``, ...).
+        best_effort: a disk that refuses (full, read-only) costs the next process a rebuild, never this one what it
+            built: a :class:`CacheNotWrittenWarning` names the file and the reason, and ``None`` is returned.
 
     Returns:
-        ``path``.
+        ``path`` (``None``: not written, under ``best_effort``).
 
     Raises:
         OSError: the disk refused (the caller keeps what it built; the next reader finds no sound cache).
     """
+    if best_effort:
+        try:
+            return write_checked(path, write)
+        except OSError as exc:
+            warnings.warn(f"cache {path}: not written ({exc.strerror or exc}); the next process builds it again",
+                          CacheNotWrittenWarning, stacklevel=2)
+            return None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     check = sidecar(path)

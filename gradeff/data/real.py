@@ -409,13 +409,16 @@ def _columns(source: DataSource, column_names: list[str]) -> dict[str, str]:
     return chosen
 
 
-def validate_source(source: DataSource, cache_root: Path, caps: tuple[int, int] | None = None) -> dict:
+def validate_source(source: DataSource, cache_root: Path, caps: tuple[int, int] | None = None, *,
+                    step: int | None = None) -> dict:
     """Open a source and check its splits and columns, as a cell would; returns what was found.
 
     With ``caps`` (the most training and held-out rows any cell of the run reads: what :func:`_prepare` selects,
     :func:`gradeff.studies.hparams.largest_caps` gives them per profile), every image a cell can read (the first rows
-    of each split, up to those caps) is decoded too, so a corrupt one is named, by file and row, before the first
-    cell.
+    of each split, up to those caps) is decoded too, so a corrupt one (or an empty cell) is named, by file and row,
+    before the first cell, and so is an empty label. With ``step`` (the most samples an optimizer step of the run
+    takes: :func:`gradeff.studies.hparams.largest_step`), a training split of fewer rows than one whole step (after
+    the test and validation rows are carved out of it) is refused too: every cell trains in whole steps.
     """
     train, heldout, validation, fmt, notes = open_splits(source, cache_root)
     columns = _columns(source, list(train.column_names))
@@ -423,17 +426,47 @@ def validate_source(source: DataSource, cache_root: Path, caps: tuple[int, int] 
         missing = [c for c in columns.values() if c not in split.column_names]
         if missing:
             raise ValueError(f"{source.key}: the {name} split lacks column(s) {', '.join(missing)}")
+    kind = source.spec.kind
+    if step is not None and kind != "causal_lm" and len(train) < step:
+        # A language model's samples are token windows, counted only once the text is tokenised; rows are samples
+        # for the others.
+        raise ValueError(f"{source.key}: the 'train' split has {len(train)} rows ({notes['heldout_split']}; "
+                         f"{notes['validation_split']}), fewer than one optimizer step of this profile takes "
+                         f"({step}); give at least {step} training rows")
     decoded = 0
-    if caps is not None and "image" in columns:
+    if caps is not None:
+        _check_empty_cells(source, cache_root, columns)
         train_cap, heldout_cap = caps
-        for name, split, cap in (("train", train, train_cap), ("held-out", heldout, heldout_cap),
-                                 ("validation", validation, heldout_cap)):
-            cells = undecoded_column(split.select(range(min(len(split), cap))), columns["image"])
-            decoded += len(decode_images(cells, where=_where(source, cache_root, name),
-                                         folder=_folder(source, cache_root)))
+        splits = (("train", train, train_cap), ("held-out", heldout, heldout_cap),
+                  ("validation", validation, heldout_cap))
+        if "image" in columns:
+            for name, split, cap in splits:
+                cells = undecoded_column(split.select(range(min(len(split), cap))), columns["image"])
+                decoded += len(decode_images(cells, where=_where(source, cache_root, name),
+                                             folder=_folder(source, cache_root)))
     return {"format": fmt, "columns": columns, "train_rows": len(train), "heldout_rows": len(heldout),
             "validation_rows": len(validation), "heldout": notes["heldout_split"],
             "validation": notes["validation_split"], "images_decoded": decoded}
+
+
+def _check_empty_cells(source: DataSource, cache_root: Path, columns: dict[str, str]) -> None:
+    """Every image and label of the source's own splits holds something (a label: an int, a string or a list of
+    them): an empty one is named by its split and row in the file, before any cell (a cell would fail on it inside
+    its training, or on a later row of another split). Reading the columns undecoded costs no decoding."""
+    loaded, _ = _open(_resolve_path(source, cache_root), source.key)
+    roles = [role for role in ("image", "label") if role in columns]
+    for split_name, split in loaded.items():
+        for role in roles:
+            column = columns[role]
+            if column not in split.column_names:
+                continue
+            values = undecoded_column(split, column) if role == "image" else split[column]
+            for row, value in enumerate(values):
+                if value is None or (role == "label" and isinstance(value, dict)):
+                    what = "empty (null)" if value is None else "a dict"
+                    need = "an image" if role == "image" else "an int, a string or a list of them"
+                    raise ValueError(f"{source.key}={_resolve_path(source, cache_root)}, the {split_name!r} split, "
+                                     f"row {row}: the {role} ({column!r}) is {what}; each row needs {need}")
 
 
 def _where(source: DataSource, cache_root: Path, split: str) -> str:
@@ -578,7 +611,7 @@ def _bpe(texts: list[str], vocab_size: int, cache_root: Path, fingerprint):
         tok = read_checked(path, lambda file: Tokenizer.from_file(str(file)), errors=(Exception,))
         if tok is None:
             tok = _train_bpe(texts, vocab_size)
-            write_checked(path, lambda temporary: tok.save(str(temporary)))
+            write_checked(path, lambda temporary: tok.save(str(temporary)), best_effort=True)
     return tok
 
 
@@ -722,7 +755,8 @@ def load_real(source: DataSource, *, kind: str, image_size: int | None = None, s
                                 vocab_size=vocab_size, train_cap=train_cap, heldout_cap=heldout_cap,
                                 cache_root=cache_root)
             prepared["info"] |= _checksums(source, cache_root)
-            write_checked(cached, lambda tmp: torch.save(prepared | {"info": json.dumps(prepared["info"])}, tmp))
+            write_checked(cached, lambda tmp: torch.save(prepared | {"info": json.dumps(prepared["info"])}, tmp),
+                          best_effort=True)
             prepared["info"]["cache"] = "miss"
     info = prepared["info"] | {"cache_file": str(cached)}
     decode = {"pixel_values": (1 / 127.5, -1.0)} if "image_size" in info else {}

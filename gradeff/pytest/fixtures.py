@@ -105,7 +105,8 @@ class _Setup:
     state: Any = None
     dataset: Any = None
     built: Any = None
-    # The pytest session's configuration, for a grid cell: whether --gradeff-resume keeps its earlier record.
+    # The pytest session's configuration: where the session keeps its records, and for a grid cell whether
+    # --gradeff-resume keeps its earlier one.
     pytest_config: Any = None
 
     @classmethod
@@ -221,7 +222,8 @@ def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_me
     bench = _bench_name(request.node.originalname)
     # Built as the main study's cell of these keys with the standard strategy: the user's loop is the strategy.
     cell = Cell(model, optimizer, "standard", method=gradeff_method, dataset=dataset)
-    setup = _Setup.of(cell, run_config(request.config, gradeff_seed), settings, bench=bench)
+    setup = _Setup.of(cell, run_config(request.config, gradeff_seed), settings, bench=bench,
+                      pytest_config=request.config)
     reason = incompatibility(cell)
     if reason is not None:
         # As a grid cell is: skipped with its reason before anything is built, and recorded so.
@@ -410,10 +412,10 @@ class BenchMeters:
         self._finish("skipped", reason)
 
     def _finish(self, status: str, detail: str) -> None:
-        from gradeff.records.results import append_record
+        from gradeff.pytest.session_records import keep
 
         self.record = self._record(status, detail)
-        append_record(self._setup.settings.results, self.record)
+        keep(self._setup.pytest_config, self._setup.settings.results, self.record)
 
     def _compute(self, epochs) -> dict:
         """Model FLOPs, FLOP/s and MFU of the epochs, counted on the benchmark's model as a grid cell's are."""

@@ -24,7 +24,7 @@ from gradeff.models import MODELS
 from gradeff.specs.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.strategies import COMPILE_BACKENDS
 from gradeff.studies.grid import AXES, PLURALS, axis_registry
-from gradeff.studies.hparams import MEMORY_MARGIN, largest_caps
+from gradeff.studies.hparams import MEMORY_MARGIN, largest_caps, largest_step
 
 __all__ = ["DEFAULT_RESULTS", "MAX_SEED", "PRECISION", "SETTINGS", "WORLD_SIZE", "Settings", "add_options",
            "benchmark_storage_given", "default_threads", "parse_seeds", "read_settings", "run_config"]
@@ -501,7 +501,8 @@ def _data_sources(config: pytest.Config) -> tuple:
                                  columns=tuple(sorted((overrides.get(None, {}) | overrides.get(key, {})).items())),
                                  allow_hub=config.getoption("gradeff_allow_hub"))
         try:
-            real.validate_source(source, root, largest_caps(key, config.getoption("gradeff_profile")))
+            profile = config.getoption("gradeff_profile")
+            real.validate_source(source, root, largest_caps(key, profile), step=largest_step(key, profile))
         except ValueError as exc:
             raise pytest.UsageError(f"--gradeff-data {key}={path or '(built in)'}: {exc}") from None
         sources.append(source)

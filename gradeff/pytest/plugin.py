@@ -29,7 +29,7 @@ from gradeff.pytest.options import (
     read_settings,
     run_config,
 )
-from gradeff.records.results import append_record, read_records, record_field
+from gradeff.records.results import read_records, record_field
 from gradeff.scale.shard import ShardPlan
 from gradeff.studies.grid import GRIDS, PLURALS, cells
 
@@ -37,9 +37,9 @@ __all__ = ["DEFAULT_RESULTS", "grid_params"]
 # --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
 # benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method); the file
 # pytest-benchmark's --benchmark-save will write, checked once its storage is open; what --gradeff-resume kept and
-# re-ran.
+# re-ran; the session's records kept in memory as well as on disk.
 pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures", "gradeff.pytest.plugin_outputs",
-                  "gradeff.pytest.resume"]
+                  "gradeff.pytest.resume", "gradeff.pytest.session_records"]
 _SESSION_KEY = "gradeff_session"
 
 
@@ -364,6 +364,7 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     """
     from gradeff.cell.run import run_cell
     from gradeff.pytest.fixtures import cell_setup
+    from gradeff.pytest.session_records import keep
     from gradeff.studies.grid import Cell
 
     settings = request.config.stash[SETTINGS]
@@ -415,7 +416,8 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
         del built, setup  # a hand-run cell's objects go with it; the test's own stay its fixtures'
         if meters is not None:
             meters._recorded(record)
-        append_record(settings.results, record)
+        # On disk the moment the cell ends, and in memory: a full disk still gets the summary and the verdict.
+        keep(request.config, settings.results, record)
         _tell_progress(request.node, record)
         if record.status == "interrupted":
             # The running cell is on file; now stop the session the way Ctrl-C always does.
@@ -442,14 +444,20 @@ _SESSION_RECORDS = pytest.StashKey[tuple[list, list[str]]]()
 
 
 def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
-    """This session's records and the results file's unreadable lines, read once at session end."""
+    """This session's records and the results file's unreadable lines, read once at session end: the file's records
+    of the session, and those the disk refused, kept in memory (:mod:`gradeff.pytest.session_records`)."""
     if _SESSION_RECORDS not in config.stash:
+        from gradeff.pytest.session_records import merged
+
         settings = config.stash[SETTINGS]
         records: list = []
         errors: list[str] = []
-        if settings.results.exists():
-            records = [r for r in read_records(settings.results, errors=errors) if r.session == settings.session]
-        config.stash[_SESSION_RECORDS] = (records, errors)
+        try:
+            if settings.results.exists():
+                records = [r for r in read_records(settings.results, errors=errors) if r.session == settings.session]
+        except OSError as exc:  # gone or unreadable now: the records kept in memory are the session's
+            errors.append(f"{settings.results}: cannot be read back ({exc.strerror or exc})")
+        config.stash[_SESSION_RECORDS] = (merged(config, records), errors)
     return config.stash[_SESSION_RECORDS]
 
 
@@ -545,6 +553,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if settings is None or getattr(config, "workerinput", None) is not None:
         return
     from gradeff.pytest.gate import current_records, session_files
+    from gradeff.pytest.session_records import lost_writes
+
+    # Records the disk refused (here or in a worker): each said in one line, and the session exits 74.
+    config.stash[_UNWRITTEN].extend(lost_writes(config))
 
     records, _ = _session_records(config)
     from gradeff.pytest.resume import kept_runs
@@ -633,5 +645,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         for line in verdicts:
             write(line)
     if config.stash.get(_UNWRITTEN, []):
-        write(f"gradeff: incomplete output: {len(config.stash[_UNWRITTEN])} file(s) not written (exit 74)")
+        write(f"gradeff: incomplete output: {len(config.stash[_UNWRITTEN])} write(s) lost (exit 74)")
     _incomplete_output(config)

@@ -15,16 +15,19 @@ Reading puts the value back, so a NaN survives the round trip as a NaN, never as
 
 Appends are crash-safe: a line is written with one ``write`` and ``fsync``; a file whose last line
 was torn (a writer killed mid-line, a copy cut short) first gets its missing newline, so the torn line
-costs only itself and the next record starts a line of its own. Reading skips an unreadable line —
+costs only itself and the next record starts a line of its own. An append the disk refuses (full, failing) is
+truncated back, leaving no partial line, and raises one line naming the file and why. Reading skips an unreadable line —
 bad JSON, a bad record, bytes that are not UTF-8 — and reports it with its line number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -422,6 +425,8 @@ class CellRecord:
             return _NONFINITE[name]
 
         data = json.loads(text, parse_constant=constant)
+        if _SURROGATE_ESCAPE.search(text):
+            data = _whole_characters(data)
         if tokens and isinstance(data, dict) and _version_at_least(data.get("schema_version"), 3):
             raise ValueError(f"{tokens[0]} is not JSON: a version-3 record stores a non-finite number as null "
                              f"and names it under {NONFINITE_KEY!r}")
@@ -453,6 +458,23 @@ class CellRecord:
         values["curve"] = tuple(data.get("curve", ()))
         values["summary"] = Summary(**data["summary"])
         return cls(**values)
+
+
+# A JSON escape of a UTF-16 surrogate: a string may then hold a lone one, which is no character at all.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _whole_characters(value: object) -> object:
+    """``value`` with every lone surrogate in its strings (``"\\ud800"`` in JSON, from a writer that cut a character
+    in half) replaced by U+FFFD, and escaped pairs joined into their character: a lone surrogate is no text any
+    encoder writes, so a terminal, a CSV or a parquet file would fail on it instead of showing the record."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_whole_characters(key): _whole_characters(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_characters(item) for item in value]
+    return value
 
 
 def _version_at_least(version: object, least: int) -> bool:
@@ -504,24 +526,43 @@ def append_record(path: str | Path, record: CellRecord) -> None:
     """Append ``record`` as one line to ``path``, durably, as soon as a cell ends.
 
     One ``write`` on an ``O_APPEND`` descriptor puts the whole line at the end of the file even
-    when several pytest-xdist workers append at once; ``fsync`` keeps it through a crash. A file
-    that does not end with a newline (its last line was torn) gets one in the same write, so the
-    torn line stays a bad line of its own instead of swallowing this record.
+    when several pytest-xdist workers append at once (an exclusive ``flock`` keeps a failed append's undoing
+    from touching another writer's line); ``fsync`` keeps it through a crash. A file that does not end with a
+    newline (its last line was torn) gets one in the same write, so the torn line stays a bad line of its own
+    instead of swallowing this record.
+
+    Raises:
+        OutputError: the disk refused the line (full, failing): whatever part of it was written is truncated
+            back, so the file holds exactly what it held before, and the message names the file and the reason.
     """
+    import fcntl
+
+    from gradeff.records.outputs import OutputError
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = (record.to_json() + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise OutputError(path, exc) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
-        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-        view = memoryview(line)
-        while view:  # a regular file takes the whole line at once; the loop only guards a short write
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        try:
+            if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            view = memoryview(line)
+            while view:  # a regular file takes the whole line at once; the loop only guards a short write
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as exc:
+            # No partial line left behind: the next append (or the next session) starts on a clean line.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise OutputError(path, exc) from exc
     finally:
-        os.close(fd)
+        os.close(fd)  # closing releases the lock
 
 
 def latest_by_cell(records: Iterable[CellRecord]) -> dict[str, CellRecord]:

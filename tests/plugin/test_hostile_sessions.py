@@ -70,3 +70,56 @@ def test_hostile_resume_keeps_the_same_experiment_and_reruns_another_saying_what
     records = list(read_records(results))
     assert len(records) == 2 and records[-1].environment["torch_threads"] == 2
     assert records[0].experiment["fingerprint"] != records[1].experiment["fingerprint"]
+
+
+# --- a full disk keeps the verdict ---------------------------------------------------------------------------------
+
+# Where no tmpfs can be mounted: every append refused as a full disk refuses it.
+FULL_DISK = """
+import errno
+
+import gradeff.pytest.session_records as session_records
+from gradeff.records.outputs import OutputError
+
+
+def _refuse(path, record):
+    raise OutputError(path, OSError(errno.ENOSPC, "No space left on device"))
+
+
+session_records.append_record = _refuse
+"""
+
+
+def test_hostile_a_full_disk_still_gets_the_summary_and_the_verdict_and_exits_74(grid_pytester, tmp_path):
+    """Disk full while appending results once gave a traceback per cell, a partial line, every later record lost and
+    a gate that failed cells that trained fine as missing (exit 1). Now each lost write is one line, nothing partial
+    is left, the summary and the gate judge the records kept in memory, and the session exits 74."""
+    from tests.records.test_hostile_inputs import fill, small_disk
+
+    args = (*PLUGIN, "-p", "no:cacheprovider", "--benchmark-disable", "--gradeff-epochs", "1", "-k",
+            "llm-adam-standard or llm-adam-accum", f"--gradeff-cache={tmp_path / 'cache'}")
+    baseline = tmp_path / "baseline.jsonl"
+    grid_pytester.runpytest_subprocess(*args, f"--gradeff-results={baseline}").assert_outcomes(passed=2)
+    with small_disk(tmp_path / "disk") as disk:
+        if disk is None:
+            grid_pytester.makeconftest(FULL_DISK)
+            disk = tmp_path
+        else:
+            fill(disk)
+        results = disk / "r.jsonl"
+        # (Time left out: two runs on a loaded machine; the deterministic rules are what this is about.)
+        outcome = grid_pytester.runpytest_subprocess(*args, f"--gradeff-results={results}",
+                                                     f"--gradeff-baseline={baseline}",
+                                                     "--gradeff-compare-args=--ignore time_per_epoch")
+        on_disk = results.read_bytes() if results.exists() else b""
+    text = outcome.stdout.str()
+    assert outcome.ret == 74, text[-3000:]
+    outcome.assert_outcomes(passed=2)
+    for cell in ("llm-adam-standard", "llm-adam-accum"):
+        outcome.stdout.fnmatch_lines([f"gradeff: error: cannot write {results}: No space left on device (ENOSPC): the "
+                                      f"record of {cell} (seed 0, ok) is not on disk; it is kept in memory for this "
+                                      "session's summary and gate only"])
+    outcome.stdout.fnmatch_lines(["*gradeff compare with *: no regression*",
+                                  "0 regressions in 0 cells, 0 improvements, 2 cells compared",
+                                  "gradeff: incomplete output: * write(s) lost (exit 74)"])
+    assert "Traceback" not in text and on_disk == b""  # nothing partial left behind

@@ -1,0 +1,182 @@
+"""Hostile inputs and a hostile disk: what a results file, a baseline or a full disk may throw at the readers, the
+writers, ``gradeff report`` and ``gradeff compare``. Every case once lost data or ended in a traceback; each must end
+in the documented refusal (exit 2 or 4, one line) or the record a user expects. Run the whole suite with
+``-k hostile``."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradeff.records import outputs
+from gradeff.records.outputs import OutputError, write_text
+from gradeff.records.results import CellRecord, append_record, read_records
+from gradeff.records.safe_text import csv_safe, one_line
+from tests.conftest import build_record
+
+# --- a full disk -----------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str = "64k"):
+    """A real tmpfs of ``size`` at ``folder`` (root can mount one), or ``None`` where it cannot be mounted."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True).returncode == 0
+    try:
+        yield folder if mounted else None
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def fill(folder: Path, leave: int = 0) -> None:
+    """Fill the file system of ``folder`` until at most ``leave`` bytes are free."""
+    with open(folder / "filler", "wb") as handle:
+        chunk = b"\0" * 4096
+        try:
+            while os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize > leave:
+                handle.write(chunk)
+                handle.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+class _FailingWrites:
+    """``os`` as the results store sees it, whose ``write`` takes half a line and then reports a full disk."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def write(self, fd, data):
+        self.calls += 1
+        if self.calls == 1:
+            return os.write(fd, bytes(data[:len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("disk", ["tmpfs", "patched"])
+def test_hostile_an_append_the_disk_refuses_leaves_no_partial_line(tmp_path, monkeypatch, disk):
+    """Disk full while appending: the part of the line that was written is truncated back, the file holds exactly
+    what it held, the error names the file, and the next append (room again) starts a line of its own."""
+    with small_disk(tmp_path / "disk") as mounted:
+        if disk == "tmpfs" and mounted is None:
+            pytest.skip("no tmpfs can be mounted here (not root): the patched writer covers this case")
+        folder = mounted if disk == "tmpfs" else tmp_path
+        results = folder / "r.jsonl"
+        append_record(results, build_record("llm-adam-standard"))
+        before = results.read_bytes()
+        if disk == "tmpfs":
+            fill(folder, leave=2048)  # less than a record
+        else:
+            monkeypatch.setattr("gradeff.records.results.os", _FailingWrites())
+        with pytest.raises(OutputError) as refused:
+            append_record(results, build_record("llm-adam-accum", detail="x" * 8192))
+        assert str(refused.value).startswith(f"cannot write {results}: No space left on device (ENOSPC)")
+        assert results.read_bytes() == before
+        monkeypatch.undo()
+        (folder / "filler").unlink(missing_ok=True)
+        append_record(results, build_record("llm-adam-checkpoint"))
+        assert [r.cell for r in read_records(results)] == ["llm-adam-standard", "llm-adam-checkpoint"]
+
+
+def test_hostile_an_atomic_write_syncs_the_folder_after_its_rename(tmp_path, monkeypatch):
+    """After the rename the folder's entry is flushed too: a crash then leaves the new file under its name."""
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(outputs.os, "fsync", fsync)
+    target = tmp_path / "sub" / "report.csv"
+    write_text(target, "a,b\n")
+    assert target.read_text() == "a,b\n"
+    assert synced[-1] == tmp_path / "sub" and synced[0].parent == tmp_path / "sub" and synced[0] != target
+
+
+def test_hostile_a_full_disk_during_an_atomic_write_keeps_the_old_file(tmp_path):
+    with small_disk(tmp_path / "disk") as mounted:
+        if mounted is None:
+            pytest.skip("no tmpfs can be mounted here (not root)")
+        target = mounted / "report.html"
+        write_text(target, "old")
+        fill(mounted)
+        with pytest.raises(OutputError, match=f"^cannot write {target}: No space left on device"):
+            write_text(target, "new" * 100_000)
+        assert target.read_text() == "old" and sorted(p.name for p in mounted.iterdir()) == ["filler", "report.html"]
+
+
+# --- text a record should not hold ---------------------------------------------------------------------------------
+
+def _with_detail(detail_json: str) -> str:
+    return build_record("llm-adam-standard", status="error", detail="PLACEHOLDER").to_json().replace(
+        '"detail":"PLACEHOLDER"', f'"detail":{detail_json}')
+
+
+def test_hostile_a_lone_surrogate_is_read_as_a_replacement_character(tmp_path):
+    """A writer that cut a character in half left "\\ud800" in a record: JSON reads it as a lone surrogate, which no
+    encoder writes, so the CSV and parquet export and the terminal once failed with a traceback. It is read as U+FFFD;
+    an escaped pair stays its character."""
+    line = _with_detail('"bad \\ud800 half, good \\ud83d\\ude00"')
+    record = CellRecord.from_json(line)
+    assert record.detail == "bad \ufffd half, good \U0001f600"
+    results = tmp_path / "r.jsonl"
+    results.write_text(line + "\n")
+    from gradeff.cli import main
+
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        for output in ("t.csv", "t.parquet", "r.html"):
+            assert main(["report", str(results), "-o", str(tmp_path / output)]) == 0, stderr.getvalue()
+    assert "\ufffd" in (tmp_path / "t.csv").read_text(encoding="utf-8")
+    assert one_line(record.detail) == record.detail
+
+
+@pytest.mark.parametrize(("text", "guarded"), [
+    ("=HYPERLINK(1)", True), ("\n=1+1", True), ("\uff1d1+1", True), ("\ufe662", True), ("\uff0b1", True),
+    ("\uff201", True), ("\t=1", True), ("-1", True), ("plain", False), ("a=1", False), ("", False),
+])
+def test_hostile_csv_guards_every_form_a_spreadsheet_reads_as_a_formula(text, guarded):
+    """A leading line feed and fullwidth or small forms of = + - @ once passed unguarded."""
+    assert csv_safe(text) == (f"'{text}" if guarded else text)
+
+
+# --- the gate's inputs ---------------------------------------------------------------------------------------------
+
+def test_hostile_a_baseline_line_that_is_json_but_not_a_record_is_named(tmp_path):
+    from gradeff.gate.compare import main
+
+    base, current = tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    base.write_text(json.dumps({"schema_version": 5, "cell": 1}) + "\n")
+    append_record(current, build_record())
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        assert main([str(base), str(current)]) == 2
+    (line,) = stderr.getvalue().splitlines()
+    assert line.startswith(f"gradeff compare: error: {base}: no readable record: {base}:1: ")
+
+
+def test_hostile_a_garbage_baseline_stops_pytest_before_any_cell_in_one_line(tmp_path):
+    """pytest --gradeff-baseline GARBAGE: a usage error (exit 4) of one line, no traceback, no cell run."""
+    baseline = tmp_path / "b.jsonl"
+    baseline.write_bytes(b"\x00\xff{not json\n\x89PNG\r\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "benchmarks/test_grid.py", "-k",
+                           "llm-adam-standard", f"--gradeff-baseline={baseline}",
+                           f"--gradeff-results={tmp_path / 'r.jsonl'}"],
+                          cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    (line,) = [line for line in done.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"ERROR: --gradeff-baseline: no readable record in {baseline}; first bad line: ")
+    assert "Traceback" not in done.stdout + done.stderr and not (tmp_path / "r.jsonl").exists()
