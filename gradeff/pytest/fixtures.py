@@ -401,7 +401,9 @@ class BenchMeters:
         if exc_type is None:
             status, detail = "ok", ""
         elif issubclass(exc_type, KeyboardInterrupt):
-            status, detail = "interrupted", "interrupted by the user (Ctrl-C)"
+            from gradeff.cell import stop
+
+            status, detail = "interrupted", stop.interruption()
         else:
             status, detail = "error", f"{exc_type.__name__}: {exc}"
         self._finish(status, detail)

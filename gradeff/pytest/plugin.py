@@ -68,12 +68,14 @@ def pytest_addhooks(pluginmanager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def _stop_like_ctrl_c() -> None:
+def _stop_like_ctrl_c(*, controller: bool = False, worker: bool = False) -> None:
     """SIGTERM (what CI timeouts and schedulers send) stops the run as Ctrl-C does; a second signal ends it at once.
 
     The first SIGINT or SIGTERM raises KeyboardInterrupt in the main thread: the running cell is recorded
-    ``interrupted``, the summary is printed and the results file stays whole. A second one, while that
-    is happening, exits without a traceback (status 128 + signal number, the shell's convention).
+    ``interrupted`` (by that signal), the summary is printed and the results file stays whole. A second one, while
+    that is happening, exits without a traceback (status 128 + signal number, the shell's convention). A pytest-xdist
+    ``controller`` passes the first on to its workers (:mod:`gradeff.pytest.workers`); a ``worker`` takes no later
+    interrupt for a second signal (xdist's shutdown interrupts it too), so it is never cut off writing its record.
     """
     import signal
     import sys
@@ -88,11 +90,17 @@ def _stop_like_ctrl_c() -> None:
         if len(received) == 1:
             why = f"signal {signal.Signals(signum).name}"
             stop.request(why)
+            if controller:
+                from gradeff.pytest.workers import forward_to_workers
+
+                forward_to_workers(signum)
             if not _in_finalizer(frame):
                 raise KeyboardInterrupt(why)
             # Raised inside a __del__, Python would print it as ignored and go on: the next optimizer step or
             # test setup raises it instead (gradeff.cell.stop).
             return
+        if worker:
+            return  # the controller ends its workers (and kills one that does not end)
         sys.stderr.write(f"\ngradeff: second {signal.Signals(signum).name}, stopping now\n")
         sys.stderr.flush()
         os._exit(128 + signum)
@@ -162,10 +170,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if model_paths:
         # A model-path model starts from its folder's weights, recorded as --gradeff-weights would be.
         settings = dataclasses.replace(settings, weights=(*settings.weights, *model_paths))
-    _stop_like_ctrl_c()
     # The controller names the session; xdist workers inherit the name so the summary can find
     # exactly this session's records in an append-only file that may hold earlier runs.
     workerinput = getattr(config, "workerinput", None)
+    _stop_like_ctrl_c(controller=workerinput is None and config.getoption("dist", "no") != "no",
+                      worker=workerinput is not None)
     session = workerinput[_SESSION_KEY] if workerinput and _SESSION_KEY in workerinput else uuid.uuid4().hex[:12]
     if workerinput is not None:
         # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).

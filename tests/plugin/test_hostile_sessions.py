@@ -123,3 +123,54 @@ def test_hostile_a_full_disk_still_gets_the_summary_and_the_verdict_and_exits_74
                                   "0 regressions in 0 cells, 0 improvements, 2 cells compared",
                                   "gradeff: incomplete output: * write(s) lost (exit 74)"])
     assert "Traceback" not in text and on_disk == b""  # nothing partial left behind
+
+
+# --- SIGTERM to pytest-xdist's controller ----------------------------------------------------------------------------
+
+# Marks, per worker, that a cell has started (the moment to send the signal).
+STARTED = """
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    Path(f"started-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}").touch()
+"""
+
+
+def test_hostile_sigterm_to_the_xdist_controller_records_the_cells_in_flight(grid_pytester, tmp_path):
+    """A CI timeout's SIGTERM reaches the controller only: its workers' running cells were left to xdist's shutdown
+    (no record where it killed them; 'Ctrl-C' where it did not). The controller passes it on: each in-flight cell is
+    recorded interrupted by SIGTERM, and the session ends interrupted (exit 2) within the timeout."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from gradeff.records.results import read_records
+
+    grid_pytester.makeconftest(STARTED)
+    results = tmp_path / "r.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "-n", "2", "test_grid.py", "-k",
+         "llm-adam-standard or llm-cgd-standard", f"--gradeff-results={results}", f"--gradeff-cache={tmp_path / 'c'}"],
+        cwd=grid_pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not all((grid_pytester.path / f"started-gw{i}").exists() for i in (0, 1)):
+            assert process.poll() is None and time.monotonic() < deadline, "the workers never started a cell"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=120)[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == pytest.ExitCode.INTERRUPTED, output[-3000:]
+    records = {r.cell: r for r in read_records(results)}
+    assert set(records) == {"llm-adam-standard", "llm-cgd-standard"}, output[-3000:]
+    for record in records.values():
+        assert record.status == "interrupted", (record.cell, record.status)
+        assert record.detail.startswith("interrupted by SIGTERM") and "Ctrl-C" not in record.detail
