@@ -29,7 +29,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = [
@@ -452,9 +452,15 @@ class CellRecord:
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown record fields: {sorted(unknown)}")
+        # Every value of the kind its field holds, said by name: a reader (summary, report, gate) computes with them.
+        _check_kinds(cls, data, "", skip=("schema_version",))
+        epochs = data.get("epochs", ())
+        for index, epoch in enumerate(epochs):
+            _check_kinds(EpochRecord, epoch, f"epochs[{index}].")
+        _check_kinds(Summary, data["summary"], "summary.")
         # Version 1 had no grid, method or dataset fields: their defaults are what it meant.
         values = dict(data) | {"schema_version": SCHEMA_VERSION}
-        values["epochs"] = tuple(EpochRecord(**e) for e in data.get("epochs", ()))
+        values["epochs"] = tuple(EpochRecord(**e) for e in epochs)
         values["curve"] = tuple(data.get("curve", ()))
         values["summary"] = Summary(**data["summary"])
         return cls(**values)
@@ -475,6 +481,49 @@ def _whole_characters(value: object) -> object:
     if isinstance(value, list):
         return [_whole_characters(item) for item in value]
     return value
+
+
+# What each annotation of the record's dataclasses admits from JSON (``float`` takes an integer too; neither number
+# takes a boolean).
+_KINDS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,), "None": (type(None),),
+          "tuple": (list, tuple), "Summary": (dict,), "EpochRecord": (dict,)}
+
+
+def _admits(annotation: str, value: object) -> bool:
+    for part in annotation.split("|"):
+        kind = part.strip().split("[")[0]
+        if kind in ("int", "float") and isinstance(value, bool):
+            continue
+        if isinstance(value, _KINDS.get(kind, (object,))):
+            return True
+    return False
+
+
+def _check_kinds(cls: type, data: object, where: str, skip: tuple[str, ...] = ()) -> None:
+    """Raise ``ValueError`` naming the first field of ``data`` (a record's, an epoch's or its summary's) that is
+    missing, unknown or of another kind than ``cls`` declares (``epochs[0].seconds is null, expected float``)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where.rstrip('.') or 'a record'} is {_kind(data)}, expected an object")
+    declared = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(declared))
+    if unknown:
+        raise ValueError(f"unknown {where.rstrip('.') or 'record'} fields: {unknown}")
+    for name, spec in declared.items():
+        if name in skip:
+            continue
+        if name not in data:
+            if spec.default is MISSING and spec.default_factory is MISSING:
+                raise ValueError(f"{where}{name} is missing")
+            continue
+        if not _admits(spec.type, data[name]):
+            raise ValueError(f"{where}{name} is {_kind(data[name])}, expected {spec.type}")
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    text = json.dumps(value, default=repr)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:39] + '…'}"
 
 
 def _version_at_least(version: object, least: int) -> bool:

@@ -180,3 +180,130 @@ def test_hostile_a_garbage_baseline_stops_pytest_before_any_cell_in_one_line(tmp
     (line,) = [line for line in done.stderr.splitlines() if line.strip()]
     assert line.startswith(f"ERROR: --gradeff-baseline: no readable record in {baseline}; first bad line: ")
     assert "Traceback" not in done.stdout + done.stderr and not (tmp_path / "r.jsonl").exists()
+
+
+# --- arbitrary bytes and JSON into every reader ---------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402 - the property tests' own imports, kept with them
+from hypothesis import strategies as st  # noqa: E402
+
+# One real record of the committed baseline (every section filled by a real cell) and a hand-made one: what a
+# mutated record starts from.
+REAL_LINE = (Path(__file__).parents[2] / "baselines" / "tiny-cpu.jsonl").read_text(encoding="utf-8").splitlines()[0]
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                    max_leaves=6)
+# Derandomized (the same examples in every run, so CI never fails on a draw of its own); the counts keep the whole
+# suite near two minutes on a loaded 2-core machine.
+HOSTILE = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+                   derandomize=True, max_examples=300)
+
+
+def _cli(argv: list[str]) -> tuple[int, list[str]]:
+    """Run the gradeff command in this process: its exit code and its non-empty stderr lines (an exception that
+    escapes it fails the test: that is a traceback)."""
+    from gradeff.cli import main
+
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    return code, [line for line in stderr.getvalue().splitlines() if line.strip()]
+
+
+def _not_blank(line: bytes) -> bool:
+    try:
+        return bool(line.decode("utf-8").strip())
+    except UnicodeDecodeError:
+        return True  # not text: an unreadable line, not a blank one
+
+
+def _paths(value, prefix=()):
+    """Every path into a JSON value (a key or an index at each step)."""
+    yield prefix
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _paths(item, (*prefix, index))
+
+
+BASE = json.loads(REAL_LINE)
+PATHS = [path for path in _paths(BASE) if path]
+
+
+@st.composite
+def mutated_records(draw):
+    """A real record with one value anywhere in it replaced by arbitrary JSON, or removed."""
+    data = json.loads(REAL_LINE)
+    path = draw(st.sampled_from(PATHS))
+    parent = data
+    for step in path[:-1]:
+        parent = parent[step]
+    if draw(st.booleans()) and isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = draw(JSON)
+    return json.dumps(data)
+
+
+@settings(HOSTILE, max_examples=1000)
+@given(st.lists(st.binary(max_size=200), min_size=1, max_size=4))
+def test_hostile_arbitrary_bytes_make_only_their_own_lines_unreadable(tmp_path_factory, chunks):
+    """The results reader never raises on bytes: every line is a record or one reason naming its line."""
+    path = tmp_path_factory.mktemp("bytes") / "r.jsonl"
+    path.write_bytes(b"\n".join(chunks) + b"\n" + REAL_LINE.encode() + b"\n")
+    errors: list[str] = []
+    records = list(read_records(path, errors=errors))
+    assert records and records[-1].cell == BASE["cell"]
+    # (Lines end at a line feed only: a carriage return inside one is that line's; a line of white space is blank.)
+    assert len(records) + len(errors) == sum(1 for line in path.read_bytes().split(b"\n") if _not_blank(line))
+    assert all("\n" not in error for error in errors)
+
+
+@HOSTILE
+@given(st.one_of(st.binary(max_size=300), JSON.map(lambda value: json.dumps(value).encode())))
+def test_hostile_arbitrary_bytes_or_json_are_refused_by_report_and_compare_in_one_line(tmp_path_factory, content):
+    """`gradeff report` and `gradeff compare` (on either side) refuse a file of no record: exit 2, one line."""
+    folder = tmp_path_factory.mktemp("cli")
+    bad, good = folder / "bad.jsonl", folder / "good.jsonl"
+    bad.write_bytes(content)
+    good.write_text(REAL_LINE + "\n")
+    for argv in (["report", str(bad), "-o", str(folder / "t.csv")], ["compare", str(bad), str(good)],
+                 ["compare", str(good), str(bad)]):
+        code, lines = _cli(argv)
+        assert code == 2 and len(lines) == 1, (argv, code, lines)
+        assert "Traceback" not in lines[0]
+
+
+@settings(HOSTILE, max_examples=1000)
+@given(st.one_of(st.binary(max_size=300), JSON.map(lambda value: json.dumps(value).encode())))
+def test_hostile_arbitrary_bytes_or_json_as_a_baseline_are_a_one_line_usage_error(tmp_path_factory, content):
+    """pytest's --gradeff-baseline reader: a usage error (pytest's exit 4) of one line, before any cell."""
+    from gradeff.pytest.options import _baseline
+
+    path = tmp_path_factory.mktemp("baseline") / "b.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(pytest.UsageError) as refused:
+        _baseline(str(path))
+    assert "\n" not in str(refused.value) and str(refused.value).startswith("--gradeff-baseline")
+
+
+@HOSTILE
+@given(mutated_records())
+def test_hostile_a_record_mutated_anywhere_is_read_or_refused_never_a_traceback(tmp_path_factory, line):
+    """One value of a real record replaced by arbitrary JSON (or removed): the readers keep it or name the line; a
+    kept one is reported (CSV and parquet) and judged by the gate against the original: exit 0 or 1, or 2 with one
+    line, never a traceback."""
+    folder = tmp_path_factory.mktemp("mutated")
+    current, baseline = folder / "c.jsonl", folder / "b.jsonl"
+    current.write_text(line + "\n")
+    baseline.write_text(REAL_LINE + "\n")
+    for argv, allowed in ((["report", str(current), "-o", str(folder / "t.csv")], (0, 2)),
+                          (["report", str(current), "-o", str(folder / "t.parquet")], (0, 2)),
+                          (["compare", str(baseline), str(current)], (0, 1, 2)),
+                          (["compare", str(current), str(baseline)], (0, 1, 2))):
+        code, lines = _cli(argv)
+        assert code in allowed, (argv, code, lines)
+        if code == 2:
+            assert len(lines) == 1, (argv, lines)

@@ -339,7 +339,7 @@ def test_every_kind_of_bad_line_is_reported_and_skipped(tmp_path):
     assert [r.cell for r in read_records(path, errors=errors)] == ["llm-adam-standard"]
     assert [e.split(": ")[0] for e in errors] == [f"{path}:{n}" for n in range(1, 6)]
     assert errors[0].startswith(f"{path}:1: Expecting property name enclosed in double quotes")
-    assert errors[2] == f"{path}:3: 'summary'"
+    assert errors[2] == f"{path}:3: summary is missing"
     assert errors[4] == f"{path}:5: not UTF-8 text (invalid continuation byte at byte 0)"
     with pytest.raises(ValueError, match=f"^{path}:1: "):
         list(read_records(path))
