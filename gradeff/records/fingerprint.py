@@ -50,12 +50,14 @@ def experiment_section(inputs: Mapping) -> dict:
     return {"fingerprint": fingerprint(plain), "inputs": plain}
 
 
-def _flat(value: object, prefix: str, out: dict[str, object]) -> None:
-    if isinstance(value, Mapping) and value:
-        for key, item in value.items():
-            _flat(item, f"{prefix}.{key}" if prefix else str(key), out)
-    else:
-        out[prefix] = value
+def _diff(old: object, new: object, name: str, out: list[str]) -> None:
+    """One phrase per input that differs, descending into objects both sides hold (``data.sha256``), else naming the
+    whole value (``tune null → {"param": "lr", ...}``)."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        for key in sorted(old.keys() | new.keys(), key=str):
+            _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{name}.{key}" if name else str(key), out)
+    elif old != new:
+        out.append(f"{name} {_shown(old)} → {_shown(new)}")
 
 
 def _shown(value: object) -> str:
@@ -83,9 +85,6 @@ def differences(before: Mapping | None, after: Mapping) -> list[str]:
         return ["the earlier record has no experiment fingerprint (made before fingerprints, or by hand)"]
     if before["fingerprint"] == after.get("fingerprint"):
         return []
-    old, new = {}, {}
-    _flat(before["inputs"], "", old)
-    _flat(after.get("inputs", {}), "", new)
-    changed = [f"{name} {_shown(old.get(name, _ABSENT))} → {_shown(new.get(name, _ABSENT))}"
-               for name in sorted(old.keys() | new.keys()) if old.get(name, _ABSENT) != new.get(name, _ABSENT)]
+    changed: list[str] = []
+    _diff(before["inputs"], after.get("inputs", {}), "", changed)
     return changed or [f"fingerprint {before['fingerprint']} → {after.get('fingerprint')} (its digest's version)"]

@@ -34,8 +34,8 @@ def parquet(path, labels):
 CHANGES = [
     ("--gradeff-threads 2", LLM, replace(BASE, threads=2), "threads"),
     ("--gradeff-fused", LLM, replace(BASE, fused=True), "fused"),
-    ("--gradeff-tune lr", LLM, replace(BASE, tune="lr"), "tune.param"),
-    ("--gradeff-tune-points 3", LLM, replace(BASE, tune="lr", tune_points=3), "tune.param"),
+    ("--gradeff-tune lr", LLM, replace(BASE, tune="lr"), "tune"),
+    ("--gradeff-tune-points 3", LLM, replace(BASE, tune="lr", tune_points=3), "tune"),
     ("--gradeff-memory-budget 1KiB", LLM, replace(BASE, memory_budget=1024), "memory_budget"),
     ("--gradeff-compile", LLM, replace(BASE, compile="inductor"), "compile"),
     ("--gradeff-protocol shared", LLM, replace(BASE, protocol="shared"), "protocol"),
@@ -117,7 +117,9 @@ def test_fingerprints_are_canonical_and_differences_name_the_inputs():
     assert fingerprint({"a": 1, "b": [1, 2]}) == fingerprint({"b": (1, 2), "a": 1})
     assert fingerprint({"a": 1}) != fingerprint({"a": 1.5}) and fingerprint({"a": 1}).startswith("v1:")
     before, after = experiment_section({"a": 1, "d": {"x": "y" * 80}}), experiment_section({"a": 2, "d": {}})
-    assert differences(before, after) == ["a 1 → 2", "d absent → {}", f"d.x \"{'y' * 38}… → absent"]
+    assert differences(before, after) == ["a 1 → 2", f"d.x \"{'y' * 38}… → absent"]
+    tuned = differences(experiment_section({"tune": None}), experiment_section({"tune": {"param": "lr", "points": 2}}))
+    assert tuned == ['tune null → {"param": "lr", "points": 2}']
     assert differences(before, before) == []
     assert differences({}, after) == ["the earlier record has no experiment fingerprint (made before fingerprints, "
                                       "or by hand)"]
