@@ -9,8 +9,10 @@
    scalar kernels), under ``pytest -n 2``: only the summation order changes, which is what another CPU changes.
    ``OMP_WAIT_POLICY=PASSIVE``, so the extra OpenMP threads wait without spinning (on a shared machine a spinning
    pair made a run ten times slower; it changes no number).
-3. Every cell of every run must have ended ok, and the runs must hold the same cells; then both files replace
-   the old ones at once (written whole, then renamed). A failed run leaves the old baseline untouched.
+3. Every cell of every run must have ended ok, and the runs must hold the same cells; every record of the slice
+   must carry the same numerics probe (``gradeff.cell.probe``: the gate judges exactly wherever a run's probe equals
+   the baseline's, whatever its CPU is called); then both files replace the old ones at once (written whole, then
+   renamed). A failed run leaves the old baseline untouched.
 
 The gate reads the perturbation runs beside the baseline (``<stem>.perturbed.jsonl``) and judges a cell run on
 another numerics environment within the band they measure (``gradeff.gate.portability``).
@@ -43,8 +45,9 @@ def _pytest(selection: list[str], results: Path, *, threads: int, env: dict[str,
     print(f"record_baseline: {results.name}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
-def _check(primary: list, perturbed: list) -> None:
-    """Every run ended ok, and every perturbation holds the primary's cells, recorded by the same code."""
+def _check(primary: list, perturbed: list) -> str:
+    """Every run ended ok, every perturbation holds the primary's cells, recorded by the same code, and the slice
+    carries one numerics probe; returns it."""
     failed = [f"{r.cell} ({r.status})" for r in (*primary, *perturbed) if r.status != "ok"]
     if failed:
         raise SystemExit(f"record_baseline: cells that did not end ok: {', '.join(failed)}; not recorded")
@@ -53,11 +56,17 @@ def _check(primary: list, perturbed: list) -> None:
     if len(versions) != 1:
         raise SystemExit(f"record_baseline: the code changed while recording ({', '.join(sorted(versions))})")
     from gradeff.gate.portability import PERTURBATIONS, perturbations
+    from gradeff.records.results import record_field
 
     runs = perturbations(perturbed)
     short = [cell for cell in cells if len(runs.get((cell, primary[0].seed), [])) != len(PERTURBATIONS)]
     if short:
         raise SystemExit(f"record_baseline: cells without a run of every perturbation: {', '.join(short)}")
+    probes = {record_field(r, "environment", "numerics_probe") for r in primary}
+    if len(probes) != 1 or None in probes:
+        raise SystemExit(f"record_baseline: the slice's records carry {len(probes)} numerics probes "
+                         f"({', '.join(sorted(map(str, probes)))}); one machine and thread count give one")
+    return probes.pop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     selection = args.selection or list(DEFAULT_SLICE)
     from gradeff.gate.portability import PERTURBATIONS, perturbed_path
-    from gradeff.records.outputs import write_text
+    from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, write_text
     from gradeff.records.results import read_records
 
     started = time.perf_counter()
@@ -78,10 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         for perturbation in PERTURBATIONS:
             _pytest(selection, perturbed_file, threads=perturbation.threads, env=dict(perturbation.env), workers=2)
         primary, perturbed = list(read_records(primary_file)), list(read_records(perturbed_file))
-        _check(primary, perturbed)
-        write_text(perturbed_path(args.out), perturbed_file.read_text(encoding="utf-8"))
-        write_text(args.out, primary_file.read_text(encoding="utf-8"))
-    print(f"record_baseline: {len(primary)} cells and {len(perturbed)} perturbation runs in "
+        probe = _check(primary, perturbed)
+        try:
+            write_text(perturbed_path(args.out), perturbed_file.read_text(encoding="utf-8"))
+            write_text(args.out, primary_file.read_text(encoding="utf-8"))
+        except OutputError as exc:  # the old files stay as they were (each is replaced whole or not at all)
+            print(f"record_baseline: error: {exc}", file=sys.stderr)
+            return EXIT_INCOMPLETE_OUTPUT
+    print(f"record_baseline: {len(primary)} cells (numerics probe {probe}) and {len(perturbed)} perturbation runs in "
           f"{time.perf_counter() - started:.0f} s: {args.out}, {perturbed_path(args.out)}", file=sys.stderr)
     return 0
 

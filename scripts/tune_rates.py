@@ -67,7 +67,14 @@ def main(argv: list[str] | None = None) -> int:
           f"decades, widening up to {args.widen}", flush=True)
     rows, search_id, provenance = search_cells(todo, settings, workers=args.workers, command=command)
     table = TunedTable.load(args.table).merged(rows, search_id, provenance)
-    table.dump(args.table)
+    from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError
+
+    try:
+        table.dump(args.table)
+        written = None
+    except OutputError as exc:  # the search's rows are still printed below; the old table stays as it was
+        print(f"tune_rates: error: {exc}", file=sys.stderr)
+        written = EXIT_INCOMPLETE_OUTPUT
     edges = [row for row in rows if row.at_edge]
     for row in rows:
         scores = ", ".join(f"{lr:.3g}: {'failed' if s is None else f'{s:.4f}'}" for lr, s in zip(row.grid, row.scores))
@@ -75,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             f" AT THE {row.at_edge.upper()} EDGE" if row.at_edge else "")
         print(f"{row.model}-{row.optimizer}-{row.method}-{row.dataset}: {state}  [{scores}]")
     budget = provenance["budget"]
-    print(f"{budget['trials']} trials, {budget['cpu_seconds']} CPU s, {budget['wall_seconds']} s; written to "
-          f"{args.table} as search {search_id}")
-    return 1 if edges else 0
+    print(f"{budget['trials']} trials, {budget['cpu_seconds']} CPU s, {budget['wall_seconds']} s; "
+          + (f"written to {args.table} as search {search_id}" if written is None else f"NOT written to {args.table}"))
+    return written or (1 if edges else 0)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gradeff.cell import stop
 from gradeff.cell.devices import process_group_backend
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def run_sharded(cell: Cell, config: RunConfig, run: Callable[[Cell, RunConfig], 
                 process.kill()
         shutil.rmtree(folder, ignore_errors=True)
     record = merge_ranks(cell, config, outcomes, backend=backend, started=started)
-    return replace(record, status="interrupted", detail="interrupted by the user (Ctrl-C)") if interrupted else record
+    return replace(record, status="interrupted", detail=stop.interruption()) if interrupted else record
 
 
 def _rank_main(rank: int, cell: Cell, config: RunConfig, backend: str, init_method: str, threads: int,

@@ -1,4 +1,5 @@
-"""The machine a run happened on: versions, device and CPU, recorded once per session."""
+"""The machine a run happened on: versions, device and CPU, recorded once per session, and the numerics probe of the
+kernels a cell runs with (:mod:`gradeff.cell.probe`), once per thread count."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import platform
 import sys
 from functools import cache
 from pathlib import Path
+
+from gradeff.cell.probe import numerics_probe
 
 __all__ = ["code_version", "environment"]
 
@@ -69,7 +72,8 @@ def code_version() -> str:
 
 
 def environment(device: str = "cpu") -> dict:
-    """Versions of the stack, the device, the CPU and torch's intra-op thread count now, as a flat JSON-ready dict.
+    """Versions of the stack, the device, the CPU, torch's intra-op thread count now and the numerics probe's digest
+    at that count (``numerics_probe``: what the gate keys exactness on), as a flat JSON-ready dict.
 
     Args:
         device: the device cells run on (``cpu`` or ``cuda[:N]``).
@@ -77,7 +81,8 @@ def environment(device: str = "cpu") -> dict:
     import torch
 
     # Read at every call: a cell's thread count is set for the cell (--gradeff-threads), after the session began.
-    return _machine(device) | {"torch_threads": torch.get_num_threads()}
+    threads = torch.get_num_threads()
+    return _machine(device) | {"torch_threads": threads, "numerics_probe": numerics_probe(threads)}
 
 
 @cache

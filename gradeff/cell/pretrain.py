@@ -14,9 +14,10 @@ cells need that no other process has claimed (:func:`pretrain_ahead`), so worker
 of waiting on each other; the pretraining task's samples are drawn once and cached too (:mod:`gradeff.data.cache`).
 
 A cached folder is trusted only when its files match the sha256 manifest written last (``checksums.sha256``,
-``sha256sum`` format, flushed to disk before the folder is renamed into place): a folder cut short by a full disk,
-a copy interrupted or bytes rotted on disk is pretrained again, with a warning naming it, instead of failing
-every cell that loads it.
+``sha256sum`` format, flushed to disk before the folder is renamed into place; :mod:`gradeff.data.checksums`, the
+helper every cache uses): a folder cut short by a full disk, a copy interrupted or bytes rotted on disk is pretrained
+again, with a warning naming it, instead of failing every cell that loads it. The folder gets the permissions a
+plain ``mkdir`` would (the umask's), so a cache on a shared disk serves every account that may read it.
 """
 
 from __future__ import annotations
@@ -33,19 +34,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
+from gradeff.data.checksums import MANIFEST, CacheRebuiltWarning, file_sha256, verify_manifest, write_manifest
 from gradeff.models.weights import StartingWeights
 
 __all__ = ["FORMAT", "INFO_FILE", "MANIFEST", "CacheRebuiltWarning", "StartingWeights", "cache_root", "pretrain",
-           "pretrain_ahead", "pretrained_folder", "starting_weights", "verify_folder"]
+           "pretrain_ahead", "pretrained_folder", "starting_weights", "verify_folder", "weights_checksum"]
 
 # Bump when what a pretraining produces changes, so that old caches are not reused.
 FORMAT = 2
 INFO_FILE = "pretraining.json"
-MANIFEST = "checksums.sha256"
-
-
-class CacheRebuiltWarning(UserWarning):
-    """A cached pretrained backbone failed its checksums and is pretrained again."""
 
 
 _RANDOM_STAND_IN = "random initialisation (no published weights loaded)"
@@ -129,7 +126,7 @@ def _fill(folder: Path, model: str, profile: str, seed: int, *, device: str, cac
     """Pretrain into ``folder`` unless it holds a sound copy (the caller holds its lock); ``True`` if it pretrained."""
     if folder.exists() and (problem := verify_folder(folder)) is not None:
         warnings.warn(f"pretrained cache {folder}: {problem}; pretraining it again", CacheRebuiltWarning,
-                      stacklevel=3)
+                      stacklevel=3)  # gradeff.data.checksums' warning, worded for a backbone
         shutil.rmtree(folder)
     if (folder / INFO_FILE).is_file():
         return False
@@ -241,6 +238,7 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
         "torch_threads": torch.get_num_threads(),
     }
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    _readable_by_all(staging)
     try:
         backbone = {name: tensor for name, tensor in network.state_dict().items() if not within(name, head)}
         network.save_pretrained(staging, state_dict=backbone)
@@ -253,62 +251,22 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     return record
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_manifest(folder: Path) -> Path:
-    """Write ``folder``'s sha256 manifest (every other file, ``sha256sum`` format) last, after every file it names
-    is on disk: a manifest that exists vouches for complete files."""
-    names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
-    for name in names:
-        _fsync(folder / name)
-    manifest = folder / MANIFEST
-    with open(manifest, "w", encoding="utf-8") as handle:
-        handle.write("".join(f"{_sha256(folder / name)}  {name}\n" for name in names))
-        handle.flush()
-        os.fsync(handle.fileno())
-    _fsync(folder)  # the directory entries too, before the folder is renamed into place
-    return manifest
-
-
-# Folders verified by this process, by their manifest's (size, mtime): one hash of the weights per process, not
-# one per cell.
-_VERIFIED: set[tuple[str, int, int]] = set()
-
-
 def verify_folder(folder: Path) -> str | None:
-    """Why a cached folder cannot be trusted (no manifest, a file missing or changed), or ``None`` when every
-    file matches its checksum."""
-    manifest = folder / MANIFEST
-    try:
-        stat = manifest.stat()
-        lines = manifest.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return f"no readable {MANIFEST} (written last: the folder was never completed)"
-    key = (str(folder), stat.st_size, stat.st_mtime_ns)
-    if key in _VERIFIED:
-        return None
-    entries = [line.split("  ", 1) for line in lines if line.strip()]
-    if not entries or any(len(entry) != 2 for entry in entries) or INFO_FILE not in {name for _, name in entries}:
-        return f"{MANIFEST} is malformed"
-    for expected, name in entries:
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if _sha256(path) != expected:
-            return f"{name} does not match its sha256 (truncated or changed)"
-    _VERIFIED.add(key)
-    return None
+    """Why a cached backbone's folder cannot be trusted (no manifest, a file missing or changed), or ``None`` when
+    every file matches its checksum (:func:`gradeff.data.checksums.verify_manifest`)."""
+    return verify_manifest(folder, required=INFO_FILE)
+
+
+def weights_checksum(folder: str | Path) -> str | None:
+    """The checksum of a cached backbone's weights: the SHA-256 of its manifest (which names every file's), the same
+    wherever the cache folder is; ``None`` where the folder has no manifest."""
+    manifest = Path(folder) / MANIFEST
+    return file_sha256(manifest) if manifest.is_file() else None
+
+
+def _readable_by_all(folder: Path) -> None:
+    """Give a folder made by ``mkdtemp`` (owner-only, 0700) the permissions a plain ``mkdir`` gives under the umask:
+    a cache shared by a team's accounts (``--gradeff-cache`` on a shared disk) must be readable by them."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)

@@ -117,11 +117,14 @@ class TunedTable:
         return cls.from_json(path.read_text()) if path.exists() else cls()
 
     def dump(self, path: str | Path = TABLE_PATH) -> None:
-        """Write the table (through a temporary file, so a reader never sees half of it)."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+        """Write the table whole (:func:`gradeff.records.outputs.write_text`: a reader never sees half of it).
+
+        Raises:
+            OutputError: the disk refused; the old table stays, the message names the file and why.
+        """
+        from gradeff.records.outputs import write_text
+
+        write_text(path, self.to_json())
 
 
 _LOADED: dict[Path, TunedTable] = {}

@@ -3,7 +3,8 @@ results.
 
 Whoever trained the cell (the runner, the public fixtures, a sharded run's coordinator) passes what it measured; the
 fields every record shares (the cell's axes, profile, seed and device; the data it trained on; its parameter counts
-and where its weights came from; the machine, session and code version) are filled here, one way for all of them.
+and where its weights came from; the machine, session and code version; the experiment's fingerprint) are filled
+here, one way for all of them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from gradeff.cell.environment import code_version, environment
+from gradeff.cell.experiment import experiment
 from gradeff.cell.inference import deployed_parameter_counts
 from gradeff.data import TASKS
 from gradeff.optim import optimizer_kernel
@@ -76,6 +78,9 @@ def cell_record(cell: Cell, config: RunConfig, /, *, device: str, started: float
         parameters=deployed_parameter_counts(model) if model is not None else {},
         weights=weights.to_record() if weights is not None else {},
         environment=environment(device) | {"process": process or config.process},
+        # Every input that can change the record's numbers, hashed (what --gradeff-resume compares): the data's and
+        # the weights' checksums as the cell knows them.
+        experiment=experiment(cell, config, data_info=dataset.info if dataset is not None else None, weights=weights),
         session=config.session, code_version=code_version(), started_at=started, finished_at=finished,
     )
     return CellRecord(**fields | results)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from gradeff.cell import stop
 from gradeff.cell.config import EpochTimer, MemoryBudgetExceeded, RunConfig
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.distributed import run_sharded
@@ -408,7 +409,7 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
         failed_step = progress.next_step()
         progress.plan = getattr(exc, "plan", progress.plan)
     except KeyboardInterrupt:
-        status, detail = "interrupted", "interrupted by the user (Ctrl-C)"
+        status, detail = "interrupted", stop.interruption()
         failed_step = progress.next_step()
     except Exception as exc:  # noqa: BLE001 - any other failure is a finding about this cell, not the session's end
         frame = traceback.extract_tb(exc.__traceback__)[-1]

@@ -9,7 +9,7 @@ raise it again; the session's exit status says it was interrupted even if every 
 
 from __future__ import annotations
 
-__all__ = ["clear", "raise_if_requested", "reason", "request"]
+__all__ = ["clear", "interruption", "raise_if_requested", "reason", "request"]
 
 # Why the run was asked to stop ("signal SIGTERM"), or None. A plain module global: the training loop reads it
 # once per optimizer step, which must cost next to nothing.
@@ -26,6 +26,15 @@ def clear() -> None:
     """Forget an earlier request (a new session in the same process starts afresh)."""
     global reason
     reason = None
+
+
+def interruption() -> str:
+    """A record's ``detail`` for a cell stopped mid-way: what stopped it (Ctrl-C, or the signal a CI timeout or a
+    scheduler sent)."""
+    if reason is None or reason == "signal SIGINT":
+        return "interrupted by the user (Ctrl-C)"
+    signal = reason.removeprefix("signal ")
+    return f"interrupted by {signal} (a CI timeout, a scheduler or kill stopping the run)"
 
 
 def raise_if_requested() -> None:

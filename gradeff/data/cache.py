@@ -9,21 +9,21 @@ random streams and kernels draw the samples) and a hash of the source of the :mo
 change to any generator draws afresh instead of reading samples of the old one. Only generators of that package
 are cached (a registered dataset's builder is code the hash does not cover), and only a dataset that comes back
 exactly as it was drawn: its tensors as they are, its other fields through JSON only when JSON gives the same
-values back. A file that fails its sha256 or does not load is drawn again.
+values back. Its sha256 is written last and checked on every read (:mod:`gradeff.data.checksums`): a file that fails
+it or does not load is drawn again, with a warning naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
+import pickle
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 
+from gradeff.data.checksums import read_checked, write_checked
 from gradeff.data.dataset import Dataset
-from gradeff.models.weights import sha256
 
 __all__ = ["FORMAT", "cache_file", "cached", "source_digest"]
 
@@ -80,10 +80,7 @@ def cached(builder: str, arguments: Mapping, draw: Callable[[], Dataset], *, roo
         dataset = draw()
         payload = _payload(dataset)
         if payload is not None:
-            try:
-                _write(path, payload)
-            except OSError:  # a full disk costs the next process a draw, never this one its data
-                pass
+            _write(path, payload)
         return dataset
     finally:
         lock.release()
@@ -113,40 +110,31 @@ def _payload(dataset: Dataset) -> dict | None:
 def _write(path: Path, payload: dict) -> None:
     import torch
 
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        digest = sha256(Path(tmp))
-        os.replace(tmp, path)
-        _checksum_path(path).write_text(digest + "\n", encoding="utf-8")
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    # A full disk costs the next process a draw (said in a warning), never this one its data.
+    write_checked(path, lambda temporary: torch.save(payload, temporary), best_effort=True)
+
+
+# What reading a copy that is not what it should be raises (torch.load, JSON, the Dataset's own checks).
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError, pickle.UnpicklingError)
 
 
 def _read(path: Path) -> Dataset | None:
-    """The copy at ``path``, or ``None`` when there is none, or none that matches its sha256 and loads."""
+    """The copy at ``path``, or ``None`` when there is none, or none that matches its sha256 and loads (then said in
+    a warning naming the file, and the copy removed for the caller to draw again)."""
+    return read_checked(path, _load, errors=_UNREADABLE)
+
+
+def _load(path: Path) -> Dataset:
     import torch
 
-    try:
-        expected = _checksum_path(path).read_text(encoding="utf-8").strip()
-        if not path.is_file() or sha256(path) != expected:
-            return None
-        payload = torch.load(path, weights_only=True)
-        fields = json.loads(payload["fields"])
-        if payload.get("format") != FORMAT:
-            return None
-        splits = {name: Dataset(**fields[name], **payload["tensors"][name]) for name in fields}
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError):
-        return None
+    payload = torch.load(path, weights_only=True)
+    if payload.get("format") != FORMAT:
+        raise ValueError(f"format {payload.get('format')!r}, not {FORMAT}")
+    fields = json.loads(payload["fields"])
+    splits = {name: Dataset(**fields[name], **payload["tensors"][name]) for name in fields}
     dataset = splits["train"]
     if "heldout" in splits:
         dataset = dataset.with_heldout(splits["heldout"])
     if "validation" in splits:
         dataset = dataset.with_validation(splits["validation"])
     return dataset
-
-
-def _checksum_path(path: Path) -> Path:
-    return path.with_name(path.name + ".sha256")

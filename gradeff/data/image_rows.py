@@ -33,6 +33,8 @@ def _open(cell, folder: Path | None):
     """A decoded PIL image (or an array) from one cell of an image column."""
     from PIL import Image
 
+    if cell is None:
+        raise ValueError("the cell is empty (null)")
     if isinstance(cell, dict) and ("bytes" in cell or "path" in cell):
         data, path = cell.get("bytes"), cell.get("path")
         if data is None:
@@ -52,6 +54,8 @@ def _open(cell, folder: Path | None):
 
 def _describe(cell) -> str:
     path = cell.get("path") if isinstance(cell, dict) else None
+    if cell is None:
+        return "null"
     return f"file {path}" if path else "embedded bytes" if isinstance(cell, (dict, bytes, bytearray)) else "a value"
 
 

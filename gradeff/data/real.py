@@ -8,7 +8,11 @@ can be overridden per source. Images are resized to the model's size with torch 
 ``uint8`` (decoded to ``[-1, 1]`` per batch); text is tokenised with a local ``AutoTokenizer`` folder
 or, without one, a byte-level BPE trained on the training split. The prepared tensors are cached on
 disk under a key of the source's files and every setting, and memory-mapped when read back, so
-cells after the first (in this process or any other) do not prepare them again.
+cells after the first (in this process or any other) do not prepare them again. Every file kept here (the prepared
+tensors, the built-in datasets, the trained tokenizers) carries a sha256 written last and checked on every read
+(:mod:`gradeff.data.checksums`): a copy cut short or changed on disk is built again with a warning naming it, never
+read as it is. A source's own content checksum (``source_sha256`` in the task's info, and the tokenizer folder's) is
+what a record's experiment fingerprint names it by.
 
 Three splits. The **test** split (every reported held-out figure) is the dataset's own ``test`` split, else its
 own ``validation`` split (what datasets without public test labels publish for evaluation), else a fixed seeded
@@ -25,24 +29,29 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from gradeff.data.checksums import content_sha256, read_checked, sidecar, verify, warn_rebuilt, write_checked
 from gradeff.data.image_rows import decode_images, undecoded_column
 
 __all__ = [
     "BPE_VOCAB", "BUILTIN", "HELDOUT_FRACTION", "KNOWN", "ROLES", "SUPPORTED_FORMATS", "SYNTHETIC_TOO",
     "VALIDATION_FRACTION", "DataSource", "KnownData", "build_task", "builtin_path", "load_real", "open_splits",
-    "parse_columns", "parse_sources",
-    "source_for", "validate_source",
+    "parse_columns", "parse_sources", "source_checksum", "source_for", "validate_source",
 ]
 
 # Bump when the prepared tensors change meaning: old cache entries are then never read.
 # 3: a validation split beside the training and test splits.
-_PREP_VERSION = 3
+# 4: files written with a checksum (gradeff.data.checksums); unchecked ones of version 3 are never read.
+_PREP_VERSION = 4
+# Where the built-in datasets are written: a folder of their own per layout, so a copy written before checksums
+# (which has none) is never taken for one cut short.
+_BUILTIN_FOLDER = "builtin-2"
 # The share of the training rows held out as the test split when a dataset has no test split of its own, and the
 # share of the rest held out as the validation split when it has no validation split either; the seeds that draw
 # them: fixed, so every cell and every --gradeff-seed is scored (and tuned) on the same rows.
@@ -216,28 +225,29 @@ def _hub_guard(allow_hub: bool) -> None:
 
 
 def builtin_path(key: str, cache_root: Path) -> Path:
-    """The built-in dataset on disk, written on first use (a file ``datasets`` reads like any other)."""
-    folder = cache_root / "data" / "builtin"
+    """The built-in dataset on disk, written on first use (a file ``datasets`` reads like any other), checked
+    against its sha256 on every use and written again, with a warning naming it, where it does not match."""
+    folder = cache_root / "data" / _BUILTIN_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     return globals()[KNOWN[key].builtin](folder)
 
 
-def _atomic_write(path: Path, write) -> Path:
-    if path.exists():
-        return path
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(tmp)
-    # Concurrent workers may both write: the first file to land stays. A rename over it would change the file's
-    # mtime, which the prepared tensors' cache key reads (_fingerprint), so the worker that read it first would
-    # have cached its tensors under a key nothing asks for again.
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass  # another worker's identical file landed first
-    except OSError:
-        os.replace(tmp, path)  # a filesystem without hard links: the last identical file wins
-    finally:
-        tmp.unlink(missing_ok=True)
+def _checked_file(path: Path, write) -> Path:
+    """``path`` as a cache file with its checksum (:func:`gradeff.data.checksums.write_checked`): kept where it is
+    sound, else written by ``write(temporary)``, a damaged copy warned about by name first.
+
+    Concurrent workers share it through a file lock: the first writes it, the others find it sound. It is never
+    rewritten while sound: its mtime is part of the prepared tensors' cache key (:func:`_fingerprint`).
+    """
+    from filelock import FileLock
+
+    with FileLock(str(path) + ".lock"):
+        if path.exists() or sidecar(path).exists():
+            problem = verify(path)
+            if problem is None:
+                return path
+            warn_rebuilt(path, problem)
+        write_checked(path, write)
     return path
 
 
@@ -256,7 +266,7 @@ def _write_digits(folder: Path) -> Path:
         datasets.Dataset.from_dict({"image": images, "label": labels.tolist()},
                                    features=features).to_parquet(str(tmp))
 
-    return _atomic_write(folder / "digits.parquet", write)
+    return _checked_file(folder / "digits.parquet", write)
 
 
 def _bundled_digits():
@@ -287,7 +297,7 @@ def _write_pydoc(folder: Path) -> Path:
             for name in sorted(topics):
                 out.write(json.dumps({"topic": name, "text": topics[name]}) + "\n")
 
-    return _atomic_write(folder / "pydoc_topics.jsonl", write)
+    return _checked_file(folder / "pydoc_topics.jsonl", write)
 
 
 def _resolve_path(source: DataSource, cache_root: Path) -> Path:
@@ -399,13 +409,16 @@ def _columns(source: DataSource, column_names: list[str]) -> dict[str, str]:
     return chosen
 
 
-def validate_source(source: DataSource, cache_root: Path, caps: tuple[int, int] | None = None) -> dict:
+def validate_source(source: DataSource, cache_root: Path, caps: tuple[int, int] | None = None, *,
+                    step: int | None = None) -> dict:
     """Open a source and check its splits and columns, as a cell would; returns what was found.
 
     With ``caps`` (the most training and held-out rows any cell of the run reads: what :func:`_prepare` selects,
     :func:`gradeff.studies.hparams.largest_caps` gives them per profile), every image a cell can read (the first rows
-    of each split, up to those caps) is decoded too, so a corrupt one is named, by file and row, before the first
-    cell.
+    of each split, up to those caps) is decoded too, so a corrupt one (or an empty cell) is named, by file and row,
+    before the first cell, and so is an empty label. With ``step`` (the most samples an optimizer step of the run
+    takes: :func:`gradeff.studies.hparams.largest_step`), a training split of fewer rows than one whole step (after
+    the test and validation rows are carved out of it) is refused too: every cell trains in whole steps.
     """
     train, heldout, validation, fmt, notes = open_splits(source, cache_root)
     columns = _columns(source, list(train.column_names))
@@ -413,17 +426,47 @@ def validate_source(source: DataSource, cache_root: Path, caps: tuple[int, int] 
         missing = [c for c in columns.values() if c not in split.column_names]
         if missing:
             raise ValueError(f"{source.key}: the {name} split lacks column(s) {', '.join(missing)}")
+    kind = source.spec.kind
+    if step is not None and kind != "causal_lm" and len(train) < step:
+        # A language model's samples are token windows, counted only once the text is tokenised; rows are samples
+        # for the others.
+        raise ValueError(f"{source.key}: the 'train' split has {len(train)} rows ({notes['heldout_split']}; "
+                         f"{notes['validation_split']}), fewer than one optimizer step of this profile takes "
+                         f"({step}); give at least {step} training rows")
     decoded = 0
-    if caps is not None and "image" in columns:
+    if caps is not None:
+        _check_empty_cells(source, cache_root, columns)
         train_cap, heldout_cap = caps
-        for name, split, cap in (("train", train, train_cap), ("held-out", heldout, heldout_cap),
-                                 ("validation", validation, heldout_cap)):
-            cells = undecoded_column(split.select(range(min(len(split), cap))), columns["image"])
-            decoded += len(decode_images(cells, where=_where(source, cache_root, name),
-                                         folder=_folder(source, cache_root)))
+        splits = (("train", train, train_cap), ("held-out", heldout, heldout_cap),
+                  ("validation", validation, heldout_cap))
+        if "image" in columns:
+            for name, split, cap in splits:
+                cells = undecoded_column(split.select(range(min(len(split), cap))), columns["image"])
+                decoded += len(decode_images(cells, where=_where(source, cache_root, name),
+                                             folder=_folder(source, cache_root)))
     return {"format": fmt, "columns": columns, "train_rows": len(train), "heldout_rows": len(heldout),
             "validation_rows": len(validation), "heldout": notes["heldout_split"],
             "validation": notes["validation_split"], "images_decoded": decoded}
+
+
+def _check_empty_cells(source: DataSource, cache_root: Path, columns: dict[str, str]) -> None:
+    """Every image and label of the source's own splits holds something (a label: an int, a string or a list of
+    them): an empty one is named by its split and row in the file, before any cell (a cell would fail on it inside
+    its training, or on a later row of another split). Reading the columns undecoded costs no decoding."""
+    loaded, _ = _open(_resolve_path(source, cache_root), source.key)
+    roles = [role for role in ("image", "label") if role in columns]
+    for split_name, split in loaded.items():
+        for role in roles:
+            column = columns[role]
+            if column not in split.column_names:
+                continue
+            values = undecoded_column(split, column) if role == "image" else split[column]
+            for row, value in enumerate(values):
+                if value is None or (role == "label" and isinstance(value, dict)):
+                    what = "empty (null)" if value is None else "a dict"
+                    need = "an image" if role == "image" else "an int, a string or a list of them"
+                    raise ValueError(f"{source.key}={_resolve_path(source, cache_root)}, the {split_name!r} split, "
+                                     f"row {row}: the {role} ({column!r}) is {what}; each row needs {need}")
 
 
 def _where(source: DataSource, cache_root: Path, split: str) -> str:
@@ -556,20 +599,31 @@ class _Tokenizer:
 
 
 def _bpe(texts: list[str], vocab_size: int, cache_root: Path, fingerprint):
-    """A byte-level BPE trained on ``texts``, cached by the training data's fingerprint and the vocabulary size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A byte-level BPE trained on ``texts``, cached (with its checksum) by the training data's fingerprint and the
+    vocabulary size."""
+    from filelock import FileLock
+    from tokenizers import Tokenizer
 
     path = cache_root / "data" / "tokenizers" / f"bpe-{_cache_key(fingerprint, vocab_size, _PREP_VERSION)}.json"
-    if path.exists():
-        return Tokenizer.from_file(str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        # tokenizers raises a bare Exception for a file it cannot parse.
+        tok = read_checked(path, lambda file: Tokenizer.from_file(str(file)), errors=(Exception,))
+        if tok is None:
+            tok = _train_bpe(texts, vocab_size)
+            write_checked(path, lambda temporary: tok.save(str(temporary)), best_effort=True)
+    return tok
+
+
+def _train_bpe(texts: list[str], vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(_SPECIAL), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer=trainer)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, lambda tmp: tok.save(str(tmp)))
     return tok
 
 
@@ -688,16 +742,22 @@ def load_real(source: DataSource, *, kind: str, image_size: int | None = None, s
                      _fingerprint(path) if path.exists() else None, source.columns, source.tokenizer, image_size,
                      seq_len, caption_len, vocab_size, train_cap, heldout_cap)
     cached = cache_root / "data" / "prepared" / f"{source.key}-{key}.pt"
-    if cached.exists():
-        prepared = torch.load(cached, mmap=True, weights_only=True)
-        prepared["info"] = json.loads(prepared["info"])
-        prepared["info"]["cache"] = "hit"
-    else:
-        prepared = _prepare(source, image_size=image_size, seq_len=seq_len, caption_len=caption_len,
-                            vocab_size=vocab_size, train_cap=train_cap, heldout_cap=heldout_cap, cache_root=cache_root)
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(cached, lambda tmp: torch.save(prepared | {"info": json.dumps(prepared["info"])}, tmp))
-        prepared["info"]["cache"] = "miss"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
+    # One process prepares a source's tensors; the others wait and read them (checked against their sha256).
+    with FileLock(str(cached) + ".lock"):
+        prepared = read_checked(cached, _load_prepared, errors=_UNREADABLE)
+        if prepared is not None:
+            prepared["info"]["cache"] = "hit"
+        else:
+            prepared = _prepare(source, image_size=image_size, seq_len=seq_len, caption_len=caption_len,
+                                vocab_size=vocab_size, train_cap=train_cap, heldout_cap=heldout_cap,
+                                cache_root=cache_root)
+            prepared["info"] |= _checksums(source, cache_root)
+            write_checked(cached, lambda tmp: torch.save(prepared | {"info": json.dumps(prepared["info"])}, tmp),
+                          best_effort=True)
+            prepared["info"]["cache"] = "miss"
     info = prepared["info"] | {"cache_file": str(cached)}
     decode = {"pixel_values": (1 / 127.5, -1.0)} if "image_size" in info else {}
     if info.get("multi_label"):
@@ -710,6 +770,37 @@ def load_real(source: DataSource, *, kind: str, image_size: int | None = None, s
         built[name] = Dataset(task=task or source.key, tensors=split, targets=targets, loss_floor=None,
                               floor_note="unknown: real data", info=info, decode=decode)
     return built["train"].with_heldout(built["heldout"]).with_validation(built["validation"])
+
+
+# What loading a prepared file that is not what it should be raises (torch.load, its JSON, a missing key).
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError, pickle.UnpicklingError)
+
+
+def _load_prepared(path: Path) -> dict:
+    import torch
+
+    prepared = torch.load(path, mmap=True, weights_only=True)
+    prepared["info"] = json.loads(prepared["info"])
+    for name in ("train", "heldout", "validation"):
+        if "targets" not in prepared["splits"][name]:
+            raise KeyError(f"the {name} split has no targets")
+    return prepared
+
+
+def _checksums(source: DataSource, cache_root: Path) -> dict:
+    """The source's content checksums for the task's info: its files' (:func:`source_checksum`) and, where a
+    tokenizer folder is given, that folder's."""
+    sums = {"source_sha256": source_checksum(source, cache_root)}
+    if source.tokenizer:
+        sums["tokenizer_sha256"] = content_sha256(Path(source.tokenizer))
+    return sums
+
+
+def source_checksum(source: DataSource, cache_root: Path) -> str:
+    """The SHA-256 of a source's content (a file's bytes; a folder's files, by relative path): what a record's
+    experiment fingerprint names its data by, wherever the files are kept. Computed once per process while the
+    files' sizes and modification times stay as they are."""
+    return content_sha256(_resolve_path(source, cache_root))
 
 
 def build_task(*, key: str, **_) -> None:

@@ -62,10 +62,11 @@ from gradeff.gate.portability import (
     COUNTED_MEMORY,
     Band,
     Sensitivity,
-    numerics,
+    has_probe,
     numerics_differences,
     perturbations,
     perturbed_path,
+    same_numerics,
     sensitivities,
 )
 from gradeff.gate.rules import (
@@ -89,7 +90,7 @@ from gradeff.records.safe_text import one_line
 __all__ = [
     "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_INCOMPLETE_OUTPUT", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE",
     "Comparison", "MismatchError", "UnusableInput", "Verdict", "arguments", "build_parser", "compare_records",
-    "format_table", "load_results", "main", "parse_compare_args", "read_cells", "run", "summary_line",
+    "format_table", "load_results", "main", "parse_compare_args", "read_cells", "rules_line", "run", "summary_line",
 ]
 
 # What makes two runs' times comparable: the same processor, as many cores and threads, the same
@@ -119,9 +120,13 @@ class Comparison:
         environment: how the two environments differ (printed first); empty when they match.
         numerics: how the loss figures of cells run on another numerics environment were judged (a band,
             with its rule, or the loose fallback); empty when every cell was compared exactly.
+        judged_by: which rule (exact, band, loose) applied to the compared cells and why (the numerics probes
+            equal or not, or the CPU's keys where a record has no probe), grouped over cells: the gate prints it
+            as one line.
         cells_compared: number of cells present in both files.
         missing: cells that should have a current record and have none (regressions unless
             ``allow_missing``).
+        unbaselined: under ``strict``, cells the current run selected that the baseline lacks (regressions).
     """
 
     rows: tuple[Row, ...]
@@ -130,8 +135,10 @@ class Comparison:
     warnings: tuple[str, ...] = ()
     environment: tuple[str, ...] = ()
     numerics: tuple[str, ...] = ()
+    judged_by: tuple[str, ...] = ()
     cells_compared: int = 0
     missing: tuple[str, ...] = ()
+    unbaselined: tuple[str, ...] = ()
 
     @property
     def regressions(self) -> tuple[Row, ...]:
@@ -212,6 +219,32 @@ class _Judgement:
     reference: CellRecord
     rules: tuple[Rule, ...]
     numerics: str = ""  # "" exact; else the line (grouped over cells) telling how its losses were judged
+    why: str = ""  # which rule applied and why, in a few words (grouped over cells into the gate's rules line)
+
+
+def _probe_or_cpu(primary: CellRecord, current: CellRecord) -> str:
+    """What decided the numerics question: the two probes, or (a record without one) the CPU's keys."""
+    if has_probe(primary) and has_probe(current):
+        return ""
+    if not (has_probe(primary) or has_probe(current)):
+        who = "neither run has a"
+    else:
+        who = "the baseline has no" if not has_probe(primary) else "the current run has no"
+    return (f"{who} numerics probe (recorded before probes), so the CPU model, threads and kernel settings decide, "
+            "as before probes")
+
+
+def _exact_why(reference: CellRecord, primary: CellRecord, current: CellRecord) -> str:
+    """Why a cell is judged exactly: equal probes (whatever the CPUs are called) or, without probes, the same CPU."""
+    against = "" if reference is primary else " against a perturbation run"
+    fallback = _probe_or_cpu(reference, current)
+    if fallback:
+        cpu = record_field(current, "environment", "cpu")
+        return f"exact (1e-6){against}: {fallback}, and they match" + (f" ({cpu})" if cpu else "")
+    cpus = record_field(reference, "environment", "cpu"), record_field(current, "environment", "cpu")
+    names = f", whatever the CPU's name ({cpus[0]} baseline, {cpus[1]} current)" if cpus[0] != cpus[1] else ""
+    return (f"exact (1e-6){against}: the numerics probe {record_field(current, 'environment', 'numerics_probe')} "
+            f"equals the {'baseline' if reference is primary else 'run'}'s{names}")
 
 
 def _judgement(primary: CellRecord, runs: list[CellRecord], current: CellRecord, rules: tuple[Rule, ...],
@@ -219,14 +252,23 @@ def _judgement(primary: CellRecord, runs: list[CellRecord], current: CellRecord,
     """Exact against the baseline record (or perturbation run) of the current run's numerics environment; else
     the primary record within the band its sensitivity sets, or at ``--loose`` tolerance where none was measured."""
     for reference in (primary, *runs):
-        if numerics(reference) == numerics(current):
-            return _Judgement(reference, rules)
+        if same_numerics(reference, current):
+            return _Judgement(reference, rules, why=_exact_why(reference, primary, current))
+    differences = numerics_differences(primary, current)
     differs = ", ".join(f"{key} {before} (baseline) vs {after} (current)"
-                        for key, (before, after) in numerics_differences(primary, current).items())
+                        for key, (before, after) in differences.items())
+    fallback = _probe_or_cpu(primary, current)
+    if fallback:
+        why = f"{fallback}, and they differ ({differs})"
+    else:
+        probes = differences.get("numerics_probe")
+        why = (f"the numerics probe differs ({probes[0]} baseline vs {probes[1]} current)" if probes
+               else f"the numerics environment differs ({differs})")
     if sensitivity is None:
         return _Judgement(primary, loosened(rules), f"numerics environment differs ({differs}) and the baseline has "
                                                     f"no perturbation run of these cells: losses compared at --loose "
-                                                    f"tolerance (rtol {LOOSE_LOSS_RTOL:g})")
+                                                    f"tolerance (rtol {LOOSE_LOSS_RTOL:g})",
+                          why=f"--loose (no perturbation run to measure a band): {why}")
     change = sensitivity.change
     runs = _plural(sensitivity.runs, "perturbation run")
     basis = f"band: {band.factor:g} × {change:.2g}, the largest change of {runs}"
@@ -235,7 +277,7 @@ def _judgement(primary: CellRecord, runs: list[CellRecord], current: CellRecord,
                                        memory_basis=f"band: {band.factor:g} × {sensitivity.memory_change:.2g}, the "
                                                     f"largest memory change of {runs}"),
                       f"numerics environment differs ({differs}): losses judged within a band measured by the "
-                      f"baseline's perturbation runs: {band.rule()}")
+                      f"baseline's perturbation runs: {band.rule()}", why=f"band: {why}")
 
 
 def _same_experiment(primary: CellRecord, run: CellRecord) -> list[str]:
@@ -275,7 +317,8 @@ def paired_runs(baseline: list[CellRecord], current: list[CellRecord]) -> tuple[
 def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules: tuple[Rule, ...] = DEFAULT_RULES,
                     *, allow_mismatch: bool = False, allow_missing: bool = False,
                     selected: Collection[str] | None = None, strict_environment: bool = False,
-                    perturbed: list[CellRecord] = (), band: Band = Band()) -> Comparison:  # noqa: B008 - frozen
+                    perturbed: list[CellRecord] = (), band: Band = Band(),  # noqa: B008 - frozen
+                    strict: bool = False) -> Comparison:
     """Compare the last record of every cell of ``current`` with the last one of ``baseline`` (seed by seed).
 
     Args:
@@ -291,6 +334,7 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
         strict_environment: another environment raises instead of making time rows advisory.
         perturbed: the baseline's perturbation runs (see :mod:`gradeff.gate.portability`).
         band: how far a cell on another numerics environment may move, from its perturbation runs.
+        strict: a selected cell the baseline lacks is a regression (``--strict``), not only listed.
 
     Returns:
         The comparison; cells present on one side only are listed, missing ones as regressions.
@@ -302,8 +346,8 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
             precision or code version).
     """
     before, after = paired_runs(baseline, current)
+    scope = set(selected) if selected is not None else set()
     if selected is not None:
-        scope = set(selected)
         # A selected cell id covers its runs over seeds.
         before = {cell: r for cell, r in before.items() if cell in scope or r.cell in scope}
     common = [cell for cell in before if cell in after]
@@ -323,7 +367,9 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
     notes: dict[str, list[str]] = defaultdict(list)
     environment: dict[str, list[str]] = defaultdict(list)
     judged: dict[str, list[str]] = defaultdict(list)
+    why: dict[str, list[str]] = defaultdict(list)
     for cell in common:
+        why[judgements[cell].why].append(cell)
         refusals, warnings = _differences(before[cell], after[cell])
         for message in refusals:
             mismatches[message].append(cell)
@@ -357,11 +403,20 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
                  change="", verdict=NOT_COMPARED if allow_missing else REGRESSION,
                  note=("only in baseline" if cell in before else "selected, no record")
                  + (" (--allow-missing)" if allow_missing else ""), noteworthy=True) for cell in missing]
-    return Comparison(rows=tuple(rows), only_in_baseline=only_in_baseline,
-                      only_in_current=tuple(cell for cell in after if cell not in before),
+    only_in_current = tuple(cell for cell in after if cell not in before)
+    # A cell the run selected and the baseline lacks has nothing to be judged against: under --strict that is a
+    # regression (refresh the baseline), not a cell silently passed over.
+    unbaselined = tuple(cell for cell in only_in_current
+                        if strict and (selected is None or cell in scope or after[cell].cell in scope))
+    rows += [Row(cell=cell, metric="presence", before="missing", after="present", change="", verdict=REGRESSION,
+                 note="not in the baseline (--strict): nothing to judge it against; record the baseline again "
+                      "(scripts/record_baseline.py) or leave the cell out of the selection", noteworthy=True)
+             for cell in unbaselined]
+    return Comparison(rows=tuple(rows), only_in_baseline=only_in_baseline, only_in_current=only_in_current,
                       warnings=tuple(_grouped(mismatches) + _grouped(notes)),
                       environment=tuple(_grouped(environment)), numerics=tuple(_grouped(judged)),
-                      cells_compared=len(common), missing=missing)
+                      judged_by=tuple(_grouped(why)), cells_compared=len(common), missing=missing,
+                      unbaselined=unbaselined)
 
 
 
@@ -382,6 +437,12 @@ def summary_line(comparison: Comparison) -> str:
     if comparison.only_in_current:
         parts.append(f"{len(comparison.only_in_current)} only in current")
     return ", ".join(parts)
+
+
+def rules_line(comparison: Comparison) -> str:
+    """``rules: exact (1e-6): the numerics probe v1:… equals the baseline's (24 cells: …)``: which rule judged the
+    compared cells' losses and why, on one line (empty without a compared cell)."""
+    return one_line("rules: " + "; ".join(comparison.judged_by)) if comparison.judged_by else ""
 
 
 def _md(text: str) -> str:
@@ -411,8 +472,10 @@ def format_table(comparison: Comparison, markdown: bool = False, all_rows: bool 
     lines = [f"{bullet}environment differs: {one_line(line)}" for line in comparison.environment]
     if comparison.environment:
         lines += [f"{bullet}time rows are advisory: time measured in another environment is not a regression"]
+    if comparison.judged_by:
+        lines.append(f"{bullet}{rules_line(comparison)}")
     lines += [f"{bullet}{one_line(line)}" for line in comparison.numerics]
-    if comparison.environment or comparison.numerics:
+    if comparison.environment or comparison.numerics or comparison.judged_by:
         lines.append("")
     if not rows:
         lines.append("no change beyond tolerance")
@@ -485,7 +548,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     parser.add_argument("--markdown", action="store_true", help="print a markdown table (CI logs, PR comments)")
     parser.add_argument("--all", dest="all_rows", action="store_true", help="every row, not only noteworthy ones")
     parser.add_argument("--output", type=Path, metavar="FILE", help="write the table to FILE (stdout gets the total)")
-    parser.add_argument("--strict", action="store_true", help="any unreadable line makes a file unusable")
+    parser.add_argument("--strict", action="store_true",
+                        help="any unreadable line makes a file unusable, and a selected cell the baseline lacks is a "
+                             "regression")
     parser.add_argument("--allow-mismatch", action="store_true", help="compare cells run with another profile/seed")
     parser.add_argument("--allow-missing", action="store_true",
                         help="list cells without a current record instead of counting them as regressions")
@@ -653,9 +718,10 @@ def run(args: argparse.Namespace, *, current_records: list[CellRecord] | None = 
         comparison = compare_records(baseline, current, rules, allow_mismatch=args.allow_mismatch,
                                      allow_missing=args.allow_missing and not args.missing_is_regression,
                                      selected=selected, strict_environment=args.strict_environment,
-                                     perturbed=perturbed, band=band)
+                                     perturbed=perturbed, band=band, strict=args.strict)
         # Disjoint files are the wrong files; a selected slice that recorded nothing is a regression.
-        if comparison.cells_compared == 0 and not (selected is not None and comparison.missing):
+        if comparison.cells_compared == 0 and not (selected is not None and comparison.missing) \
+                and not comparison.unbaselined:
             raise UnusableInput(f"no cell in common between {args.baseline} ({len(comparison.only_in_baseline)} cells) "
                                 f"and {args.current} ({len(comparison.only_in_current)} cells)")
     except UnusableInput as exc:

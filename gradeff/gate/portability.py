@@ -1,11 +1,15 @@
 """When a cell's numbers must repeat to the last bit, and how far they may move when they cannot.
 
-A seeded CPU cell is deterministic for one *numerics environment*: the CPU model, torch's intra-op thread
-count, the instruction set torch dispatched for, the device and the torch and transformers versions
-(:data:`NUMERICS_KEYS`). Within one, a rerun repeats every loss bit for bit, so the gate compares exactly
-(golden: any change is the code's). Across two (another CPU model, another thread count) float sums run in
-another order, and the last-bit differences grow by how sensitive the cell's training is: an Adam cell's losses
-agree to ~1e-6, while conjugate gradient's line search amplifies them to 1-2 % in three epochs. No single
+A seeded CPU cell is deterministic for one *numerics environment*: the kernels' summation order, set by the
+instruction set paths ATen, MKL and oneDNN take, torch's intra-op thread count, the device and the torch and
+transformers versions. Every record carries the digest of a *numerics probe* (:mod:`gradeff.cell.probe`: a fixed
+small computation through those kernels at the cell's thread count), and where both records of a pair have one,
+the probe decides (:data:`PROBE_KEYS`): equal probes repeat every loss bit for bit whatever the CPU's name, so the
+gate compares exactly (golden: any change is the code's). A record made before probes existed has none; a pair with
+such a record falls back to the CPU model and its kernel settings (:data:`NUMERICS_KEYS`), and the gate says so.
+Across two (other kernels, another thread count) float sums run in another order, and the last-bit differences
+grow by how sensitive the cell's training is: an Adam cell's losses agree to ~1e-6, while conjugate gradient's
+line search amplifies them to 1-2 % in three epochs. No single
 tolerance fits both, so a baseline carries its own measure of each cell's sensitivity: *perturbation runs*, the
 same cells recorded beside it with only the summation order changed (torch intra-op threads 2 and 3 instead of 1;
 ``scripts/record_baseline.py`` records both files), in ``<baseline stem>.perturbed.jsonl``.
@@ -37,10 +41,9 @@ from pathlib import Path
 from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord, meter_field, record_field
 
-__all__ = ["COUNTED_MEMORY", "NUMERICS_KEYS", "PERTURBATIONS", "PERTURBED_SUFFIX", "Band", "Perturbation",
-           "Sensitivity",
-           "deviation", "memory_deviation", "numerics", "numerics_differences", "perturbations", "perturbed_path",
-           "sensitivities"]
+__all__ = ["COUNTED_MEMORY", "NUMERICS_KEYS", "PERTURBATIONS", "PERTURBED_SUFFIX", "PROBE_KEYS", "Band",
+           "Perturbation", "Sensitivity", "deviation", "has_probe", "memory_deviation", "numerics",
+           "numerics_differences", "perturbations", "perturbed_path", "same_numerics", "sensitivities"]
 
 # What fixes the order of every float sum of a CPU run. cpu_id (vendor, family, model, stepping) tells apart
 # two CPU generations a virtual machine shows under one model name; the core count is not here, as the
@@ -57,14 +60,52 @@ def _value(record: CellRecord, key: str) -> object:
     return value
 
 
-def numerics(record: CellRecord) -> tuple:
-    """The record's numerics environment: the values of :data:`NUMERICS_KEYS` (``None`` where not recorded)."""
-    return tuple(_value(record, key) for key in NUMERICS_KEYS)
+# What fixes the order of every float sum where both records carry a numerics probe: the probe's digest (the kernels'
+# own answer, at the cell's thread count), the thread count (a cell's larger sums may split where the probe's do
+# not), the device kind and, on a GPU, its name (the probe runs the CPU's kernels), and the libraries' versions (a
+# new torch may change a kernel the probe does not reach). The CPU's name, id and instruction set are not here:
+# two CPUs whose kernels give the probe's bits give the cells' bits.
+PROBE_KEYS = ("numerics_probe", "torch_threads", "device", "torch", "transformers")
+
+
+def has_probe(record: CellRecord) -> bool:
+    """Whether the record's environment carries a numerics probe (records made before probes do not)."""
+    return bool(record_field(record, "environment", "numerics_probe"))
+
+
+def _keys(record: CellRecord, probe: bool) -> tuple[str, ...]:
+    if not probe:
+        return NUMERICS_KEYS
+    # On a GPU the probe (CPU kernels) says nothing of the device's: its name stays a key.
+    return PROBE_KEYS + (("device_name",) if _value(record, "device") == "cuda" else ())
+
+
+def numerics(record: CellRecord, *, probe: bool | None = None) -> tuple:
+    """The record's numerics environment: the values of :data:`PROBE_KEYS` where it carries a probe, else of
+    :data:`NUMERICS_KEYS` (``None`` where not recorded); ``probe`` forces one form (a pair where one record lacks a
+    probe is compared on the CPU's keys).
+
+    Returns:
+        ``("probe", values...)`` or ``("cpu", values...)``: the two forms never compare equal.
+    """
+    probe = has_probe(record) if probe is None else probe
+    return ("probe" if probe else "cpu", *(_value(record, key) for key in _keys(record, probe)))
+
+
+def same_numerics(reference: CellRecord, other: CellRecord) -> bool:
+    """Whether two runs sum in the same order: their probes and :data:`PROBE_KEYS` agree where both carry a probe,
+    else their :data:`NUMERICS_KEYS` do (the rule before probes)."""
+    probe = has_probe(reference) and has_probe(other)
+    return numerics(reference, probe=probe) == numerics(other, probe=probe)
 
 
 def numerics_differences(before: CellRecord, after: CellRecord) -> dict[str, tuple[object, object]]:
-    """``{key: (before's value, after's value)}`` for each of :data:`NUMERICS_KEYS` that differs."""
-    return {key: (b, a) for key, b, a in zip(NUMERICS_KEYS, numerics(before), numerics(after)) if b != a}
+    """``{key: (before's value, after's value)}`` for each key that differs: :data:`PROBE_KEYS` where both carry a
+    probe, else :data:`NUMERICS_KEYS`."""
+    probe = has_probe(before) and has_probe(after)
+    keys = _keys(before, probe) if probe else NUMERICS_KEYS
+    return {key: (b, a) for key, b, a in zip(keys, numerics(before, probe=probe)[1:], numerics(after, probe=probe)[1:])
+            if b != a}
 
 
 def perturbed_path(baseline: str | Path) -> Path:

@@ -105,6 +105,9 @@ class _Setup:
     state: Any = None
     dataset: Any = None
     built: Any = None
+    # The pytest session's configuration: where the session keeps its records, and for a grid cell whether
+    # --gradeff-resume keeps its earlier one.
+    pytest_config: Any = None
 
     @classmethod
     def of(cls, cell, config, settings, **fields) -> _Setup:
@@ -125,7 +128,10 @@ class _Setup:
 
         if not self.grid:
             return True
-        return (self.cell.id, self.config.seed) not in self.settings.settled and trains_prebuilt(self.cell, self.config)
+        from gradeff.pytest.resume import judge
+
+        judgement = judge(self.pytest_config, self.cell, self.config.seed) if self.pytest_config else None
+        return not (judgement is not None and judgement.reuse) and trains_prebuilt(self.cell, self.config)
 
     def build(self):
         """The cell's :class:`gradeff.cell.run.Built`, built once (``None`` where the runner builds its own)."""
@@ -164,7 +170,7 @@ def cell_setup(config: pytest.Config, cell, seed: int) -> _Setup:
     """The setup of a grid cell (what ``gradeff_cell`` runs): the public fixtures' source in a grid test."""
     from gradeff.pytest.options import SETTINGS, run_config
 
-    return _Setup.of(cell, run_config(config, seed), config.stash[SETTINGS], grid=True)
+    return _Setup.of(cell, run_config(config, seed), config.stash[SETTINGS], grid=True, pytest_config=config)
 
 
 @pytest.fixture
@@ -216,7 +222,8 @@ def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_me
     bench = _bench_name(request.node.originalname)
     # Built as the main study's cell of these keys with the standard strategy: the user's loop is the strategy.
     cell = Cell(model, optimizer, "standard", method=gradeff_method, dataset=dataset)
-    setup = _Setup.of(cell, run_config(request.config, gradeff_seed), settings, bench=bench)
+    setup = _Setup.of(cell, run_config(request.config, gradeff_seed), settings, bench=bench,
+                      pytest_config=request.config)
     reason = incompatibility(cell)
     if reason is not None:
         # As a grid cell is: skipped with its reason before anything is built, and recorded so.
@@ -394,7 +401,9 @@ class BenchMeters:
         if exc_type is None:
             status, detail = "ok", ""
         elif issubclass(exc_type, KeyboardInterrupt):
-            status, detail = "interrupted", "interrupted by the user (Ctrl-C)"
+            from gradeff.cell import stop
+
+            status, detail = "interrupted", stop.interruption()
         else:
             status, detail = "error", f"{exc_type.__name__}: {exc}"
         self._finish(status, detail)
@@ -405,10 +414,10 @@ class BenchMeters:
         self._finish("skipped", reason)
 
     def _finish(self, status: str, detail: str) -> None:
-        from gradeff.records.results import append_record
+        from gradeff.pytest.session_records import keep
 
         self.record = self._record(status, detail)
-        append_record(self._setup.settings.results, self.record)
+        keep(self._setup.pytest_config, self._setup.settings.results, self.record)
 
     def _compute(self, epochs) -> dict:
         """Model FLOPs, FLOP/s and MFU of the epochs, counted on the benchmark's model as a grid cell's are."""

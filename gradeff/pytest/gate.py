@@ -9,7 +9,7 @@ which is a regression unless ``--gradeff-compare-args=--allow-missing``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 from gradeff.records.results import CellRecord, read_records
@@ -54,10 +54,16 @@ def _unreadable_baseline(baseline: Path, compare_args: str) -> list[str]:
     return problems
 
 
-def path_conflicts(*, results: Path, report: Path | None, baseline: Path | None, compare_args: str = "") -> list[str]:
+def path_conflicts(*, results: Path, report: Path | None, baseline: Path | None, compare_args: str = "",
+                   others: Mapping[str, Path] | None = None) -> list[str]:
     """Why a session's files cannot be written as asked: a baseline that is its own results (the gate would
     compare the session with itself and always pass), or two of its files on one path (one would overwrite the
-    other: a report written over the records, the session's records over the whole results file).
+    other: a report written over the records, the session's records over the whole results file, pytest's JUnit
+    XML or pytest-benchmark's JSON over the results).
+
+    Args:
+        others: the files other plugins will write, by the option naming each
+            (:func:`gradeff.pytest.plugin_outputs.plugin_outputs`).
 
     Returns:
         One sentence per problem (empty when none), each naming the options.
@@ -71,7 +77,7 @@ def path_conflicts(*, results: Path, report: Path | None, baseline: Path | None,
     records, cells = session_files(results)
     paths = {"--gradeff-results": results, "--gradeff-report": report,
              f"the session's records ({LAST_SESSION_RECORDS}, beside --gradeff-results)": records,
-             f"the session's selection ({LAST_SESSION_CELLS}, beside --gradeff-results)": cells}
+             f"the session's selection ({LAST_SESSION_CELLS}, beside --gradeff-results)": cells, **(others or {})}
     if baseline is None:
         return colliding_outputs(paths)
     options = _compare_options(compare_args)
@@ -109,11 +115,11 @@ def cell_of_nodeid(nodeid: str, known: set[str]) -> str | None:
     return param if param in known else None
 
 
-def current_records(session_records: list[CellRecord], results: Path, settled: dict) -> list[CellRecord]:
-    """The session's records, plus, under ``--gradeff-resume``, the file's records of the cells it skipped as
-    already settled: those cells were run, by an earlier session, for this very code."""
-    if not settled:
+def current_records(session_records: list[CellRecord], results: Path, kept: Collection) -> list[CellRecord]:
+    """The session's records, plus, under ``--gradeff-resume``, the file's records of the ``(cell, seed)`` runs it
+    kept instead of running them: those were run, by an earlier session, as this very experiment."""
+    if not kept:
         return session_records
-    earlier = [r for r in read_records(results, errors=[]) if (r.cell, r.seed) in settled]
+    earlier = [r for r in read_records(results, errors=[]) if (r.cell, r.seed) in kept]
     ran = {(r.cell, r.seed) for r in session_records}
     return [r for r in earlier if (r.cell, r.seed) not in ran] + session_records

@@ -28,7 +28,7 @@ from gradeff.models import MODELS
 from gradeff.specs.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.strategies import COMPILE_BACKENDS
 from gradeff.studies.grid import AXES, PLURALS, axis_registry
-from gradeff.studies.hparams import MEMORY_MARGIN, largest_caps
+from gradeff.studies.hparams import MEMORY_MARGIN, largest_caps, largest_step
 
 __all__ = ["DEFAULT_RESULTS", "MAX_SEED", "PRECISION", "SETTINGS", "WORLD_SIZE", "Settings", "add_options",
            "benchmark_storage_given", "default_threads", "parse_seed_plan", "parse_seeds", "read_settings",
@@ -208,7 +208,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="grid carbon intensity for CO2-equivalent figures (default 400 g/kWh)")
     group.addoption("--gradeff-resume", action="store_true",
                     help="skip cells that already have a final record (ok, diverged, oom, skipped) in the results "
-                         "file for the same profile, seed, epochs and code version")
+                         "file for the very same experiment (an equal fingerprint of settings, data and weights "
+                         "checksums, threads, kernels, compile, tuning, budget, protocol, rate and code version); "
+                         "re-run the rest, saying what differs")
     group.addoption("--gradeff-memory-budget", type=_byte_size, default=None, metavar="SIZE",
                     help="bytes a training step must fit in (e.g. 2GiB): the budget strategies' target (default: "
                          "the profile's, 10MiB at tiny, 2GiB at paper); any other cell is ended as oom when its "
@@ -286,7 +288,9 @@ class Settings:
         weights: ``(model, local path)`` pairs of ``--gradeff-weights``, resolved and checked.
         seeds: the seeds every cell runs with (``--gradeff-seeds``; else ``(seed,)``), ``seed`` being the first.
         threads: torch's intra-op threads in every cell (``--gradeff-threads``, see :func:`default_threads`).
-        settled: ``(cell id, seed)`` pairs ``--gradeff-resume`` skips → their recorded status (filled by the plugin).
+        settled: ``(cell id, seed)`` → the final record ``--gradeff-resume`` may keep for it
+            (:class:`gradeff.pytest.resume.Earlier`: its status and experiment fingerprint; filled by the plugin). A
+            cell keeps it only where its own fingerprint is equal (:func:`gradeff.pytest.resume.judge`).
         seed_plan: with ``--gradeff-seeds auto``, the adaptive plan (``seeds`` then run from ``seed`` to the
             plan's most); ``None`` for a fixed set of seeds.
         seed_budget: with an adaptive plan, the wall-clock seconds after which no further seed starts.
@@ -320,7 +324,7 @@ class Settings:
     session: str = ""
     seeds: tuple[int, ...] = ()
     threads: int = 1
-    settled: dict[tuple[str, int], str] = field(default_factory=dict)
+    settled: dict[tuple[str, int], object] = field(default_factory=dict)
     seed_plan: SeedPlan | None = None
     seed_budget: float | None = None
     answer: AnswerOptions = AnswerOptions()
@@ -597,7 +601,8 @@ def _data_sources(config: pytest.Config) -> tuple:
                                  columns=tuple(sorted((overrides.get(None, {}) | overrides.get(key, {})).items())),
                                  allow_hub=config.getoption("gradeff_allow_hub"))
         try:
-            real.validate_source(source, root, largest_caps(key, config.getoption("gradeff_profile")))
+            profile = config.getoption("gradeff_profile")
+            real.validate_source(source, root, largest_caps(key, profile), step=largest_step(key, profile))
         except ValueError as exc:
             raise pytest.UsageError(f"--gradeff-data {key}={path or '(built in)'}: {exc}") from None
         sources.append(source)

@@ -30,14 +30,17 @@ from gradeff.pytest.options import (
     read_settings,
     run_config,
 )
-from gradeff.records.results import FINAL_STATUSES, append_record, read_records, record_field
+from gradeff.records.results import read_records, record_field
 from gradeff.scale.shard import ShardPlan
 from gradeff.studies.grid import GRIDS, PLURALS, cells
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
 # --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
-# benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method).
-pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures"]
+# benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method); the file
+# pytest-benchmark's --benchmark-save will write, checked once its storage is open; what --gradeff-resume kept and
+# re-ran; the session's records kept in memory as well as on disk.
+pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures", "gradeff.pytest.plugin_outputs",
+                  "gradeff.pytest.resume", "gradeff.pytest.session_records"]
 _SESSION_KEY = "gradeff_session"
 
 
@@ -66,39 +69,14 @@ def pytest_addhooks(pluginmanager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def _settled_cells(path: Path, *, profile: str, seeds: tuple[int, ...],
-                   epochs: int | None, precision: str = "fp32",
-                   world_size: int | None = None, protocol: str = "tuned") -> dict[tuple[str, int], str]:
-    """``(cell id, seed)`` pairs with a final record for this profile, epoch count, protocol and code version →
-    status."""
-    from gradeff.cell.environment import code_version
-    from gradeff.studies.hparams import hparams_for
-
-    if not path.exists():
-        return {}
-    version = code_version()
-    settled = {}
-    for record in read_records(path, errors=[]):
-        # Cheap tests first: hparams_for is only asked about records that could settle a cell.
-        if (record.model in MODELS and record.status in FINAL_STATUSES and record.profile == profile
-                and record.seed in seeds and record.code_version == version
-                and record_field(record, "hparams", "precision", "fp32") == precision
-                # The same code version writes the protocol: a record without one (made by hand) is not told apart.
-                and record_field(record, "hparams", "protocol", protocol) == protocol
-                # A sharded cell's record settles it only for the same number of processes.
-                and record_field(record, "hparams", "world_size", world_size) == world_size
-                and record_field(record, "hparams", "epochs")
-                == hparams_for(record.model, profile, epochs=epochs, dataset=record.dataset or None).epochs):
-            settled[(record.cell, record.seed)] = record.status
-    return settled
-
-
-def _stop_like_ctrl_c() -> None:
+def _stop_like_ctrl_c(*, controller: bool = False, worker: bool = False) -> None:
     """SIGTERM (what CI timeouts and schedulers send) stops the run as Ctrl-C does; a second signal ends it at once.
 
     The first SIGINT or SIGTERM raises KeyboardInterrupt in the main thread: the running cell is recorded
-    ``interrupted``, the summary is printed and the results file stays whole. A second one, while that
-    is happening, exits without a traceback (status 128 + signal number, the shell's convention).
+    ``interrupted`` (by that signal), the summary is printed and the results file stays whole. A second one, while
+    that is happening, exits without a traceback (status 128 + signal number, the shell's convention). A pytest-xdist
+    ``controller`` passes the first on to its workers (:mod:`gradeff.pytest.workers`); a ``worker`` takes no later
+    interrupt for a second signal (xdist's shutdown interrupts it too), so it is never cut off writing its record.
     """
     import signal
     import sys
@@ -113,11 +91,17 @@ def _stop_like_ctrl_c() -> None:
         if len(received) == 1:
             why = f"signal {signal.Signals(signum).name}"
             stop.request(why)
+            if controller:
+                from gradeff.pytest.workers import forward_to_workers
+
+                forward_to_workers(signum)
             if not _in_finalizer(frame):
                 raise KeyboardInterrupt(why)
             # Raised inside a __del__, Python would print it as ignored and go on: the next optimizer step or
             # test setup raises it instead (gradeff.cell.stop).
             return
+        if worker:
+            return  # the controller ends its workers (and kills one that does not end)
         sys.stderr.write(f"\ngradeff: second {signal.Signals(signum).name}, stopping now\n")
         sys.stderr.flush()
         os._exit(128 + signum)
@@ -180,9 +164,12 @@ def pytest_configure(config: pytest.Config) -> None:
                             "cells (after --gradeff-<axis> options)")
     settings = read_settings(config)
     from gradeff.pytest.gate import path_conflicts
+    from gradeff.pytest.plugin_outputs import plugin_outputs
 
+    # Every output (gradeff's, pytest's and other plugins': --junitxml, --benchmark-json, --log-file...) against every
+    # other, before pytest's logging plugin (trylast) opens its file.
     conflicts = path_conflicts(results=settings.results, report=settings.report, baseline=settings.baseline,
-                               compare_args=settings.compare_args)
+                               compare_args=settings.compare_args, others=plugin_outputs(config))
     if conflicts:
         raise pytest.UsageError("; ".join(conflicts))
     if config.getoption("gradeff_dry_run_json") is not None and config.getoption("gradeff_dry_run") is None:
@@ -190,19 +177,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if model_paths:
         # A model-path model starts from its folder's weights, recorded as --gradeff-weights would be.
         settings = dataclasses.replace(settings, weights=(*settings.weights, *model_paths))
-    _stop_like_ctrl_c()
     # The controller names the session; xdist workers inherit the name so the summary can find
     # exactly this session's records in an append-only file that may hold earlier runs.
     workerinput = getattr(config, "workerinput", None)
+    _stop_like_ctrl_c(controller=workerinput is None and config.getoption("dist", "no") != "no",
+                      worker=workerinput is not None)
     session = workerinput[_SESSION_KEY] if workerinput and _SESSION_KEY in workerinput else uuid.uuid4().hex[:12]
     if workerinput is not None:
         # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).
         settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
-    settled = _settled_cells(settings.results, profile=settings.profile, seeds=settings.seeds,
-                             epochs=settings.epochs,
-                             precision=config.getoption("gradeff_precision"),
-                             world_size=read_world_size(config),
-                             protocol=settings.protocol) if settings.resume else {}
+    from gradeff.pytest.resume import candidates
+
+    # The records --gradeff-resume may keep; each cell keeps its own only for an equal experiment fingerprint.
+    settled = candidates(settings.results, profile=settings.profile, seeds=settings.seeds) if settings.resume else {}
     config.stash[SETTINGS] = settings = dataclasses.replace(settings, session=session, settled=settled)
     if settings.seed_plan is not None:
         from gradeff.pytest.seeding import Seeding
@@ -428,6 +415,7 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     """
     from gradeff.cell.run import run_cell
     from gradeff.pytest.fixtures import cell_setup
+    from gradeff.pytest.session_records import keep
     from gradeff.studies.grid import Cell
 
     settings = request.config.stash[SETTINGS]
@@ -459,9 +447,14 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
             axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, cell)
                     for axis, value in given.items()}
             cell = Cell(cell, **axes, grid=grid)
-        if (cell.id, gradeff_seed) in settings.settled:
-            pytest.skip(f"--gradeff-resume: already recorded as {settings.settled[cell.id, gradeff_seed]} "
-                        f"in {settings.results}")
+        from gradeff.pytest.resume import judge, note
+
+        judgement = judge(request.config, cell, gradeff_seed)
+        if judgement is not None:
+            note(request.node, cell.id, gradeff_seed, judgement)
+            if judgement.reuse:
+                pytest.skip(f"--gradeff-resume: already recorded as {judgement.status} in {settings.results} (the "
+                            f"same experiment: {judgement.fingerprint})")
         used["group"] = cell.model
         if cell == own:
             setup = request.getfixturevalue("_gradeff_setup")
@@ -476,7 +469,8 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
         record = dataclasses.replace(record, seeding=plan.to_record(request.node.stash.get(_SEED_WHY, "")))
         if meters is not None:
             meters._recorded(record)
-        append_record(settings.results, record)
+        # On disk the moment the cell ends, and in memory: a full disk still gets the summary and the verdict.
+        keep(request.config, settings.results, record)
         _tell_progress(request.node, record)
         if record.status == "interrupted":
             # The running cell is on file; now stop the session the way Ctrl-C always does.
@@ -503,14 +497,20 @@ _SESSION_RECORDS = pytest.StashKey[tuple[list, list[str]]]()
 
 
 def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
-    """This session's records and the results file's unreadable lines, read once at session end."""
+    """This session's records and the results file's unreadable lines, read once at session end: the file's records
+    of the session, and those the disk refused, kept in memory (:mod:`gradeff.pytest.session_records`)."""
     if _SESSION_RECORDS not in config.stash:
+        from gradeff.pytest.session_records import merged
+
         settings = config.stash[SETTINGS]
         records: list = []
         errors: list[str] = []
-        if settings.results.exists():
-            records = [r for r in read_records(settings.results, errors=errors) if r.session == settings.session]
-        config.stash[_SESSION_RECORDS] = (records, errors)
+        try:
+            if settings.results.exists():
+                records = [r for r in read_records(settings.results, errors=errors) if r.session == settings.session]
+        except OSError as exc:  # gone or unreadable now: the records kept in memory are the session's
+            errors.append(f"{settings.results}: cannot be read back ({exc.strerror or exc})")
+        config.stash[_SESSION_RECORDS] = (merged(config, records), errors)
     return config.stash[_SESSION_RECORDS]
 
 
@@ -610,9 +610,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         # The skipped seeds' ledger served the workers' decisions; each skip is in the session's test report.
         seeding.ledger.unlink(missing_ok=True)
     from gradeff.pytest.gate import current_records, session_files
+    from gradeff.pytest.session_records import lost_writes
+
+    # Records the disk refused (here or in a worker): each said in one line, and the session exits 74.
+    config.stash[_UNWRITTEN].extend(lost_writes(config))
 
     records, _ = _session_records(config)
-    records = current_records(records, settings.results, settings.settled)
+    from gradeff.pytest.resume import kept_runs
+
+    records = current_records(records, settings.results, kept_runs(config))
     selection = config.stash.get(_SELECTED, [])
     if config.option.collectonly or config.getoption("gradeff_dry_run") is not None:
         # No cell was meant to run: nothing to judge, and the last session's files stay. A dry run's plans
@@ -700,5 +706,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         for line in verdicts:
             write(line)
     if config.stash.get(_UNWRITTEN, []):
-        write(f"gradeff: incomplete output: {len(config.stash[_UNWRITTEN])} file(s) not written (exit 74)")
+        write(f"gradeff: incomplete output: {len(config.stash[_UNWRITTEN])} write(s) lost (exit 74)")
     _incomplete_output(config)

@@ -53,8 +53,8 @@ def load_results(paths: Iterable[str | Path]) -> LoadedResults:
         The records and skipped lines.
 
     Raises:
-        ResultsFileError: a file is missing or unreadable, or has lines but none of them is a
-            readable record (binary data, another kind of file).
+        ResultsFileError: a file is missing or unreadable, has no record at all (empty), or has lines but none of
+            them is a readable record (binary data, another kind of file).
     """
     records: list[CellRecord] = []
     skipped: list[str] = []
@@ -73,6 +73,8 @@ def load_results(paths: Iterable[str | Path]) -> LoadedResults:
         if errors and not found:
             # Not one good line: this is not a results file (or the wrong file), not a damaged one.
             raise ResultsFileError(f"no readable record in {path}; " + bad_lines(errors))
+        if not found:
+            raise ResultsFileError(f"{path}: no records (an empty file)")
         records.extend(found)
         skipped.extend(errors)
         sources.append(path)

@@ -1,8 +1,9 @@
 """Every file the suite writes (report, CSV, gate output, last-session files, merged results): written whole or
 not at all, a failure said in one line, and no two outputs on one path.
 
-A file is written to a temporary file beside it, flushed to disk, then renamed over the target, so a reader (a
-browser, a CI upload, the next session) sees the old file or the new one, never half of one. When the disk is
+A file is written to a temporary file beside it, flushed to disk, then renamed over the target and the folder's
+entry flushed too, so a reader (a browser, a CI upload, the next session) sees the old file or the new one, never
+half of one, and after a crash the name holds the new file. When the disk is
 full or failing (``ENOSPC``, ``EIO``, ``EDQUOT``, ...) the temporary file is removed, the target keeps what it
 held, and :class:`OutputError` carries one line naming the file and the reason; the caller prints it, goes on
 printing its summary and verdict, and exits :data:`EXIT_INCOMPLETE_OUTPUT`.
@@ -78,12 +79,28 @@ def write_with(path: str | os.PathLike[str], write: Callable[[TextIO], object]) 
             os.fsync(handle.fileno())
         os.replace(temporary, path)
         temporary = None
+        # The folder's entry too: after a crash the name holds the new file, not the old one or nothing.
+        _fsync_folder(path.parent)
     except OSError as exc:
         raise OutputError(path, exc) from exc
     finally:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
     return path
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # a folder that cannot be opened for reading (no read permission): the rename stands
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):  # file systems that cannot sync a folder
+            raise
+    finally:
+        os.close(fd)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:

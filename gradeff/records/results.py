@@ -15,18 +15,21 @@ Reading puts the value back, so a NaN survives the round trip as a NaN, never as
 
 Appends are crash-safe: a line is written with one ``write`` and ``fsync``; a file whose last line
 was torn (a writer killed mid-line, a copy cut short) first gets its missing newline, so the torn line
-costs only itself and the next record starts a line of its own. Reading skips an unreadable line —
+costs only itself and the next record starts a line of its own. An append the disk refuses (full, failing) is
+truncated back, leaving no partial line, and raises one line naming the file and why. Reading skips an unreadable line —
 bad JSON, a bad record, bytes that are not UTF-8 — and reports it with its line number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = [
@@ -36,7 +39,9 @@ __all__ = [
 ]
 
 # 5: ``seeding``: the seed plan (fixed or adaptive) and why a seed past the first ones ran; older records read
-#    as fixed plans of the seeds they hold.
+#    as fixed plans of the seeds they hold. ``experiment``: the experiment's fingerprint (a digest of every input
+#    that can change the numbers, and the inputs; gradeff.records.fingerprint), what --gradeff-resume compares;
+#    versions 1–4 are read with an empty one (never resumed: nothing says which experiment they were).
 # 4: three splits — ``heldout_*`` figures are the test split's, ``validation_*`` the validation split's —, the
 #    test curve at optimizer-step resolution (``curve``, ``evaluation``) and whether the target was reached
 #    (``summary.target_reached``); versions 1–3 are read as they were (their held-out split was the only one).
@@ -117,9 +122,10 @@ SECTION_FIELDS: dict[str, frozenset[str]] = {
                           "optimizer_kernel", "world_size"}),
     # how many seeds the run spent and why this one ran (gradeff.analysis.sequential.SeedPlan.to_record)
     "seeding": frozenset({"plan", "first", "most", "level", "why"}),
+    "experiment": frozenset({"fingerprint", "inputs", "error"}),
     "environment": frozenset({"python", "torch", "transformers", "cuda", "platform", "cpu", "cpu_id", "cpu_count",
                               "cpu_capability", "kernel_env", "device", "device_name", "gpu_driver", "gpu_index",
-                              "gpu_uuid", "torch_threads", "process"}),
+                              "gpu_uuid", "torch_threads", "numerics_probe", "process"}),
 }
 
 
@@ -344,7 +350,10 @@ class CellRecord:
         hparams: the hyper-parameters used (the method's under ``method``).
         seeding: the seed plan the run followed (fixed, or adaptive with its first and most seeds and the level
             each look tests at) and, for a seed past the first ones, why it ran (what was still open).
-        environment: versions, device and CPU of the machine.
+        environment: versions, device and CPU of the machine, and the numerics probe of its kernels.
+        experiment: the experiment's fingerprint and the inputs it hashes (settings, data and weights checksums,
+            threads, kernels, compile, tuning, budget, protocol and rate, code version; see
+            :mod:`gradeff.records.fingerprint`): ``--gradeff-resume`` keeps a record only for an equal one.
         meters: measurements of the meters (RAM, GPU, energy, memory breakdown), by meter.
         session: id of the pytest session (or run) that produced the record.
         code_version: gradeff's version and a hash of its source, so a resumed run never mixes
@@ -379,6 +388,7 @@ class CellRecord:
     hparams: dict = field(default_factory=dict)
     seeding: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
+    experiment: dict = field(default_factory=dict)
     meters: dict = field(default_factory=dict)
     session: str = ""
     code_version: str = ""
@@ -421,6 +431,8 @@ class CellRecord:
             return _NONFINITE[name]
 
         data = json.loads(text, parse_constant=constant)
+        if _SURROGATE_ESCAPE.search(text):
+            data = _whole_characters(data)
         if tokens and isinstance(data, dict) and _version_at_least(data.get("schema_version"), 3):
             raise ValueError(f"{tokens[0]} is not JSON: a version-3 record stores a non-finite number as null "
                              f"and names it under {NONFINITE_KEY!r}")
@@ -446,12 +458,78 @@ class CellRecord:
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown record fields: {sorted(unknown)}")
+        # Every value of the kind its field holds, said by name: a reader (summary, report, gate) computes with them.
+        _check_kinds(cls, data, "", skip=("schema_version",))
+        epochs = data.get("epochs", ())
+        for index, epoch in enumerate(epochs):
+            _check_kinds(EpochRecord, epoch, f"epochs[{index}].")
+        _check_kinds(Summary, data["summary"], "summary.")
         # Version 1 had no grid, method or dataset fields: their defaults are what it meant.
         values = dict(data) | {"schema_version": SCHEMA_VERSION}
-        values["epochs"] = tuple(EpochRecord(**e) for e in data.get("epochs", ()))
+        values["epochs"] = tuple(EpochRecord(**e) for e in epochs)
         values["curve"] = tuple(data.get("curve", ()))
         values["summary"] = Summary(**data["summary"])
         return cls(**values)
+
+
+# A JSON escape of a UTF-16 surrogate: a string may then hold a lone one, which is no character at all.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _whole_characters(value: object) -> object:
+    """``value`` with every lone surrogate in its strings (``"\\ud800"`` in JSON, from a writer that cut a character
+    in half) replaced by U+FFFD, and escaped pairs joined into their character: a lone surrogate is no text any
+    encoder writes, so a terminal, a CSV or a parquet file would fail on it instead of showing the record."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_whole_characters(key): _whole_characters(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_characters(item) for item in value]
+    return value
+
+
+# What each annotation of the record's dataclasses admits from JSON (``float`` takes an integer too; neither number
+# takes a boolean).
+_KINDS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,), "None": (type(None),),
+          "tuple": (list, tuple), "Summary": (dict,), "EpochRecord": (dict,)}
+
+
+def _admits(annotation: str, value: object) -> bool:
+    for part in annotation.split("|"):
+        kind = part.strip().split("[")[0]
+        if kind in ("int", "float") and isinstance(value, bool):
+            continue
+        if isinstance(value, _KINDS.get(kind, (object,))):
+            return True
+    return False
+
+
+def _check_kinds(cls: type, data: object, where: str, skip: tuple[str, ...] = ()) -> None:
+    """Raise ``ValueError`` naming the first field of ``data`` (a record's, an epoch's or its summary's) that is
+    missing, unknown or of another kind than ``cls`` declares (``epochs[0].seconds is null, expected float``)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where.rstrip('.') or 'a record'} is {_kind(data)}, expected an object")
+    declared = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(declared))
+    if unknown:
+        raise ValueError(f"unknown {where.rstrip('.') or 'record'} fields: {unknown}")
+    for name, spec in declared.items():
+        if name in skip:
+            continue
+        if name not in data:
+            if spec.default is MISSING and spec.default_factory is MISSING:
+                raise ValueError(f"{where}{name} is missing")
+            continue
+        if not _admits(spec.type, data[name]):
+            raise ValueError(f"{where}{name} is {_kind(data[name])}, expected {spec.type}")
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    text = json.dumps(value, default=repr)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:39] + '…'}"
 
 
 def _version_at_least(version: object, least: int) -> bool:
@@ -503,24 +581,43 @@ def append_record(path: str | Path, record: CellRecord) -> None:
     """Append ``record`` as one line to ``path``, durably, as soon as a cell ends.
 
     One ``write`` on an ``O_APPEND`` descriptor puts the whole line at the end of the file even
-    when several pytest-xdist workers append at once; ``fsync`` keeps it through a crash. A file
-    that does not end with a newline (its last line was torn) gets one in the same write, so the
-    torn line stays a bad line of its own instead of swallowing this record.
+    when several pytest-xdist workers append at once (an exclusive ``flock`` keeps a failed append's undoing
+    from touching another writer's line); ``fsync`` keeps it through a crash. A file that does not end with a
+    newline (its last line was torn) gets one in the same write, so the torn line stays a bad line of its own
+    instead of swallowing this record.
+
+    Raises:
+        OutputError: the disk refused the line (full, failing): whatever part of it was written is truncated
+            back, so the file holds exactly what it held before, and the message names the file and the reason.
     """
+    import fcntl
+
+    from gradeff.records.outputs import OutputError
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = (record.to_json() + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise OutputError(path, exc) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
-        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-        view = memoryview(line)
-        while view:  # a regular file takes the whole line at once; the loop only guards a short write
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        try:
+            if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            view = memoryview(line)
+            while view:  # a regular file takes the whole line at once; the loop only guards a short write
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as exc:
+            # No partial line left behind: the next append (or the next session) starts on a clean line.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise OutputError(path, exc) from exc
     finally:
-        os.close(fd)
+        os.close(fd)  # closing releases the lock
 
 
 def latest_by_cell(records: Iterable[CellRecord]) -> dict[str, CellRecord]:

@@ -16,8 +16,9 @@ __all__ = ["BIDI_CONTROLS", "FORMULA_PREFIXES", "csv_safe", "one_line"]
 # LRE, RLE, PDF, LRO, RLO, LRI, RLI, FSI, PDI, ALM, LRM, RLM.
 BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u061c\u200e\u200f"
 # What a spreadsheet reads as the start of a formula (OWASP's list: = + - @ and the tab and carriage return
-# that some strip first).
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# that some strip first; a line feed, which some strip too). A first character is compared in its compatibility form
+# (NFKC), so a fullwidth ＝ or a small ﹦, which a spreadsheet may take for "=", is guarded as well.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "\n")
 _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 
 
@@ -39,5 +40,6 @@ def one_line(text: object) -> str:
 
 
 def csv_safe(text: str) -> str:
-    """A CSV cell a spreadsheet shows as text: one that begins like a formula gets a leading ``'``."""
-    return f"'{text}" if text.startswith(FORMULA_PREFIXES) else text
+    """A CSV cell a spreadsheet shows as text: one that begins like a formula (in any compatibility form of its first
+    character: ``＝`` is ``=``) gets a leading ``'``."""
+    return f"'{text}" if unicodedata.normalize("NFKC", text[:1]).startswith(FORMULA_PREFIXES) else text

@@ -465,8 +465,9 @@ def target_table(model_slug: str, runs: Mapping[str, CellRuns], optimizers: Sequ
     rows = tuple(Row(label=display_name(OPTIMIZERS, opt),
                      cells=tuple(_target_cell(by_cell.get((opt, st)), min(means) if means else None)
                                  for st in strategies)) for opt in optimizers)
-    every = sorted({record_field(r, "evaluation", "every_steps") for r in records
-                    if record_field(r, "evaluation", "every_steps")})
+    # Numbers only: a hand-edited record may hold anything there, and the table still renders.
+    every = sorted({round(n) for n in (as_number(record_field(r, "evaluation", "every_steps")) for r in records)
+                    if n})
     return Table(id=f"{model_slug}-to-target", caption="Optimizer steps to the target test loss",
                  header=("optimizer", *strategies), rows=rows,
                  note=f"{target}halfway from the untrained model's test loss to the test split's floor. "
@@ -486,7 +487,7 @@ def protocol_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
     latest: dict[tuple, CellRecord] = {}
     for record in records:
         protocol = record_field(record, "hparams", "protocol")
-        if protocol and record.grid == "main":
+        if isinstance(protocol, str) and protocol and record.grid == "main":
             latest[(protocol, record.cell, record.seed)] = record
     protocols = tuple(dict.fromkeys(key[0] for key in latest))
     if len(protocols) < 2:

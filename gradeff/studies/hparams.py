@@ -24,8 +24,8 @@ from gradeff.specs.profiles import HParams, validate_profile
 
 __all__ = [
     "MEMORY_BUDGETS", "MEMORY_MARGIN", "PRETRAIN_HPARAMS", "HParams", "MethodHParams",
-    "PretrainHParams", "hparams_for", "largest_caps", "lr_centre", "lr_grid", "method_hparams_for", "pretrain_hparams",
-    "task_default",
+    "PretrainHParams", "hparams_for", "largest_caps", "largest_step", "lr_centre", "lr_grid", "method_hparams_for",
+    "pretrain_hparams", "task_default",
 ]
 
 
@@ -162,6 +162,17 @@ def lr_centre(optimizer: str, cell_rate: float) -> float:
     from gradeff.optim import OPTIMIZERS
 
     return OPTIMIZERS[optimizer].lr_centre or cell_rate
+
+
+def largest_step(dataset: str, profile: str) -> int:
+    """The most samples one optimizer step of ``profile`` takes (``batch_size × accum_steps``) among the models that
+    train on ``dataset``'s kind of task: the training rows real data must hold for every such cell to run."""
+    from gradeff.data import TASKS
+
+    kind = TASKS[dataset].kind
+    sizes = [hparams_for(model, profile, dataset=dataset) for model, spec in MODELS.items()
+             if spec.task in TASKS and TASKS[spec.task].kind == kind]
+    return max((hp.batch_size * hp.accum_steps for hp in sizes), default=1)
 
 
 def largest_caps(dataset: str, profile: str) -> tuple[int, int]:

@@ -2,6 +2,8 @@
 
 import hashlib
 import json
+import os
+import stat
 import threading
 from pathlib import Path
 
@@ -241,3 +243,14 @@ def test_a_registered_backbone_pretrains_at_its_own_image_size(tmp_path):
         assert pretrained_folder("my_vit", "tiny", 0, tmp_path).name.startswith("my_vit-tiny-seed0-")
     finally:
         MODELS.reset()
+
+
+def test_hostile_a_pretrained_folder_gets_the_permissions_of_a_plain_mkdir(tmp_path, quick_recipe):
+    """mkdtemp's staging folder is owner-only (0700): renamed into place as it was, a cache on a shared disk would
+    serve one account only. It gets what mkdir gives under the umask."""
+    umask = os.umask(0o022)
+    try:
+        folder = Path(starting_weights("vit_s", "tiny", 0, cache_dir=tmp_path).path)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755

@@ -7,6 +7,7 @@ import torch
 
 from gradeff.data import TASKS
 from gradeff.data.cache import cache_file, cached, source_digest
+from gradeff.data.checksums import CacheRebuiltWarning
 from gradeff.data.dataset import Dataset
 
 _BUILDER = "gradeff.data.standins:objects"
@@ -88,7 +89,12 @@ def test_a_damaged_copy_is_drawn_again(tmp_path, damage):
         checksum.write_text("0" * 64 + "\n")
     else:
         checksum.unlink()
-    again = cached(_BUILDER, _SIZES, _counting(calls), root=tmp_path)
+    with pytest.warns(CacheRebuiltWarning) as caught:
+        again = cached(_BUILDER, _SIZES, _counting(calls), root=tmp_path)
+    # One line naming the file and why (a checksum that lies about the bytes reads as the bytes being changed).
+    (message,) = [str(w.message) for w in caught]
+    why = "no readable" if damage == "no-checksum" else "do not match its sha256"
+    assert message.startswith(f"cache {path}: ") and why in message and message.endswith("rebuilding it")
     assert len(calls) == 2
     _same(again, _draw())
     cached(_BUILDER, _SIZES, _counting(calls), root=tmp_path)

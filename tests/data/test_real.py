@@ -128,21 +128,20 @@ def test_prepared_tensors_are_cached_and_reused(formats, tmp_path):
     batch = second.batch(torch.arange(4))
     assert batch["pixel_values"].dtype == torch.float32 and batch["pixel_values"].shape == (4, 3, 16, 16)
     assert -1.0 <= float(batch["pixel_values"].min()) and float(batch["pixel_values"].max()) <= 1.0
-    assert len(list((tmp_path / "data" / "prepared").iterdir())) == 1
+    assert len(list((tmp_path / "data" / "prepared").glob("*.pt"))) == 1
 
 
-def test_a_file_two_workers_write_at_once_is_the_first_that_landed(tmp_path):
-    """The built-in datasets and the prepared tensors are written by whichever worker gets there; a later writer never
-    replaces the file (its mtime is part of the prepared tensors' cache key), and leaves no temporary behind."""
+def test_a_built_file_is_written_once_and_kept_while_sound(tmp_path):
+    """The built-in datasets are written by whichever worker takes the lock first, with their checksum; a later caller
+    finds the file sound and never writes it again (its mtime is part of the prepared tensors' cache key), and no
+    temporary is left behind."""
     target = tmp_path / "digits.parquet"
-
-    def write(tmp: Path) -> None:
-        tmp.write_bytes(b"second")
-        target.write_bytes(b"first")  # another worker's file lands while this one writes
-
-    assert real._atomic_write(target, write) == target
-    assert target.read_bytes() == b"first" and [p.name for p in tmp_path.iterdir()] == [target.name]
-    assert real._atomic_write(target, lambda tmp: pytest.fail("an existing file is not written again")) == target
+    assert real._checked_file(target, lambda tmp: tmp.write_bytes(b"first")) == target
+    mtime = target.stat().st_mtime_ns
+    assert real._checked_file(target, lambda tmp: pytest.fail("a sound file is not written again")) == target
+    assert target.read_bytes() == b"first" and target.stat().st_mtime_ns == mtime
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["digits.parquet", "digits.parquet.lock",
+                                                          "digits.parquet.sha256"]
 
 
 def test_no_network_call_is_attempted(formats, tmp_path, monkeypatch):
@@ -393,7 +392,8 @@ def test_a_corrupt_image_is_named_by_file_and_row(tmp_path):
 def test_a_corrupt_image_in_an_imagefolder_stops_the_session_before_any_cell(pytester, tmp_path):
     """An imagefolder with one truncated file: the session stops at its start (usage error) naming that file,
     not in every cell with an error that names none."""
-    _image_folder(tmp_path / "folder", {"train": 12, "test": 4}, 2, seed=3)
+    # (40 training rows: more than one optimizer step, so only the image stops the session.)
+    _image_folder(tmp_path / "folder", {"train": 40, "test": 4}, 2, seed=3)
     bad = tmp_path / "folder" / "train" / "class1" / "7.png"
     bad.write_bytes(bad.read_bytes()[:30])
     grid = Path(__file__).parents[2] / "benchmarks" / "test_real_grid.py"
@@ -436,3 +436,43 @@ def test_the_digits_are_read_from_scikit_learns_file_exactly_as_load_digits_read
     digits = load_digits()
     assert pixels.shape == (1797, 8, 8) and np.array_equal(pixels, digits.images)
     assert np.array_equal(labels, digits.target) and labels.dtype.kind == "i"
+
+
+def _rows_parquet(path: Path, rows: int, *, null_image: int | None = None, null_label: int | None = None) -> Path:
+    """A CIFAR-100-shaped parquet (img, fine_label) of ``rows`` rows, one image or label left empty where asked."""
+    data = _image_rows(rows, 4, 7)
+    images = [None if i == null_image else image for i, image in enumerate(data["image"])]
+    labels = [None if i == null_label else label for i, label in enumerate(data["label"])]
+    features = datasets.Features({"img": datasets.Image(), "fine_label": datasets.ClassLabel(num_classes=4)})
+    datasets.Dataset.from_dict({"img": images, "fine_label": labels}, features=features).to_parquet(str(path))
+    return path
+
+
+@pytest.mark.parametrize(("broken", "message"), [
+    ({"null_image": 3}, r"the 'train' split, row 3: the image \('img'\) is empty \(null\); each row needs an image"),
+    ({"null_label": 5}, r"the 'train' split, row 5: the label \('fine_label'\) is empty \(null\)"),
+])
+def test_hostile_an_empty_image_or_label_is_named_before_any_cell(tmp_path, broken, message):
+    """A parquet with a null image or label once passed the up-front check and failed inside the cell."""
+    source = DataSource(key="cifar100", path=str(_rows_parquet(tmp_path / "c.parquet", 300, **broken)))
+    with pytest.raises(ValueError, match=message):
+        validate_source(source, tmp_path, (256, 64), step=128)
+
+
+def test_hostile_fewer_training_rows_than_one_step_are_refused_before_any_cell(tmp_path):
+    """40 rows, 20 % and 10 % carved out for test and validation: 28 left to train on, fewer than a step of 128."""
+    source = DataSource(key="cifar100", path=str(_rows_parquet(tmp_path / "c.parquet", 40)))
+    with pytest.raises(ValueError, match=r"^cifar100: the 'train' split has 28 rows \(20% of 'train' held out.*fewer "
+                                         r"than one optimizer step of this profile takes \(128\); give at least 128"):
+        validate_source(source, tmp_path, (256, 64), step=128)
+    assert validate_source(source, tmp_path, (256, 64), step=16)["train_rows"] == 28
+
+
+def test_hostile_a_bad_parquet_stops_the_session_with_one_line(pytester, tmp_path):
+    """The option's check (exit 4, one line naming the option, the file and the row), not an error in every cell."""
+    bad = _rows_parquet(tmp_path / "c.parquet", 300, null_label=2)
+    outcome = pytester.runpytest_subprocess("-p", "gradeff.pytest_plugin", f"--gradeff-data=cifar100={bad}",
+                                            f"--gradeff-cache={tmp_path / 'cache'}")
+    assert outcome.ret == pytest.ExitCode.USAGE_ERROR
+    outcome.stderr.fnmatch_lines([f"ERROR: --gradeff-data cifar100={bad}: cifar100={bad}, the 'train' split, row 2: "
+                                  "the label ('fine_label') is empty (null)*"])

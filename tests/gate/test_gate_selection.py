@@ -7,19 +7,19 @@ import pytest
 from gradeff.pytest.gate import cell_of_nodeid
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
-# Loses the record of one cell, as a crash between training and writing would.
+# Loses the record of one cell, on disk and in memory, as a crash between training and writing would.
 LOSE_ONE = """
-import gradeff.pytest.plugin as plugin
+import gradeff.pytest.session_records as session_records
 
-_append = plugin.append_record
+_keep = session_records.keep
 
 
-def _lossy(path, record):
+def _lossy(config, path, record):
     if record.cell != "llm-sgd-accum":
-        _append(path, record)
+        _keep(config, path, record)
 
 
-plugin.append_record = _lossy
+session_records.keep = _lossy
 """
 
 

@@ -145,7 +145,7 @@ def test_a_full_disk_at_the_end_still_gives_summary_and_verdict(grid_pytester, r
         f"gradeff: error: cannot write {results.parent}/last-session.cells: No space left on device (ENOSPC)",
         f"gradeff: error: cannot write {grid_pytester.path}/report.html: No space left on device (ENOSPC)",
         f"*gradeff compare with*: {verdict}*",
-        "gradeff: incomplete output: 3 file(s) not written (exit 74)",
+        "gradeff: incomplete output: 3 write(s) lost (exit 74)",
     ])
     assert "Traceback" not in outcome.stdout.str() + outcome.stderr.str()
     assert len(list(read_records(results))) == 1  # the store appends without the atomic writer: its record is there

@@ -305,9 +305,13 @@ def test_run_judges_records_given_in_memory_and_prints_nothing(tmp_path, capsys)
     absent = str(tmp_path / "never-written.jsonl")
     same = run(arguments(base, absent), current_records=[record()], selected_cells=["llm-adam-standard"])
     assert (same.code, same.error) == (0, None) and same.comparison.cells_compared == 1
-    assert same.text == "no change beyond tolerance\n\n0 regressions in 0 cells, 0 improvements, 1 cell compared\n"
+    assert same.text == ("rules: exact (1e-6): neither run has a numerics probe (recorded before probes), so the CPU "
+                         "model, threads and kernel settings decide, as before probes, and they match (1 cell: "
+                         "llm-adam-standard)\n\nno change beyond tolerance\n\n0 regressions in 0 cells, "
+                         "0 improvements, 1 cell compared\n")
     worse = run(arguments(base, absent, "--markdown"), current_records=[record(final_loss=2.0)])
-    assert worse.code == 1 and worse.comparison.regressions and worse.text.startswith("|")
+    assert worse.code == 1 and worse.comparison.regressions and worse.text.startswith("- rules: exact (1e-6): ")
+    assert worse.text.splitlines()[2].startswith("|")
     unusable = run(arguments(base, base))
     assert unusable.code == 2 and unusable.comparison is None and "compared with itself" in unusable.error
     assert capsys.readouterr() == ("", "")
@@ -358,3 +362,26 @@ def test_the_table_ends_with_one_newline(tmp_path, capsys):
 
 def test_a_record_without_an_environment_has_no_numerics():
     assert numerics(record(environment=None)) == numerics(record(environment={}))
+
+
+def test_a_selected_cell_the_baseline_lacks_is_a_regression_under_strict(tmp_path):
+    """Without --strict it is listed (only in current); with it, it is a regression naming the refresh, also when it is
+    the only cell selected (no cell in common is then not 'unusable input')."""
+    base = tmp_path / "b.jsonl"
+    append_record(base, record("llm-adam-standard"))
+    current = tmp_path / "c.jsonl"
+    for cell in ("llm-adam-standard", "llm-adam-accum"):
+        append_record(current, record(cell))
+    cells = tmp_path / "cells"
+    cells.write_text("llm-adam-standard\nllm-adam-accum\n")
+    lenient = run(arguments(base, current, f"--cells {cells}"))
+    assert lenient.code == 0 and lenient.comparison.only_in_current == ("llm-adam-accum",)
+    strict = run(arguments(base, current, f"--cells {cells} --strict"))
+    assert strict.code == 1 and strict.comparison.unbaselined == ("llm-adam-accum",)
+    (row,) = strict.comparison.regressions
+    assert (row.cell, row.metric, row.before, row.after) == ("llm-adam-accum", "presence", "missing", "present")
+    assert "not in the baseline (--strict)" in row.note
+    cells.write_text("llm-adam-accum\n")
+    alone = run(arguments(base, current, f"--cells {cells} --strict"))
+    assert alone.code == 1 and alone.comparison.unbaselined == ("llm-adam-accum",)
+    assert run(arguments(base, current, f"--cells {cells}")).code == 2  # nothing to judge, said as before

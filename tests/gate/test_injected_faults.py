@@ -61,11 +61,13 @@ def test_a_one_percent_learning_rate_change_is_caught(baseline, tmp_path, capsys
     assert main([baseline, changed, "--ignore", "time_per_epoch", "--rule", "*_loss:rtol=1e-3"]) == 0
 
 
-def _as_if_recorded_on(path: str, out, cpu: str, cpu_id: str) -> str:
-    """``path``'s records, relabelled as recorded on another CPU model: a simulated foreign baseline."""
+def _as_if_recorded_on(path: str, out, cpu: str, cpu_id: str, probe: str | None = "v1:" + "0" * 24) -> str:
+    """``path``'s records, relabelled as recorded on another CPU model whose kernels give another numerics probe (a
+    simulated foreign baseline), or, with ``probe=None``, the same probe (another name over the same kernels)."""
     for line in open(path, encoding="utf-8"):
         record = CellRecord.from_json(line)
-        append_record(out, replace(record, environment=record.environment | {"cpu": cpu, "cpu_id": cpu_id}))
+        moved = {"cpu": cpu, "cpu_id": cpu_id} | ({"numerics_probe": probe} if probe else {})
+        append_record(out, replace(record, environment=record.environment | moved))
     return str(out)
 
 
@@ -86,5 +88,11 @@ def test_on_a_foreign_cpu_a_one_percent_learning_rate_change_still_fails(baselin
     assert main([foreign, unchanged, "--ignore", "time_per_epoch"]) == 0
     assert "losses judged within a band measured by the baseline's perturbation runs" in capsys.readouterr().out
     lr = hparams_for(CELL.model, CONFIG.profile).lr * 1.01
-    assert main([foreign, _run(tmp_path, "lr", replace(CONFIG, lr=lr)), "--ignore", "time_per_epoch"]) == 1
+    faulty = _run(tmp_path, "lr", replace(CONFIG, lr=lr))
+    assert main([foreign, faulty, "--ignore", "time_per_epoch"]) == 1
     assert re.search(r"llm-adam-standard\s+final_loss\s.*\sregression\s.*\(band: 3 × ", capsys.readouterr().out)
+    # Another CPU name over the very same kernels (an equal probe): judged exactly, and the gate says why.
+    renamed = _as_if_recorded_on(baseline, tmp_path / "renamed.jsonl", *epyc, probe=None)
+    assert main([renamed, unchanged, "--ignore", "time_per_epoch"]) == 0
+    assert "rules: exact (1e-6): the numerics probe " in capsys.readouterr().out
+    assert main([renamed, faulty, "--ignore", "time_per_epoch"]) == 1

@@ -5,10 +5,11 @@ from dataclasses import replace
 
 import pytest
 
-from gradeff.gate.compare import compare_records, main
+from gradeff.gate.compare import compare_records, format_table, main, rules_line
 from gradeff.gate.portability import (
     NUMERICS_KEYS,
     PERTURBATIONS,
+    PROBE_KEYS,
     Band,
     Sensitivity,
     deviation,
@@ -17,6 +18,7 @@ from gradeff.gate.portability import (
     numerics_differences,
     perturbations,
     perturbed_path,
+    same_numerics,
     sensitivities,
 )
 from gradeff.records.results import EpochRecord, Summary, append_record
@@ -45,12 +47,39 @@ def run(cell="llm-cgd-standard", environment=HERE, scale=1.0, **overrides):
 
 def test_numerics_reads_every_key_and_only_the_device_kind():
     """Every NUMERICS_KEYS value, None where absent; cuda:0 and cuda:1 are one device kind."""
-    assert numerics(run()) == tuple(HERE[key] for key in NUMERICS_KEYS)
-    assert numerics(run(environment={})) == (None,) * len(NUMERICS_KEYS)
-    assert numerics(run(environment=HERE | {"device": "cuda:1"}))[NUMERICS_KEYS.index("device")] == "cuda"
+    assert numerics(run()) == ("cpu", *(HERE[key] for key in NUMERICS_KEYS))
+    assert numerics(run(environment={})) == ("cpu", *(None,) * len(NUMERICS_KEYS))
+    assert numerics(run(environment=HERE | {"device": "cuda:1"}))[1 + NUMERICS_KEYS.index("device")] == "cuda"
     on_gpu = [numerics(run(environment=HERE | {"device": device})) for device in ("cuda:0", "cuda:1")]
     assert on_gpu[0] == on_gpu[1]
     assert numerics(run(environment=HERE | {"cpu_count": 64})) == numerics(run())  # cores: not a numerics key
+
+
+PROBE, OTHER_PROBE = "v1:45962c56ddf95e04e1f61dba", "v1:80be77a6cc7caaaca172c2ba"
+
+
+def test_with_a_probe_the_probe_decides_whatever_the_cpu_is_called():
+    """Two CPUs of other names and instruction sets whose probes agree are one numerics environment; one CPU whose
+    probe changed (another MKL, another kernel path) is not. A GPU's name stays a key (the probe runs on the CPU)."""
+    here, there = run(environment=HERE | {"numerics_probe": PROBE}), run(environment=THERE | {"numerics_probe": PROBE})
+    assert numerics(here) == ("probe", *(HERE[key] if key != "numerics_probe" else PROBE for key in PROBE_KEYS))
+    assert same_numerics(here, there) and numerics_differences(here, there) == {}
+    changed = run(environment=HERE | {"numerics_probe": OTHER_PROBE})
+    assert not same_numerics(here, changed)
+    assert numerics_differences(here, changed) == {"numerics_probe": (PROBE, OTHER_PROBE)}
+    assert not same_numerics(here, run(environment=THERE | {"numerics_probe": PROBE, "torch_threads": 2}))
+    gpus = [run(environment=HERE | {"numerics_probe": PROBE, "device": "cuda:0", "device_name": name})
+            for name in ("NVIDIA H100", "NVIDIA L4")]
+    assert not same_numerics(*gpus)
+
+
+def test_a_record_without_a_probe_falls_back_to_the_cpu_keys():
+    """A baseline recorded before probes meets a current run with one: the CPU's keys decide, as before."""
+    old, probed = run(), run(environment=HERE | {"numerics_probe": PROBE})
+    assert same_numerics(old, probed)
+    assert not same_numerics(old, run(environment=THERE | {"numerics_probe": PROBE}))
+    assert numerics_differences(old, run(environment=AVX2 | {"numerics_probe": PROBE})) == {
+        "cpu_capability": ("AVX512", "AVX2"), "kernel_env": (None, "ATEN_CPU_CAPABILITY=avx2")}
 
 
 def test_numerics_differences_name_each_key():
@@ -327,3 +356,44 @@ def test_an_unreadable_perturbation_line_fails_under_strict(tmp_path, capsys):
     assert main([paths["tiny"], paths["current"]]) == 0
     assert "skipped 1 unreadable line" in capsys.readouterr().out
     assert main([paths["tiny"], paths["current"], "--strict"]) == 2
+
+
+def test_equal_probes_are_judged_exactly_on_a_cpu_of_another_name_and_the_gate_says_why():
+    """A CPU of another vendor whose probe equals the baseline's repeats the baseline's bits: a 1e-5 change (inside
+    any band) is a regression there, and the gate's rules line says exact, because the probes are equal."""
+    baseline = [run(environment=HERE | {"numerics_probe": PROBE})]
+    perturbed = [run(environment=TWO_THREADS | {"numerics_probe": OTHER_PROBE}, scale=1.05)]
+    comparison = compare_records(baseline, [run(environment=THERE | {"numerics_probe": PROBE}, scale=1 + 1e-5)],
+                                 perturbed=perturbed)
+    assert verdicts(comparison) == {"llm-cgd-standard": "regression"} and comparison.numerics == ()
+    assert comparison.judged_by == (
+        f"exact (1e-6): the numerics probe {PROBE} equals the baseline's, whatever the CPU's name (Intel(R) Xeon(R) "
+        "Processor baseline, AMD EPYC 9R14 current) (1 cell: llm-cgd-standard)",)
+    assert rules_line(comparison).startswith("rules: exact (1e-6): the numerics probe ")
+    assert rules_line(comparison) in format_table(comparison).splitlines()
+
+
+def test_another_probe_on_the_same_cpu_gets_the_band_and_the_gate_says_why():
+    baseline = [run(environment=HERE | {"numerics_probe": PROBE})]
+    perturbed = [run(environment=TWO_THREADS | {"numerics_probe": OTHER_PROBE}, scale=1.01)]
+    comparison = compare_records(baseline, [run(environment=HERE | {"numerics_probe": "v1:0"}, scale=1.02)],
+                                 perturbed=perturbed)
+    assert verdicts(comparison) == {"llm-cgd-standard": "ok"}
+    assert comparison.judged_by == (f"band: the numerics probe differs ({PROBE} baseline vs v1:0 current) (1 cell: "
+                                    "llm-cgd-standard)",)
+
+
+def test_a_baseline_without_probes_keeps_todays_rule_and_says_so():
+    """The committed baseline predates probes: a run with one is judged on the CPU's keys (foreign: the band)."""
+    perturbed = [run(environment=TWO_THREADS, scale=1.01)]
+    comparison = compare_records([run()], [run(environment=THERE | {"numerics_probe": PROBE}, scale=1.02)],
+                                 perturbed=perturbed)
+    assert verdicts(comparison) == {"llm-cgd-standard": "ok"}
+    (why,) = comparison.judged_by
+    assert why.startswith("band: the baseline has no numerics probe (recorded before probes), so the CPU model, "
+                          "threads and kernel settings decide, as before probes, and they differ (cpu Intel(R) Xeon(R) "
+                          "Processor (baseline) vs AMD EPYC 9R14 (current)")
+    same_cpu = compare_records([run()], [run(environment=HERE | {"numerics_probe": PROBE}, scale=1 + 1e-5)],
+                               perturbed=perturbed)
+    assert verdicts(same_cpu) == {"llm-cgd-standard": "regression"}
+    assert same_cpu.judged_by[0].startswith("exact (1e-6): the baseline has no numerics probe")

@@ -105,7 +105,7 @@ def test_bad_paths_are_refused_before_any_cell(grid_pytester):
         (("--gradeff-results", str(folder)), "*--gradeff-results*a_folder: is a folder; give a file path*"),
         (("--gradeff-report", str(folder)), "*--gradeff-report*a_folder: is a folder; give a file path*"),
         (("--gradeff-baseline", str(grid_pytester.path / "absent.jsonl")), "*--gradeff-baseline*no such file*"),
-        (("--gradeff-baseline", str(empty)), "*--gradeff-baseline*empty.jsonl: has no record to compare with*"),
+        (("--gradeff-baseline", str(empty)), "*--gradeff-baseline*empty.jsonl: no records (an empty file)*"),
         (("--gradeff-cache", str(a_file)), "*--gradeff-cache*a_file.txt: is a file; give a folder*"),
     ]
     for args, message in cases:

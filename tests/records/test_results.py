@@ -252,7 +252,7 @@ def test_non_finite_tokens_are_read_only_from_old_versions():
 
 @pytest.mark.parametrize(("mangle", "message"), [
     (lambda d: [d], "^a record is a JSON object, got list$"),
-    (lambda d: d | {"schema_version": 5}, "^record schema version 5; this gradeff reads versions 1, 2, 3, 4$"),
+    (lambda d: d | {"schema_version": 6}, "^record schema version 6; this gradeff reads versions 1, 2, 3, 4, 5$"),
     (lambda d: d | {"schema_version": "3"}, "^record schema version '3'"),
     (lambda d: d | {"speed": 1, "colour": 2}, r"^unknown record fields: \['colour', 'speed'\]$"),
     (lambda d: d | {"schema_version": 2, "nonfinite": {}}, r"^unknown record fields: \['nonfinite'\]$"),
@@ -339,7 +339,7 @@ def test_every_kind_of_bad_line_is_reported_and_skipped(tmp_path):
     assert [r.cell for r in read_records(path, errors=errors)] == ["llm-adam-standard"]
     assert [e.split(": ")[0] for e in errors] == [f"{path}:{n}" for n in range(1, 6)]
     assert errors[0].startswith(f"{path}:1: Expecting property name enclosed in double quotes")
-    assert errors[2] == f"{path}:3: 'summary'"
+    assert errors[2] == f"{path}:3: summary is missing"
     assert errors[4] == f"{path}:5: not UTF-8 text (invalid continuation byte at byte 0)"
     with pytest.raises(ValueError, match=f"^{path}:1: "):
         list(read_records(path))
@@ -356,3 +356,15 @@ def test_latest_record_wins_in_order_of_first_appearance():
     assert list(latest_by_run([a0, b0, a1, a0_again]).items()) == [(("llm-adam-standard", 0), a0_again),
                                                                    (("vit-sgd-accum", 0), b0),
                                                                    (("llm-adam-standard", 1), a1)]
+
+
+def test_version_4_records_are_read_with_no_experiment_fingerprint():
+    """The committed baseline predates fingerprints (version 4): it reads as it was, its experiment section empty, so
+    --gradeff-resume never keeps such a record (nothing says which experiment it was)."""
+    from pathlib import Path
+
+    baseline = Path(__file__).parents[2] / "baselines" / "tiny-cpu.jsonl"
+    first = baseline.read_text(encoding="utf-8").splitlines()[0]
+    assert json.loads(first)["schema_version"] == 4 and "experiment" not in json.loads(first)
+    record = CellRecord.from_json(first)
+    assert record.schema_version == SCHEMA_VERSION == 5 and record.experiment == {}

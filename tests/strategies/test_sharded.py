@@ -217,20 +217,16 @@ def test_a_rank_that_fails_ends_the_cell_without_hanging_the_others(failing_mode
     assert time.perf_counter() - started < 120  # not the process group's 10-minute timeout
 
 
-def test_resume_settles_a_sharded_cell_only_for_its_world_size(tmp_path):
-    from gradeff.cell.environment import code_version
-    from gradeff.pytest.plugin import _settled_cells
-    from gradeff.records.results import append_record
-    from gradeff.studies.hparams import hparams_for
+def test_resume_keeps_a_sharded_cell_only_for_its_world_size():
+    """The world size is part of a sharded cell's experiment fingerprint (what --gradeff-resume compares), and of no
+    other cell's."""
+    from gradeff.cell.experiment import experiment
+    from gradeff.records.fingerprint import differences
 
-    path = tmp_path / "results.jsonl"
-    epochs = hparams_for("llm", "tiny").epochs
-    append_record(path, build_record("llm-adam-fsdp", code_version=code_version(),
-                                     hparams={"epochs": epochs, "world_size": 2}))
-    append_record(path, build_record("llm-adam-standard", code_version=code_version(), hparams={"epochs": epochs}))
-    for size, settled in ((2, {"llm-adam-fsdp", "llm-adam-standard"}), (4, {"llm-adam-standard"})):
-        found = _settled_cells(path, profile="tiny", seeds=(0,), epochs=None, world_size=size)
-        assert {cell for cell, _ in found} == settled
+    sharded, plain = Cell("llm", "adam", "fsdp"), Cell("llm", "adam", "standard")
+    two, four = replace(CONFIG, world_size=2), replace(CONFIG, world_size=4)
+    assert "world_size 2 → 4" in differences(experiment(sharded, two), experiment(sharded, four))
+    assert experiment(plain, two)["fingerprint"] == experiment(plain, four)["fingerprint"]
 
 
 def test_a_sharded_strategy_refuses_what_it_does_not_combine_with():
