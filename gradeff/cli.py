@@ -1,10 +1,11 @@
 """The ``gradeff`` command: ``gradeff report RESULTS… -o report.html``, ``gradeff compare``, ``gradeff list``,
-``gradeff launch N [pytest args]``, ``gradeff --version``.
+``gradeff launch N [pytest args]``, ``gradeff ab REV``, ``gradeff --version``.
 
 Exit codes: 0 success; 2 a results file is missing, unreadable or has no readable record, or the
 command line is wrong (argparse's convention); 74 (``EX_IOERR``) an output could not be written (disk full, I/O
 error: one line names the file, which is left as it was); ``launch``: 1 a shard failed or the gate found a
-regression. Messages go to stderr and name the file (and line) at fault.
+regression; ``ab``: 1 a regression (time beyond the threshold, a deterministic figure changed, a cell the current
+code could not run). Messages go to stderr and name the file (and line) at fault.
 """
 
 from __future__ import annotations
@@ -75,7 +76,54 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(func=_run_compare)
 
     _add_launch_parser(commands)
+    _add_ab_parser(commands)
     return parser
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    """The cells a command runs: a grid, other keys on its axes, optionally only some cell ids."""
+    parser.add_argument("--grid", default="main", help="the grid whose cells run (default main)")
+    for plural in _AXES:
+        parser.add_argument(f"--{plural}", metavar="KEYS",
+                            help=f"comma-separated {plural} instead of the grid's own (as --gradeff-{plural})")
+    parser.add_argument("--cells", metavar="IDS", help="comma-separated cell ids: only these of the selection")
+    parser.add_argument("--profile", default="tiny", help="size of models, data and training (default tiny)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of weights, data and order (default 0)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per cell (default 1)")
+    parser.add_argument("--device", default="cpu", help="device the cells train on (default cpu)")
+
+
+def _add_measure_options(parser: argparse.ArgumentParser) -> None:
+    from gradeff.gate.ab import CLOCKS
+
+    parser.add_argument("--rounds", type=int, default=None, metavar="R",
+                        help="balanced rounds per cell, four slices each (default: docs/gate.md's calibration)")
+    parser.add_argument("--slice-steps", type=int, default=None, metavar="N",
+                        help="batches per slice, 0 for whole epochs (default: docs/gate.md's calibration)")
+    parser.add_argument("--clock", choices=CLOCKS, default=None,
+                        help="cpu: the worker's CPU seconds (a competing load does not inflate them; default on a "
+                             "CPU); wall: the epoch's own seconds (also sees sleeps, I/O, a GPU; default elsewhere)")
+
+
+def _add_ab_parser(commands) -> None:
+    ab = commands.add_parser(
+        "ab", help="time and deterministic figures of the selected cells at revision REV against the working tree, "
+        "side by side in one run (exit 1 on a regression)",
+        description="Check REV out in a temporary git worktree and train each selected cell there and in the working "
+        "tree, in two long-lived worker processes that take turns slice by slice in a balanced order (ABBA) after a "
+        "warm-up slice. Per cell: the paired ratio of time per optimizer step (current / base) with its 95 %% "
+        "interval, the minimum slowdown the run could detect, and every deterministic figure (status, losses, "
+        "held-out figures, counted memory) compared exactly. A regression: the interval above 1 + threshold, a "
+        "changed deterministic figure, or a cell the current code could not run. See docs/gate.md.")
+    ab.add_argument("revision", metavar="REV", help="the base revision (a commit, branch, tag, HEAD~1, ...)")
+    ab.add_argument("--current", metavar="REV",
+                    help="compare this revision instead of the working tree (both checked out)")
+    _add_selection(ab)
+    _add_measure_options(ab)
+    ab.add_argument("--threshold", type=float, default=None, metavar="FRACTION",
+                    help="the slowdown that fails, as a fraction (default: docs/gate.md's calibration)")
+    ab.add_argument("--json", metavar="PATH", help="also write every verdict and raw slice time as JSON")
+    ab.set_defaults(func=_run_ab)
 
 
 def _add_launch_parser(commands) -> None:
@@ -159,6 +207,69 @@ def _run_launch(args: argparse.Namespace) -> int:
         gate = _run_compare(argparse.Namespace(
             arguments=[str(options.baseline), str(merged), *shlex.split(options.compare_args)]))
         code = max(code, gate)
+    return code
+
+
+def _selection_args(args: argparse.Namespace) -> tuple[list, dict]:
+    """The cells and RunConfig fields a selection's options name (KeyError naming the valid keys)."""
+    from gradeff.scale.ab import select_cells
+    from gradeff.studies.grid import AXES, PLURALS
+
+    selection = {axis: [key.strip() for key in getattr(args, PLURALS[axis]).split(",") if key.strip()]
+                 for axis in AXES if getattr(args, PLURALS[axis], None)}
+    ids = [i.strip() for i in args.cells.split(",") if i.strip()] if args.cells else None
+    cells = select_cells(args.grid, selection, ids)
+    config = {"profile": args.profile, "seed": args.seed, "threads": args.threads, "device": args.device}
+    return cells, config
+
+
+def _measure_settings(args: argparse.Namespace, **extra):
+    from gradeff.gate.ab import CPU, WALL
+    from gradeff.scale.ab import ABSettings
+
+    defaults = ABSettings()
+    slice_steps = defaults.slice_steps if args.slice_steps is None else (args.slice_steps or None)
+    clock = args.clock or (CPU if args.device == "cpu" else WALL)
+    return ABSettings(rounds=args.rounds or defaults.rounds, slice_steps=slice_steps, clock=clock, **extra)
+
+
+def _run_ab(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from gradeff.gate.ab import DEFAULT_THRESHOLD, ab_lines
+    from gradeff.scale.ab import RevisionError, WorkerError, repository_root, run_revisions
+
+    try:
+        cells, config = _selection_args(args)
+        settings = _measure_settings(args, threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold)
+        repo = repository_root()
+    except (KeyError, ValueError) as exc:
+        _error(str(exc).strip('"'))
+        return EXIT_BAD_INPUT
+    if not cells:
+        _error("the selection has no cell")
+        return EXIT_BAD_INPUT
+    print(f"gradeff ab: {len(cells)} cells, {settings.rounds} rounds of {settings.slice_steps or 'whole-epoch'}"
+          f"-batch slices, {settings.clock} clock, threshold {settings.threshold:.0%}", file=sys.stderr)
+    try:
+        run = run_revisions(repo, args.revision, args.current, cells, config, settings,
+                            echo=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    except (RevisionError, WorkerError) as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    for line in ab_lines(run.results, base=run.base, current=run.current):
+        print(line)
+    print(f"gradeff ab: took {run.seconds:.0f} s", file=sys.stderr)
+    code = EXIT_FAILED if run.regressed else EXIT_OK
+    from gradeff.records.outputs import OutputError, write_text
+
+    try:
+        if args.json:
+            write_text(Path(args.json), json.dumps(run.as_dict(), indent=1) + "\n")
+    except OutputError as exc:
+        _error(str(exc))
+        return max(code, EXIT_OUTPUT)
     return code
 
 
@@ -302,3 +413,4 @@ def _run_list(args: argparse.Namespace) -> int:
     code = pytest.main(["-p", "gradeff.pytest_plugin", "-p", "no:cacheprovider", "--capture=no",
                         f"--gradeff-list={args.axis or 'all'}", *args.pytest_args])
     return EXIT_OK if code == 0 else EXIT_BAD_INPUT
+
