@@ -334,8 +334,9 @@ class ABSettings:
 
     Attributes:
         rounds: balanced rounds per cell (four slices each, two per side), after ``warmup`` slices per side.
-        slice_steps: batches per slice (the cell's epoch cut to this many batches, as ``train_samples`` cuts it: an
-            accumulating cell takes one optimizer step per ``accum_steps`` batches); ``None``: whole epochs.
+        slice_steps: batches per slice: the cell's epoch cut to this many batches, as ``train_samples`` cuts it, in
+            whole accumulation blocks (``accum_steps`` batches, 4 at the tiny profile; at least one block): a
+            standard cell takes an optimizer step per batch, an accumulating one per block. ``None``: whole epochs.
         clock: ``cpu`` or ``wall`` (:data:`gradeff.gate.ab.CLOCKS`).
         threshold: the relative slowdown that fails (:func:`gradeff.gate.ab.judge_time`).
     """
