@@ -35,8 +35,10 @@ from gradeff.studies.grid import GRIDS, PLURALS, cells
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
 # --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
-# benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method).
-pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures"]
+# benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method); the
+# selected cells side by side with another revision (--gradeff-ab); the session's figures into a history store
+# (--gradeff-history).
+pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures", "gradeff.pytest.ab", "gradeff.pytest.history"]
 _SESSION_KEY = "gradeff_session"
 
 
@@ -566,8 +568,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     records, _ = _session_records(config)
     records = current_records(records, settings.results, settings.settled)
     selection = config.stash.get(_SELECTED, [])
-    if config.option.collectonly or config.getoption("gradeff_dry_run") is not None:
-        return  # no cell was meant to run: nothing to judge, and the last session's files stay
+    if config.option.collectonly or config.getoption("gradeff_dry_run") is not None or settings.ab is not None:
+        return  # no cell was meant to run here (an A/B runs them in workers): the last session's files stay
     if settings.baseline is None and (not (records or selection) or config.stash.get(_SHARD, None) is not None):
         # No cell selected (a project's own unit tests): nothing of gradeff's to leave behind. A shard is one part of
         # a run, whose records are its own results file: the shards of `gradeff launch` share a folder, and one
