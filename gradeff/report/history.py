@@ -76,6 +76,19 @@ class HistoryView:
     method: str
 
 
+# A commit's subject is shown up to this many characters (the full subject is in the commits table).
+_SUBJECT = 140
+
+
+def _subject(message: str) -> str:
+    return message if len(message) <= _SUBJECT else message[:_SUBJECT - 1].rstrip() + "…"
+
+
+def _date(iso: str) -> str:
+    """``2026-12-03T01:03:02+00:00`` → ``2026-12-03 01:03`` (the store keeps the full committer date)."""
+    return iso[:16].replace("T", " ") if len(iso) >= 16 else iso
+
+
 def _value(metric: str, value: float) -> str:
     if metric == "time_per_step":
         return f"{value * 1000:.3g} ms"
@@ -112,7 +125,7 @@ def _trend(store: HistoryStore, machine: str, cell: str, seed: int, metric: str,
                                           f"{len(points)} commits")
     found = change_points(points, log=spec.log)
     rows = tuple(ChangeRow(trend_id=trend_id, cell=cell, metric=spec.label, machine=machine,
-                           commit=c.commit.commit[:10], date=c.commit.date, message=c.commit.message,
+                           commit=c.commit.commit[:10], date=_date(c.commit.date), message=_subject(c.commit.message),
                            before=_value(metric, c.before), after=_value(metric, c.after), size=_size(metric, c))
                  for c in found)
     scale = {"time_per_step": 1000.0, "peak_bytes": 1 / 2**20}.get(metric, 1.0)
@@ -136,7 +149,10 @@ _METHOD = ("Each series is one cell's figure on one machine, in commit order (co
            "in logs: a change point's size is the ratio of the two levels' weighted means with its 95 % "
            "interval; a loss, an accuracy or a byte count, exact on one machine, changes when it moves beyond "
            "1e-6 relative, and its size is the difference of the levels. Times measured side by side in one run "
-           "(gradeff history run) compare; times from different runs carry each run's load.")
+           "(gradeff history run) compare; times from different runs carry each run's load. Each commit of a run "
+           "trains in a worker process of its own, whose memory layout can make it a few percent faster or slower "
+           "whatever the rounds: a time change point of a few percent found in one run is worth a second run (or "
+           "gradeff ab between its two commits) before it is believed.")
 
 
 def build_history_view(store: HistoryStore, *, title: str = "gradeff history",
@@ -149,8 +165,8 @@ def build_history_view(store: HistoryStore, *, title: str = "gradeff history",
     commits = store.commits()
     machines = store.machines()
     overview = (
-        ("commits", f"{len(commits)}" + (f": {commits[0].commit[:10]} ({commits[0].date}) to "
-                                         f"{commits[-1].commit[:10]} ({commits[-1].date})" if commits else "")),
+        ("commits", f"{len(commits)}" + (f": {commits[0].commit[:10]} ({_date(commits[0].date)}) to "
+                                         f"{commits[-1].commit[:10]} ({_date(commits[-1].date)})" if commits else "")),
         ("cells", str(len({t.cell for t in trends}))),
         ("series", f"{len(trends)}, {sum(t.figure is not None for t in trends)} of which moved"),
         ("change points", str(sum(len(t.changes) for t in trends))),
@@ -159,7 +175,7 @@ def build_history_view(store: HistoryStore, *, title: str = "gradeff history",
     return HistoryView(
         title=title, generated_at=generated_at or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         sections=HISTORY_SECTIONS, overview=overview, changes=tuple(row for t in trends for row in t.changes),
-        trends=trends, commits=tuple((c.commit[:10], c.date, c.message) for c in commits), method=_METHOD)
+        trends=trends, commits=tuple((c.commit[:10], _date(c.date), c.message) for c in commits), method=_METHOD)
 
 
 def render_history(view: HistoryView) -> str:
