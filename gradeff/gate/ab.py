@@ -269,8 +269,10 @@ def _figure(value: object) -> str:
 def ab_lines(results: Sequence[CellAB], *, base: str, current: str) -> list[str]:
     """The A/B's table as text lines: per cell the ratio, its interval, the minimum detectable slowdown, the verdict,
     then every deterministic figure that differs; a total line last."""
-    lines = [f"gradeff ab: {current} against {base}: time per optimizer step, current / base, "
-             f"{int(CONFIDENCE * 100)} % interval over paired rounds",
+    clock = next((r.time.clock for r in results), CPU)
+    lines = [f"gradeff ab: {current} against {base}: time per optimizer step ({clock} clock), current / base, "
+             f"{int(CONFIDENCE * 100)} % interval over paired rounds; 'detects': the smallest slowdown this run "
+             f"could have failed",
              f"{'cell':34s} {'ratio':>7s} {'interval':>17s} {'detects':>8s} {'rounds':>6s}  verdict"]
     for result in results:
         t = result.time

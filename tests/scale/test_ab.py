@@ -15,6 +15,7 @@ from gradeff.scale.ab import (
     RevisionError,
     Worker,
     WorkerError,
+    cell_config,
     checkout,
     repository_root,
     resolve_revision,
@@ -187,3 +188,15 @@ def test_gradeff_ab_refuses_a_bad_selection_or_revision_before_any_worker_starts
     assert bad.returncode == 2 and "'no-such-revision' names no commit" in bad.stderr
     rounds = ab("HEAD", "--cells", CELL, "--rounds", "1")
     assert rounds.returncode == 2 and "at least 2 rounds" in rounds.stderr
+
+
+def test_a_slice_is_an_epoch_cut_to_whole_batches_and_settings_are_checked():
+    (cell,) = select_cells("main", ids=[CELL])
+    assert cell_config(cell, CONFIG, 4) == {**CONFIG, "train_samples": 4 * 32}  # the tiny llm's batch is 32
+    assert cell_config(cell, CONFIG, None) == CONFIG
+    with pytest.raises(ValueError, match="at least 2 rounds"):
+        ABSettings(rounds=1)
+    with pytest.raises(ValueError, match="unknown clock 'sundial'; clocks: cpu, wall"):
+        ABSettings(clock="sundial")
+    with pytest.raises(KeyError, match="no cell llm-adam-nothing in this selection of grid main"):
+        select_cells("main", {"optimizer": ["adam"]}, ids=["llm-adam-nothing"])
