@@ -536,6 +536,12 @@ def _run_history_find(args: argparse.Namespace) -> int:
     except (RevisionError, ValueError) as exc:
         _error(str(exc))
         return EXIT_BAD_INPUT
+    if not found.changed:
+        (ends,) = found.runs
+        a, b = (ends[c] for c in (commits[0], commits[-1]))
+        print(f"{args.metric} of {cell.id}: {a.value:.6g} at {commits[0][:10]} and {b.value:.6g} at "
+              f"{commits[-1][:10]}, alike within their intervals: nothing to find in {args.range}")
+        return EXIT_OK
     first, last = commit_of(repo, found.first_changed), commit_of(repo, found.last_unchanged)
     before, after = found.runs[-1][last.commit], found.runs[-1][first.commit]
     print(f"{args.metric} of {cell.id} changed at {first.commit[:10]} ({first.date}) {first.message}")

@@ -1,10 +1,12 @@
 """Figures across commits: an SQLite history store, the change points of each series, and the bisection of a range.
 
 **The store** is one SQLite file (Python's ``sqlite3``: no server), one row per commit × machine × cell × seed ×
-metric, with the commit's date and subject beside it. A pytest session adds its records (``--gradeff-history
-PATH``); ``gradeff history run`` adds past commits measured side by side. A machine is named by a fingerprint of
-what decides its numbers (CPU model and id, logical CPUs, torch threads, device, torch and transformers versions,
-:func:`machine_of`): series of different machines never mix.
+metric, with the commit's date and subject beside it, and the *setting* the figure was measured in: ``grid`` for a
+pytest session's cells (the profile's epochs, the wall clock: ``--gradeff-history PATH``), or the slices of a
+side-by-side run (``gradeff history run``: its epochs are short slices, so its losses are not the grid's, and its
+clock is the CPU's, :func:`slices_setting`). A machine is named by a fingerprint of what decides its numbers (CPU
+model and id, logical CPUs, torch threads, device, torch and transformers versions, :func:`machine_of`): series of
+different machines, or of different settings, never mix.
 
 **Change points** (:func:`change_points`): PELT (``ruptures``) over a series in commit order, with a cost that weighs
 each point by its own interval: the weighted squared distance to its segment's weighted mean, each point's weight
@@ -40,12 +42,14 @@ from gradeff.gate.ab import CPU, Slice
 from gradeff.records.results import CellRecord, meter_field, record_field
 
 __all__ = [
-    "Bisection", "ChangePoint", "Commit", "Estimate", "HistoryStore", "METRICS", "Measurement", "Metric",
-    "PENALTY_PER_LOG_N", "Point", "SCHEMA_VERSION", "bisect_change", "change_points", "interleaved_estimates",
-    "machine_of", "measurements_of_record", "time_estimate",
+    "Bisection", "ChangePoint", "Commit", "Estimate", "GRID_SETTING", "HistoryStore", "METRICS", "Measurement",
+    "Metric", "PENALTY_PER_LOG_N", "Point", "SCHEMA_VERSION", "bisect_change", "change_points",
+    "interleaved_estimates", "machine_of", "measurements_of_record", "slices_setting", "time_estimate",
 ]
 
 SCHEMA_VERSION = 1
+# The setting of a pytest session's figures: the grid's cells as they run (the profile's epochs, the wall clock).
+GRID_SETTING = "grid"
 # z of a two-sided 95 % interval: a point's standard error is its interval's half-width over this.
 _Z95 = 1.959963984540054
 # Penalty per change point in chi-square units, times ln n (see the module docstring and its test).
@@ -98,6 +102,7 @@ class Measurement:
     samples: int = 1
     run: str = ""
     source: str = ""
+    setting: str = GRID_SETTING
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,9 +131,9 @@ CREATE TABLE IF NOT EXISTS commits (commit_id TEXT PRIMARY KEY, date TEXT NOT NU
 CREATE TABLE IF NOT EXISTS machines (machine TEXT PRIMARY KEY, description TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS measurements (
     commit_id TEXT NOT NULL, machine TEXT NOT NULL, cell TEXT NOT NULL, seed INTEGER NOT NULL, metric TEXT NOT NULL,
-    value REAL NOT NULL, low REAL, high REAL, samples INTEGER NOT NULL, run TEXT NOT NULL, source TEXT NOT NULL,
-    recorded TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
-    PRIMARY KEY (commit_id, machine, cell, seed, metric));
+    setting TEXT NOT NULL, value REAL NOT NULL, low REAL, high REAL, samples INTEGER NOT NULL, run TEXT NOT NULL,
+    source TEXT NOT NULL, recorded TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+    PRIMARY KEY (commit_id, machine, cell, seed, metric, setting));
 """
 
 
@@ -174,7 +179,8 @@ class HistoryStore:
         self._db.execute("INSERT OR REPLACE INTO machines VALUES (?, ?)", (machine, description))
 
     def add(self, measurements: Iterable[Measurement]) -> int:
-        """Write measurements; a row of the same commit, machine, cell, seed and metric is replaced. Returns how many.
+        """Write measurements; a row of the same commit, machine, cell, seed, metric and setting is replaced. Returns
+        how many.
 
         Raises:
             ValueError: a metric the history does not follow, or a non-finite value.
@@ -185,10 +191,11 @@ class HistoryStore:
                 raise ValueError(f"unknown metric {m.metric!r}; metrics: {', '.join(METRICS)}")
             if not math.isfinite(m.value):
                 raise ValueError(f"{m.cell} {m.metric} at {m.commit[:10]}: {m.value} is not a finite figure")
-            rows.append((m.commit, m.machine, m.cell, m.seed, m.metric, m.value, m.low, m.high, m.samples, m.run,
-                         m.source))
-        self._db.executemany("INSERT OR REPLACE INTO measurements (commit_id, machine, cell, seed, metric, value, low, "
-                             "high, samples, run, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            rows.append((m.commit, m.machine, m.cell, m.seed, m.metric, m.setting, m.value, m.low, m.high, m.samples,
+                         m.run, m.source))
+        self._db.executemany("INSERT OR REPLACE INTO measurements (commit_id, machine, cell, seed, metric, setting, "
+                             "value, low, high, samples, run, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             rows)
         return len(rows)
 
     def commits(self) -> list[Commit]:
@@ -200,32 +207,35 @@ class HistoryStore:
     def machines(self) -> dict[str, str]:
         return dict(self._db.execute("SELECT machine, description FROM machines ORDER BY machine"))
 
-    def keys(self, machine: str | None = None) -> list[tuple[str, str, int, str]]:
-        """Every ``(machine, cell, seed, metric)`` with a series, sorted."""
-        query = "SELECT DISTINCT machine, cell, seed, metric FROM measurements"
+    def keys(self, machine: str | None = None) -> list[tuple[str, str, int, str, str]]:
+        """Every ``(machine, cell, seed, metric, setting)`` with a series, sorted."""
+        query = "SELECT DISTINCT machine, cell, seed, metric, setting FROM measurements"
         args: tuple = ()
         if machine is not None:
             query, args = query + " WHERE machine = ?", (machine,)
         return sorted(self._db.execute(query, args))
 
-    def series(self, machine: str, cell: str, metric: str, seed: int = 0) -> list[Point]:
+    def series(self, machine: str, cell: str, metric: str, seed: int = 0,
+               setting: str = GRID_SETTING) -> list[Point]:
         """One series in commit order (committer date, then hash)."""
         rows = self._db.execute(
             "SELECT c.commit_id, c.date, c.message, m.value, m.low, m.high, m.run FROM measurements m "
             "JOIN commits c ON c.commit_id = m.commit_id WHERE m.machine = ? AND m.cell = ? AND m.metric = ? "
-            "AND m.seed = ? ORDER BY c.date, c.commit_id", (machine, cell, metric, seed))
+            "AND m.seed = ? AND m.setting = ? ORDER BY c.date, c.commit_id", (machine, cell, metric, seed, setting))
         return [Point(commit=Commit(commit, date, message), value=value, low=low, high=high, run=run)
                 for commit, date, message, value, low, high, run in rows]
 
-    def measurement(self, commit: str, machine: str, cell: str, metric: str, seed: int = 0) -> Measurement | None:
+    def measurement(self, commit: str, machine: str, cell: str, metric: str, seed: int = 0,
+                    setting: str = GRID_SETTING) -> Measurement | None:
         row = self._db.execute(
             "SELECT value, low, high, samples, run, source FROM measurements WHERE commit_id = ? AND machine = ? "
-            "AND cell = ? AND metric = ? AND seed = ?", (commit, machine, cell, metric, seed)).fetchone()
+            "AND cell = ? AND metric = ? AND seed = ? AND setting = ?",
+            (commit, machine, cell, metric, seed, setting)).fetchone()
         if row is None:
             return None
         value, low, high, samples, run, source = row
         return Measurement(commit=commit, machine=machine, cell=cell, seed=seed, metric=metric, value=value, low=low,
-                           high=high, samples=samples, run=run, source=source)
+                           high=high, samples=samples, run=run, source=source, setting=setting)
 
 
 # What decides a machine's numbers, read from a record's environment (the gate's environment check reads the same).
@@ -292,8 +302,14 @@ def interleaved_estimates(slices: Iterable[Slice], clock: str = CPU) -> dict[str
     return estimates
 
 
+def slices_setting(*, rounds: int, warmup: int, slice_steps: int | None, clock: str) -> str:
+    """The setting of a side-by-side run's figures: how many epochs of how many batches, on which clock."""
+    size = f"{slice_steps}-batch" if slice_steps else "whole"
+    return f"slices: {warmup + 2 * rounds} {size} epochs, {clock} clock"
+
+
 def measurements_of_record(record: CellRecord, *, commit: str, machine: str, run: str, source: str,
-                           time: Estimate | None = None) -> list[Measurement]:
+                           time: Estimate | None = None, setting: str = GRID_SETTING) -> list[Measurement]:
     """A record's rows: its time per step (``time``, else its epochs' own), final losses, test accuracy, peak.
 
     A figure the record lacks (a failed cell, no test split) is left out, never written as 0.
@@ -313,10 +329,11 @@ def measurements_of_record(record: CellRecord, *, commit: str, machine: str, run
         if isinstance(value, Estimate):
             rows.append(Measurement(commit=commit, machine=machine, cell=record.cell, seed=record.seed, metric=metric,
                                     value=value.value, low=value.low, high=value.high,
-                                    samples=len(record.epochs), run=run, source=source))
+                                    samples=len(record.epochs), run=run, source=source, setting=setting))
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             rows.append(Measurement(commit=commit, machine=machine, cell=record.cell, seed=record.seed, metric=metric,
-                                    value=float(value), low=float(value), high=float(value), run=run, source=source))
+                                    value=float(value), low=float(value), high=float(value), run=run, source=source,
+                                    setting=setting))
     return rows
 
 
@@ -440,15 +457,25 @@ def change_points(points: Sequence[Point], *, log: bool, penalty: float | None =
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Bisection:
-    """Where a figure changed: the first commit at the new level, the last at the old, and each run's estimates."""
+    """Where a figure changed: the first commit at the new level, the last at the old, and each run's estimates.
+    ``changed`` is ``False`` (and the commits empty) when the range's two ends did not differ to begin with."""
 
     first_changed: str
     last_unchanged: str
     runs: tuple[dict[str, Estimate], ...]
+    changed: bool = True
 
 
 def _distance(a: Estimate, b: Estimate, log: bool) -> float:
     return abs(math.log(a.value) - math.log(b.value)) if log else abs(a.value - b.value)
+
+
+def _differ(a: Estimate, b: Estimate) -> bool:
+    """Two measurements differ: beyond the gate's exact tolerance for exact figures, their intervals apart for the
+    others."""
+    if a.low == a.high and b.low == b.high:
+        return abs(a.value - b.value) > _EXACT_RTOL * max(abs(a.value), abs(b.value))
+    return a.high < b.low or b.high < a.low
 
 
 def bisect_change(commits: Sequence[str], measure: Callable[[list[str]], dict[str, Estimate]], *,
@@ -457,7 +484,8 @@ def bisect_change(commits: Sequence[str], measure: Callable[[list[str]], dict[st
 
     Each step measures the middle commit with the current two ends in one run (``measure`` gets the commits to run
     side by side and returns their estimates) and keeps the half whose ends differ more, as ``asv find`` does:
-    ``ceil(log2(N - 1))`` runs after the first.
+    ``ceil(log2(N - 1))`` runs after the first. When the first run finds the two ends alike (exact figures within
+    the gate's tolerance, measured ones with overlapping intervals) there is nothing to find: ``changed`` is False.
 
     Raises:
         ValueError: fewer than two commits.
@@ -466,6 +494,8 @@ def bisect_change(commits: Sequence[str], measure: Callable[[list[str]], dict[st
         raise ValueError("bisecting needs a range of at least two commits")
     lo, hi = 0, len(commits) - 1
     runs = [measure([commits[lo], commits[hi]])]
+    if not _differ(runs[0][commits[lo]], runs[0][commits[hi]]):
+        return Bisection(first_changed="", last_unchanged="", runs=tuple(runs), changed=False)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         estimates = measure([commits[lo], commits[mid], commits[hi]])

@@ -56,6 +56,7 @@ class TrendView:
     cell: str
     metric: str
     machine: str
+    setting: str
     points: int
     figure: Markup | None
     changes: tuple[ChangeRow, ...]
@@ -114,15 +115,16 @@ def _levels(points: list[Point], changes: list[ChangePoint]) -> tuple[TrendLevel
     return tuple(levels)
 
 
-def _trend(store: HistoryStore, machine: str, cell: str, seed: int, metric: str, index: int) -> TrendView:
+def _trend(store: HistoryStore, key: tuple[str, str, int, str, str], index: int) -> TrendView:
+    machine, cell, seed, metric, setting = key
     spec = METRICS[metric]
-    points = store.series(machine, cell, metric, seed)
+    points = store.series(machine, cell, metric, seed, setting)
     trend_id = html_id(f"{cell}-{metric}", index, prefix="trend-")
-    label = f"{spec.label} of {cell}" + (f" (seed {seed})" if seed else "")
+    label = f"{spec.label} of {cell}" + (f" (seed {seed})" if seed else "") + f" [{setting}]"
     if len({p.value for p in points}) == 1:
-        return TrendView(id=trend_id, cell=cell, metric=spec.label, machine=machine, points=len(points), figure=None,
-                         changes=(), note=f"{label}: {_value(metric, points[0].value)} at every one of "
-                                          f"{len(points)} commits")
+        return TrendView(id=trend_id, cell=cell, metric=spec.label, machine=machine, setting=setting,
+                         points=len(points), figure=None, changes=(),
+                         note=f"{label}: {_value(metric, points[0].value)} at every one of {len(points)} commits")
     found = change_points(points, log=spec.log)
     rows = tuple(ChangeRow(trend_id=trend_id, cell=cell, metric=spec.label, machine=machine,
                            commit=c.commit.commit[:10], date=_date(c.commit.date), message=_subject(c.commit.message),
@@ -137,8 +139,8 @@ def _trend(store: HistoryStore, machine: str, cell: str, seed: int, metric: str,
     figure = trend_svg(trend, levels, [(c.index, c.commit.commit[:8]) for c in found], title=label, uid=trend_id,
                        ylabel=f"{spec.label}{unit}")
     note = (f"{len(found)} change point(s)" if found else "no change point") + f" over {len(points)} commits"
-    return TrendView(id=trend_id, cell=cell, metric=spec.label, machine=machine, points=len(points),
-                     figure=Markup(figure), changes=rows, note=note)
+    return TrendView(id=trend_id, cell=cell, metric=spec.label, machine=machine, setting=setting,
+                     points=len(points), figure=Markup(figure), changes=rows, note=note)
 
 
 _METHOD = ("Each series is one cell's figure on one machine, in commit order (committer date). Its change points "
@@ -159,9 +161,8 @@ def build_history_view(store: HistoryStore, *, title: str = "gradeff history",
                        generated_at: str | None = None) -> HistoryView:
     """The page's view model from every series in ``store`` (metric order as :data:`METRICS`)."""
     order = list(METRICS)
-    keys = sorted(store.keys(), key=lambda k: (k[0], k[1], k[2], order.index(k[3]) if k[3] in order else 99))
-    trends = tuple(_trend(store, machine, cell, seed, metric, i) for i, (machine, cell, seed, metric) in
-                   enumerate(keys) if metric in METRICS)
+    keys = sorted(store.keys(), key=lambda k: (k[0], k[4], k[1], k[2], order.index(k[3]) if k[3] in order else 99))
+    trends = tuple(_trend(store, key, i) for i, key in enumerate(keys) if key[3] in METRICS)
     commits = store.commits()
     machines = store.machines()
     overview = (

@@ -30,6 +30,7 @@ from gradeff.gate.history import (
     interleaved_estimates,
     machine_of,
     measurements_of_record,
+    slices_setting,
 )
 from gradeff.scale.ab import ABSettings, SideOutcome, cell_config, checkout, git, interleave, started_workers
 from gradeff.studies.grid import Cell
@@ -125,8 +126,14 @@ def run_history(repo: Path, commits: Sequence[str], selected: Sequence[Cell], co
             machine, description = machine_of(outcome.record)
             store.add_machine(machine, description)
             written += store.add(measurements_of_record(outcome.record, commit=commit, machine=machine, run=run,
-                                                        source="history run", time=cell_run.times.get(commit)))
+                                                        source="history run", time=cell_run.times.get(commit),
+                                                        setting=_setting(settings)))
     return written
+
+
+def _setting(settings: ABSettings) -> str:
+    return slices_setting(rounds=settings.rounds, warmup=settings.warmup, slice_steps=settings.slice_steps,
+                          clock=settings.clock)
 
 
 def _estimate(metric: str, commit: str, cell_run: CellRun) -> Estimate | None:
@@ -164,18 +171,19 @@ def find_change(repo: Path, metric: str, cell: Cell, commits: Sequence[str], con
                                  f"{cell_run.outcomes[commit].error or 'the cell did not end ok'}")
             estimates[commit] = estimate
             if store is not None and cell_run.outcomes[commit].record is not None:
-                _store(store, repo, commit, cell_run, run)
+                _store(store, repo, commit, cell_run, run, _setting(settings))
         echo("  ".join(f"{commit[:10]} {estimates[commit].value:.6g}" for commit in revisions))
         return estimates
 
     return bisect_change(list(commits), measure, log=METRICS[metric].log)
 
 
-def _store(store: HistoryStore, repo: Path, commit: str, cell_run: CellRun, run: str) -> None:
+def _store(store: HistoryStore, repo: Path, commit: str, cell_run: CellRun, run: str, setting: str) -> None:
     record = cell_run.outcomes[commit].record
     machine, description = machine_of(record)
     store.add_commit(commit_of(repo, commit))
     store.add_machine(machine, description)
     rows: list[Measurement] = measurements_of_record(record, commit=commit, machine=machine, run=run,
-                                                     source="history find", time=cell_run.times.get(commit))
+                                                     source="history find", time=cell_run.times.get(commit),
+                                                     setting=setting)
     store.add(rows)

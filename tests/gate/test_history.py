@@ -51,7 +51,12 @@ def test_the_store_keeps_what_it_was_given_in_commit_order_and_a_rerun_replaces_
                                metric="time_per_step", value=0.5, run="r2")])
         again = store.measurement(_commit(1).commit, "m", "llm-adam-standard", "time_per_step")
         assert again.value == 0.5 and again.run == "r2" and again.low is None
-        assert store.keys() == [("m", "llm-adam-standard", 0, "time_per_step")]
+        assert store.keys() == [("m", "llm-adam-standard", 0, "time_per_step", "grid")]
+        # The same figure measured in another setting (short slices) is a row of its own, a series of its own.
+        store.add([Measurement(commit=_commit(1).commit, machine="m", cell="llm-adam-standard", seed=0,
+                               metric="time_per_step", value=0.7, setting="slices: 33 4-batch epochs, cpu clock")])
+        assert store.measurement(_commit(1).commit, "m", "llm-adam-standard", "time_per_step").value == 0.5
+        assert len(store.keys()) == 2 and len(store.series("m", "llm-adam-standard", "time_per_step")) == 3
         assert [c.commit for c in store.commits()] == [_commit(i).commit for i in range(3)]
 
 
@@ -159,12 +164,16 @@ def test_find_bisects_a_constructed_history_to_the_commit_that_changed_in_log2_r
     assert all(len(c) == 3 for c in calls[1:]) and calls[0] == [commits[0], commits[-1]]
 
 
-def test_find_on_an_exact_figure_and_a_range_too_short():
+def test_find_on_an_exact_figure_a_range_whose_ends_agree_and_a_range_too_short():
     commits = [f"c{i}" for i in range(9)]
     losses = {c: (1.5 if i < 4 else 1.25) for i, c in enumerate(commits)}
     found = bisect_change(commits, lambda revs: {c: Estimate(losses[c], losses[c], losses[c]) for c in revs},
                           log=False)
-    assert found.first_changed == "c4"
+    assert found.first_changed == "c4" and found.changed
+    same = bisect_change(commits, lambda revs: {c: Estimate(1.5, 1.5, 1.5) for c in revs}, log=False)
+    assert not same.changed and same.first_changed == "" and len(same.runs) == 1
+    overlapping = bisect_change(commits, lambda revs: {c: Estimate(1.0, 0.9, 1.1) for c in revs}, log=True)
+    assert not overlapping.changed
     with pytest.raises(ValueError, match="at least two commits"):
         bisect_change(commits[:1], lambda revs: {}, log=False)
 

@@ -50,7 +50,8 @@ def test_the_view_lists_each_change_point_with_its_commit_and_size_and_draws_wha
     drawn = [t for t in view.trends if t.figure is not None]
     assert len(drawn) == 2 and all("<svg" in t.figure for t in drawn)
     (flat,) = [t for t in view.trends if t.figure is None]
-    assert flat.note == "peak memory counted from tensors of llm-adam-standard: 1 MiB at every one of 12 commits"
+    assert flat.note == ("peak memory counted from tensors of llm-adam-standard [grid]: 1 MiB at every one of 12 "
+                         "commits")
     assert ("change points", "2") in view.overview
     assert ("machine m1", "cpu=AMD EPYC; cpu_count=2; torch_threads=1") in view.overview
 
