@@ -1,10 +1,13 @@
 """The ``gradeff`` command: ``gradeff report RESULTS… -o report.html``, ``gradeff compare``, ``gradeff list``,
-``gradeff launch N [pytest args]``, ``gradeff launch status|collect DIR``, ``gradeff --version``.
+``gradeff launch N [pytest args]``, ``gradeff launch status|collect DIR``, ``gradeff ab REV``,
+``gradeff history run|find|report``, ``gradeff --version``.
 
 Exit codes: 0 success; 2 a results file is missing, unreadable or has no readable record, or the
 command line is wrong (argparse's convention); 74 (``EX_IOERR``) an output could not be written (disk full, I/O
 error: one line names the file, which is left as it was); ``launch``: 1 a shard failed or the gate found a
-regression, or a selected cell that no shard recorded. Messages go to stderr and name the file (and line) at fault.
+regression, or a selected cell that no shard recorded; ``ab``: 1 a regression (time beyond the threshold, a
+deterministic figure changed, a cell the current code could not run). Messages go to stderr and name the file (and
+line) at fault.
 """
 
 from __future__ import annotations
@@ -81,7 +84,56 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(func=_run_compare)
 
     _add_launch_parser(commands)
+    _add_ab_parser(commands)
+    _add_history_parser(commands)
     return parser
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    """The cells a command runs: a grid, other keys on its axes, optionally only some cell ids."""
+    parser.add_argument("--grid", default="main", help="the grid whose cells run (default main)")
+    for plural in _AXES:
+        parser.add_argument(f"--{plural}", metavar="KEYS",
+                            help=f"comma-separated {plural} instead of the grid's own (as --gradeff-{plural})")
+    parser.add_argument("--cells", metavar="IDS", help="comma-separated cell ids: only these of the selection")
+    parser.add_argument("--profile", default="tiny", help="size of models, data and training (default tiny)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of weights, data and order (default 0)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per cell (default 1)")
+    parser.add_argument("--device", default="cpu", help="device the cells train on (default cpu)")
+
+
+def _add_measure_options(parser: argparse.ArgumentParser) -> None:
+    from gradeff.gate.ab import CLOCKS
+
+    parser.add_argument("--rounds", type=int, default=None, metavar="R",
+                        help="balanced rounds per cell, four slices each (default: docs/gate.md's calibration)")
+    parser.add_argument("--slice-steps", type=int, default=None, metavar="N",
+                        help="batches per slice, in whole accumulation blocks (4 batches at the tiny profile), 0 for "
+                             "whole epochs (default: docs/gate.md's calibration)")
+    parser.add_argument("--clock", choices=CLOCKS, default=None,
+                        help="cpu: the worker's CPU seconds (a competing load does not inflate them; default on a "
+                             "CPU); wall: the epoch's own seconds (also sees sleeps, I/O, a GPU; default elsewhere)")
+
+
+def _add_ab_parser(commands) -> None:
+    ab = commands.add_parser(
+        "ab", help="time and deterministic figures of the selected cells at revision REV against the working tree, "
+        "side by side in one run (exit 1 on a regression)",
+        description="Check REV out in a temporary git worktree and train each selected cell there and in the working "
+        "tree, in two long-lived worker processes that take turns slice by slice in a balanced order (ABBA) after a "
+        "warm-up slice. Per cell: the paired ratio of time per optimizer step (current / base) with its 95 %% "
+        "interval, the minimum slowdown the run could detect, and every deterministic figure (status, losses, "
+        "held-out figures, counted memory) compared exactly. A regression: the interval above 1 + threshold, a "
+        "changed deterministic figure, or a cell the current code could not run. See docs/gate.md.")
+    ab.add_argument("revision", metavar="REV", help="the base revision (a commit, branch, tag, HEAD~1, ...)")
+    ab.add_argument("--current", metavar="REV",
+                    help="compare this revision instead of the working tree (both checked out)")
+    _add_selection(ab)
+    _add_measure_options(ab)
+    ab.add_argument("--threshold", type=float, default=None, metavar="FRACTION",
+                    help="the slowdown that fails, as a fraction (default: docs/gate.md's calibration)")
+    ab.add_argument("--json", metavar="PATH", help="also write every verdict and raw slice time as JSON")
+    ab.set_defaults(func=_run_ab)
 
 
 def _add_launch_parser(commands) -> None:
@@ -299,6 +351,81 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
+def _exit_cleanly_on_sigterm() -> None:
+    """SIGTERM (a CI timeout, a scheduler) ends the command through its ``finally`` blocks, as Ctrl-C does: the
+    workers stop and the temporary worktrees are removed instead of being left behind."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _selection_args(args: argparse.Namespace) -> tuple[list, dict]:
+    """The cells and RunConfig fields a selection's options name (KeyError naming the valid keys)."""
+    from gradeff.scale.ab import select_cells
+    from gradeff.studies.grid import AXES, PLURALS
+
+    selection = {axis: [key.strip() for key in getattr(args, PLURALS[axis]).split(",") if key.strip()]
+                 for axis in AXES if getattr(args, PLURALS[axis], None)}
+    ids = [i.strip() for i in args.cells.split(",") if i.strip()] if args.cells else None
+    cells = select_cells(args.grid, selection, ids)
+    config = {"profile": args.profile, "seed": args.seed, "threads": args.threads, "device": args.device}
+    return cells, config
+
+
+def _measure_settings(args: argparse.Namespace, **extra):
+    from gradeff.gate.ab import CPU, WALL
+    from gradeff.scale.ab import ABSettings
+
+    defaults = ABSettings()
+    slice_steps = defaults.slice_steps if args.slice_steps is None else (args.slice_steps or None)
+    clock = args.clock or (CPU if args.device == "cpu" else WALL)
+    return ABSettings(rounds=args.rounds or defaults.rounds, slice_steps=slice_steps, clock=clock, **extra)
+
+
+def _run_ab(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from gradeff.gate.ab import DEFAULT_THRESHOLD, ab_lines
+    from gradeff.scale.ab import RevisionError, WorkerError, repository_root, run_revisions
+
+    try:
+        cells, config = _selection_args(args)
+        settings = _measure_settings(args, threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold)
+        repo = repository_root()
+    except (KeyError, ValueError) as exc:
+        _error(str(exc).strip('"'))
+        return EXIT_BAD_INPUT
+    if not cells:
+        _error("the selection has no cell")
+        return EXIT_BAD_INPUT
+    _exit_cleanly_on_sigterm()
+    print(f"gradeff ab: {len(cells)} cells, {settings.rounds} rounds of {settings.slice_steps or 'whole-epoch'}"
+          f"-batch slices, {settings.clock} clock, threshold {settings.threshold:.0%}", file=sys.stderr)
+    try:
+        run = run_revisions(repo, args.revision, args.current, cells, config, settings,
+                            echo=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    except (RevisionError, WorkerError) as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    for line in ab_lines(run.results, base=run.base, current=run.current):
+        print(line)
+    print(f"gradeff ab: took {run.seconds:.0f} s", file=sys.stderr)
+    code = EXIT_FAILED if run.regressed else EXIT_OK
+    from gradeff.records.outputs import OutputError, write_text
+
+    try:
+        if args.json:
+            write_text(Path(args.json), json.dumps(run.as_dict(), indent=1) + "\n")
+    except OutputError as exc:
+        _error(str(exc))
+        return max(code, EXIT_OUTPUT)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line.
 
@@ -450,3 +577,154 @@ def _run_list(args: argparse.Namespace) -> int:
     code = pytest.main(["-p", "gradeff.pytest_plugin", "-p", "no:cacheprovider", "--capture=no",
                         f"--gradeff-list={args.axis or 'all'}", *args.pytest_args])
     return EXIT_OK if code == 0 else EXIT_BAD_INPUT
+
+
+_HISTORY = "results/history.sqlite"
+
+
+def _add_history_parser(commands) -> None:
+    history = commands.add_parser(
+        "history", help="figures across commits: measure past commits side by side, bisect a change, render the "
+        "trends", description="A history store (an SQLite file, default results/history.sqlite; pytest sessions add "
+        "to it with --gradeff-history PATH) holds one row per commit, machine, cell, seed and metric. See "
+        "docs/gate.md.")
+    actions = history.add_subparsers(dest="action", required=True, metavar="ACTION")
+    run = actions.add_parser(
+        "run", help="measure every commit of REV1..REV2 side by side and add their figures to the history",
+        description="Check out REV1 and every commit after it up to REV2 (first parents) in git worktrees, start a "
+        "worker per commit, and train each selected cell on all of them slice by slice in a balanced order, so "
+        "their times per step share the machine's load and compare; losses, test figures and counted memory are "
+        "exact. Every figure goes to the history store.")
+    run.add_argument("range", metavar="REV1..REV2", help="the commits, oldest first (REV1 included)")
+    _add_selection(run)
+    _add_measure_options(run)
+    run.add_argument("--history", default=_HISTORY, metavar="PATH", help=f"the history store (default {_HISTORY})")
+    run.set_defaults(func=_run_history_run)
+    find = actions.add_parser(
+        "find", help="bisect REV1..REV2 to the commit where a cell's figure changed (about log2 N runs)",
+        description="As asv find: measure the two ends side by side, then repeatedly the middle commit with the "
+        "current ends, keeping the half whose ends differ more.")
+    from gradeff.gate.history import METRICS
+
+    find.add_argument("metric", choices=tuple(METRICS), metavar="METRIC", help=f"one of {', '.join(METRICS)}")
+    find.add_argument("cell", metavar="CELL", help="a cell id of the grid (e.g. llm-adam-standard)")
+    find.add_argument("range", metavar="REV1..REV2", help="the commits, oldest first")
+    _add_selection(find)
+    _add_measure_options(find)
+    find.add_argument("--history", metavar="PATH", help="also add every figure measured to this history store")
+    find.set_defaults(func=_run_history_find)
+    report = actions.add_parser(
+        "report", help="render the history as a self-contained HTML page: a trend per cell and metric, change points "
+        "marked", description="One trend per cell and metric (time per step, test figures, peak memory) with each "
+        "point's interval, and the change points found in it (PELT over points weighted by their intervals) "
+        "marked with their commits.")
+    report.add_argument("--history", default=_HISTORY, metavar="PATH", help=f"the history store (default {_HISTORY})")
+    report.add_argument("-o", "--output", default="history.html", help="output file (default history.html)")
+    report.add_argument("--title", default="gradeff history", help="page title")
+    report.set_defaults(func=_run_history_report)
+
+
+def _open_history(path: str, *, must_exist: bool):
+    from pathlib import Path
+
+    from gradeff.gate.history import HistoryStore
+
+    if must_exist and not Path(path).is_file():
+        raise ValueError(f"no history store at {path}: `gradeff history run` or --gradeff-history PATH makes one")
+    return HistoryStore(path)
+
+
+def _run_history_run(args: argparse.Namespace) -> int:
+    from gradeff.scale.ab import RevisionError, repository_root
+    from gradeff.scale.history import commits_in_range, run_history
+
+    try:
+        cells, config = _selection_args(args)
+        settings = _measure_settings(args)
+        repo = repository_root()
+        commits = commits_in_range(repo, args.range)
+        store = _open_history(args.history, must_exist=False)
+    except (KeyError, ValueError, RevisionError) as exc:
+        _error(str(exc).strip('"'))
+        return EXIT_BAD_INPUT
+    _exit_cleanly_on_sigterm()
+    print(f"gradeff history run: {len(commits)} commits x {len(cells)} cells, {settings.rounds} rounds, "
+          f"{settings.clock} clock", file=sys.stderr)
+    try:
+        with store:
+            written = run_history(repo, commits, cells, config, settings, store,
+                                  echo=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    except (RevisionError, ValueError) as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    print(f"gradeff history run: {written} measurements added to {args.history}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _run_history_find(args: argparse.Namespace) -> int:
+    from gradeff.scale.ab import RevisionError, repository_root
+    from gradeff.scale.history import commit_of, commits_in_range, find_change
+
+    try:
+        args.cells = args.cell
+        (cell,), config = _selection_args(args)
+        settings = _measure_settings(args)
+        repo = repository_root()
+        commits = commits_in_range(repo, args.range)
+        if len(commits) < 2:
+            raise ValueError(f"{args.range} holds one commit: give REV1..REV2")
+        store = _open_history(args.history, must_exist=False) if args.history else None
+    except (KeyError, ValueError, RevisionError) as exc:
+        _error(str(exc).strip('"'))
+        return EXIT_BAD_INPUT
+    _exit_cleanly_on_sigterm()
+    print(f"gradeff history find: {args.metric} of {cell.id} over {len(commits)} commits", file=sys.stderr)
+    try:
+        with store if store is not None else _nothing():
+            found = find_change(repo, args.metric, cell, commits, config, settings, store=store,
+                                echo=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    except (RevisionError, ValueError) as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    if not found.changed:
+        (ends,) = found.runs
+        a, b = (ends[c] for c in (commits[0], commits[-1]))
+        print(f"{args.metric} of {cell.id}: {a.value:.6g} at {commits[0][:10]} and {b.value:.6g} at "
+              f"{commits[-1][:10]}, alike within their intervals: nothing to find in {args.range}")
+        return EXIT_OK
+    first, last = commit_of(repo, found.first_changed), commit_of(repo, found.last_unchanged)
+    before, after = found.runs[-1][last.commit], found.runs[-1][first.commit]
+    print(f"{args.metric} of {cell.id} changed at {first.commit[:10]} ({first.date}) {first.message}")
+    print(f"  {before.value:.6g} at {last.commit[:10]} -> {after.value:.6g} ({after.low:.6g} - {after.high:.6g}), "
+          f"{len(found.runs)} runs")
+    return EXIT_OK
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _run_history_report(args: argparse.Namespace) -> int:
+    from gradeff.records.outputs import OutputError, write_text
+
+    try:
+        store = _open_history(args.history, must_exist=True)
+    except ValueError as exc:
+        _error(str(exc))
+        return EXIT_BAD_INPUT
+    from gradeff.report.history import build_history_view, render_history
+
+    with store:
+        view = build_history_view(store, title=args.title)
+    try:
+        from pathlib import Path
+
+        path = write_text(Path(args.output), render_history(view))
+    except OutputError as exc:
+        _error(str(exc))
+        return EXIT_OUTPUT
+    print(f"gradeff: wrote {path} ({len(view.trends)} trends, {sum(len(t.changes) for t in view.trends)} change "
+          f"points)", file=sys.stderr)
+    return EXIT_OK

@@ -75,6 +75,16 @@ def run(kind, argv):
             cut = argv.index("--")
             build_parser().parse_args(argv[:cut])  # launch's own options; SystemExit(2) on a bad one
             code = pytest.main(without_workers(argv[cut + 1:]) + COLLECT)
+        elif kind == "parse":
+            # Minutes of training side by side (gradeff ab, gradeff history run|find) or a store only they make (gradeff
+            # history report): the options parse and the cells they name exist; the commands themselves are run by
+            # tests/scale/test_ab.py, tests/scale/test_history.py and tests/report/test_history_page.py.
+            from gradeff.scale.ab import select_cells
+
+            args = build_parser().parse_args(argv)
+            ids = [i for i in (getattr(args, "cells", None) or getattr(args, "cell", None) or "").split(",") if i]
+            select_cells(getattr(args, "grid", "main"), ids=ids or None)
+            code = 0
         elif kind == "options":
             unknown = sorted({a.split("=")[0] for a in argv if a.startswith("--")} - KNOWN)
             print("unknown options:", unknown)
@@ -102,7 +112,7 @@ def _blocks() -> list[tuple[str, str]]:
 def scratch(tmp_path_factory) -> Path:
     """A folder laid out like a checkout: the sources linked, the commands that would install or train recorded."""
     root = tmp_path_factory.mktemp("checkout")
-    for name in ("benchmarks", "tests", "baselines", "reports", "gradeff", "pyproject.toml", "conftest.py"):
+    for name in ("benchmarks", "tests", "baselines", "reports", "gradeff", "pyproject.toml", "conftest.py", ".ci"):
         (root / name).symlink_to(CHECKOUT / name)
     log = root / "commands.jsonl"
     for shim, name in ((".venv/bin/python", "python"), (".venv/bin/gradeff", "gradeff"),
@@ -157,6 +167,8 @@ def _plan(where: str, argv: list[str]) -> tuple[str, list[str]] | None:
         return None
     if program == "gradeff" and args[:1] == ["launch"]:
         return "launch", args
+    if program == "gradeff" and args[:1] in (["ab"], ["history"]):
+        return "parse", args
     if program == "gradeff" and args[:1] in (["report"], ["compare"], ["list"], ["--version"]):
         return "gradeff", args
     raise AssertionError(f"{where}: no rule for {argv}; add one to tests/test_docs_commands.py")

@@ -277,6 +277,13 @@ def add_options(parser: pytest.Parser) -> None:
                          "flat table); templates in the folder $GRADEFF_TEMPLATES replace the packaged ones")
     group.addoption("--gradeff-results", default=DEFAULT_RESULTS, metavar="PATH",
                     help=f"JSON-lines file each cell's record is appended to (default {DEFAULT_RESULTS})")
+    group.addoption("--gradeff-ab", default=None, metavar="REV",
+                    help="run the selected cells side by side at git revision REV and at the working tree instead of "
+                         "one by one, and fail on a time regression or a changed deterministic figure (`gradeff ab "
+                         "REV`; docs/gate.md)")
+    group.addoption("--gradeff-history", default=None, metavar="PATH",
+                    help="add this session's figures (time per step, final losses, test accuracy, peak memory) to "
+                         "the history store PATH, an SQLite file, under the commit checked out (`gradeff history`)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -313,6 +320,8 @@ class Settings:
     baseline: Path | None
     compare_args: str
     resume: bool
+    ab: str | None = None
+    history: Path | None = None
     tune: str | None = None
     tune_points: int = 5
     protocol: str = DEFAULT_PROTOCOL
@@ -446,6 +455,41 @@ def _report(text: str | None) -> Path | None:
             resolve_template_folder()
         except NotADirectoryError as exc:
             raise pytest.UsageError(f"--gradeff-report: {exc}") from None
+    return path
+
+
+def _ab(config: pytest.Config, baseline: Path | None) -> str | None:
+    """``--gradeff-ab REV``: a commit of the working tree's repository, in a session that can run it."""
+    revision = config.getoption("gradeff_ab")
+    if revision is None:
+        return None
+    if baseline is not None:
+        raise pytest.UsageError("--gradeff-ab runs the cells side by side instead of one by one, and "
+                                "--gradeff-baseline judges one-by-one records: give one of them")
+    if config.getoption("dist", "no") != "no" or getattr(config, "workerinput", None) is not None:
+        raise pytest.UsageError("--gradeff-ab runs its own two worker processes, one cell at a time: run it without "
+                                "-n")
+    from gradeff.scale.ab import RevisionError, repository_root, resolve_revision
+
+    try:
+        resolve_revision(repository_root(), revision)
+    except RevisionError as exc:
+        raise _usage("--gradeff-ab", revision, str(exc)) from None
+    return revision
+
+
+def _history(text: str | None) -> Path | None:
+    """``--gradeff-history PATH``: a writable file that is a history store or not there yet."""
+    if text is None:
+        return None
+    path = _writable_file("--gradeff-history", Path(text))
+    if path.exists():
+        from gradeff.gate.history import HistoryStore
+
+        try:
+            HistoryStore(path).close()
+        except ValueError as exc:
+            raise _usage("--gradeff-history", path, str(exc)) from None
     return path
 
 
@@ -664,6 +708,7 @@ def read_settings(config: pytest.Config) -> Settings:
         report=_report(config.getoption("gradeff_report")), baseline=baseline,
         compare_args=_compare_args(config.getoption("gradeff_compare_args"), baseline),
         resume=config.getoption("gradeff_resume"), tune=config.getoption("gradeff_tune"),
+        ab=_ab(config, baseline), history=_history(config.getoption("gradeff_history")),
         tune_points=config.getoption("gradeff_tune_points"), protocol=config.getoption("gradeff_protocol"),
         isolate=config.getoption("gradeff_isolate"), fused=config.getoption("gradeff_fused"),
         compile=config.getoption("gradeff_compile"), workers=config.getoption("gradeff_workers"),

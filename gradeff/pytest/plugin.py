@@ -38,9 +38,11 @@ __all__ = ["DEFAULT_RESULTS", "grid_params"]
 # --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
 # benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method); the file
 # pytest-benchmark's --benchmark-save will write, checked once its storage is open; what --gradeff-resume kept and
-# re-ran; the session's records kept in memory as well as on disk.
+# re-ran; the session's records kept in memory as well as on disk; the selected cells side by side with another
+# revision (--gradeff-ab); the session's figures into a history store (--gradeff-history).
 pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures", "gradeff.pytest.plugin_outputs",
-                  "gradeff.pytest.resume", "gradeff.pytest.session_records"]
+                  "gradeff.pytest.resume", "gradeff.pytest.session_records", "gradeff.pytest.ab",
+                  "gradeff.pytest.history"]
 _SESSION_KEY = "gradeff_session"
 
 
@@ -620,9 +622,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     records = current_records(records, settings.results, kept_runs(config))
     selection = config.stash.get(_SELECTED, [])
-    if config.option.collectonly or config.getoption("gradeff_dry_run") is not None:
-        # No cell was meant to run: nothing to judge, and the last session's files stay. A dry run's plans
-        # (--gradeff-dry-run-json) that could not be written still end the session 74.
+    if config.option.collectonly or config.getoption("gradeff_dry_run") is not None or settings.ab is not None:
+        # No cell was meant to run here (an A/B runs them in workers): nothing to judge, and the last session's
+        # files stay. A dry run's plans (--gradeff-dry-run-json) that could not be written still end the session 74.
         _incomplete_output(config)
         return
     if settings.baseline is None and (not (records or selection) or config.stash.get(_SHARD, None) is not None):

@@ -20,3 +20,17 @@ def test_a_slowed_call_lasts_factor_times_as_long_and_returns_the_same():
     assert time.perf_counter() - start >= 0.1
     with pytest.raises(ValueError, match="GRADEFF_SLOWDOWN must be >= 1"):
         slowed(work, 0.5)
+
+
+def test_a_spinning_slowdown_costs_factor_times_the_cpu_and_returns_the_same():
+    def work():
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+        return 42
+
+    start = time.thread_time()
+    assert slowed(work, 1.5, "spin")() == 42
+    assert time.thread_time() - start >= 0.075
+    with pytest.raises(ValueError, match="GRADEFF_SLOWDOWN_MODE must be one of sleep, spin"):
+        slowed(work, 1.5, "nap")

@@ -21,7 +21,7 @@ from gradeff.records.results import append_record
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 TEMPLATES = CHECKOUT / "reports" / "templates"
-TEMPLATE_NAMES = ("base.html.j2", "macros.html.j2", "report.html.j2")
+TEMPLATE_NAMES = ("base.html.j2", "history.html.j2", "macros.html.j2", "report.html.j2")
 BUILD_TIMEOUT_S = 120
 
 # Run by the Python that has gradeff on its path: renders a results file with `gradeff report` and checks that

@@ -12,7 +12,7 @@ from gradeff.report import build_view, jinja_environment, render_html, write_rep
 from gradeff.report.render import TEMPLATES_ENV, ResourceLoader, packaged_templates
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-TEMPLATE_NAMES = ["base.html.j2", "macros.html.j2", "report.html.j2"]
+TEMPLATE_NAMES = ["base.html.j2", "history.html.j2", "macros.html.j2", "report.html.j2"]
 # A page shell of the user's: the packaged report.html.j2 extends it by name.
 SHELL = ("<!DOCTYPE html>\n<html><head><title>{{ view.title }}</title></head>\n"
          "<body><p class=\"custom-shell\">{{ view.title }}</p>{% block content %}{% endblock %}</body></html>\n")
