@@ -54,6 +54,8 @@ def hparams_for(model: str, profile: str, *, epochs: int | None = None, dataset:
     validate_profile(profile)
     hp = (spec.hparams or {}).get(profile) or task_default(spec.task, profile)
     sizes = dict(TASKS[dataset or spec.task].sizes.get(profile, {}))
+    if not spec.native_image_size:
+        sizes.pop("image_size", None)  # a model of one input size reads every dataset resampled to it
     if epochs is not None:
         sizes["epochs"] = epochs
     return replace(hp, **sizes) if sizes else hp

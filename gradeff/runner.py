@@ -170,7 +170,7 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     state_dict = weights is not None and weights.format == "state_dict"
     weights_dir = weights.path if weights is not None and not state_dict else None
     model = build_model(cell.model, config.profile, num_labels=hp.num_classes, weights_dir=weights_dir,
-                        vocab_size=dataset.info.get("vocab_size"))
+                        vocab_size=dataset.info.get("vocab_size"), image_size=hp.image_size)
     if state_dict:
         from gradeff.models.checkpoint import load_checkpoint
 

@@ -61,6 +61,9 @@ class ModelSpec:
             weights: ..." without them: a baseline whose random weights would only measure chance and whose
             cost is the published model's only at its published size.
         unavailable: why its cells cannot run even with weights (no implementation here); empty if they can.
+        native_image_size: its builder takes ``image_size`` and sizes the model's input for it, so a dataset of its
+            own image size (``TaskSpec.sizes``: scikit-learn's 8 px digits) is read at that size; without it every
+            dataset is resampled to the model's own size at the profile.
     """
 
     key: str
@@ -82,6 +85,7 @@ class ModelSpec:
     hub_id: str = ""
     needs_weights: bool = False
     unavailable: str = ""
+    native_image_size: bool = False
 
 
 # Linears LoRA (and AdaLoRA, QLoRA) adapts, by module-name suffix: every attention projection and MLP layer, the
@@ -105,7 +109,7 @@ MODELS: Registry[ModelSpec] = Registry(
     "model",
     (
         ModelSpec(key="vit", name="ViT (ViT-B/16 style)", family="vision", task="image_classification",
-                  module="gradeff.models.vit", head=("classifier",), lora_targets=_VIT_LINEARS,
+                  module="gradeff.models.vit", head=("classifier",), lora_targets=_VIT_LINEARS, native_image_size=True,
                   hparams={"tiny": HParams(**TINY_MAIN, **TINY_IMAGE),
                            "small": HParams(**SMALL_MAIN, image_size=64, num_classes=10),
                            # paper: section 3 of the main paper, here and for the other three.
@@ -199,6 +203,7 @@ def build_model(
     num_labels: int | None = None,
     weights_dir: str | Path | None = None,
     device: str | torch.device = "cpu",
+    image_size: int | None = None,
 ) -> torch.nn.Module:
     """Build a model of the registry in a profile's size, random-initialised unless weights are given.
 
@@ -209,6 +214,8 @@ def build_model(
         num_labels: override the number of classes (``vit``).
         weights_dir: a local directory with ``save_pretrained`` weights; never a hub id.
         device: where to build; ``"meta"`` builds without allocating (parameter counting).
+        image_size: the side of the images it will read, for a model that takes a dataset's own
+            (:attr:`ModelSpec.native_image_size`); ignored by the others, which take their profile's.
 
     Returns:
         The model, in training mode.
@@ -216,8 +223,9 @@ def build_model(
     spec = MODELS[key]
     validate_profile(profile)
     build = spec.builder if spec.builder is not None else importlib.import_module(spec.module).build
+    sized = {"image_size": image_size} if spec.native_image_size and image_size is not None else {}
     model = build(profile, vocab_size=vocab_size, num_labels=num_labels, weights_dir=weights_dir,
-                         device=device)
+                         device=device, **sized)
     model.train()
     return model
 

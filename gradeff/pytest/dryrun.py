@@ -232,7 +232,7 @@ def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer:
     spec = MODELS[model_key]
     # QLoRA's adapters, trainable parameters and FLOPs are LoRA's; only its weights' storage differs (below).
     built_method = "lora" if method == "qlora" else method
-    network = build_model(model_key, profile, num_labels=num_classes, device="meta")
+    network = build_model(model_key, profile, num_labels=num_classes, device="meta", image_size=image_size)
     adapted = apply_method(built_method, network, method_hparams_for(built_method, model_key, profile),
                            total_steps=1, head=spec.head).model.train()
     hp = replace(hparams_for(model_key, profile, dataset=dataset), image_size=image_size)
