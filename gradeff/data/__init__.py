@@ -82,9 +82,11 @@ _CLASSIFICATION_FIELDS = ("num_classes", "image_size", *_SPLITS)
 _IMAGES = "gradeff.data.images"
 _STANDINS = "gradeff.data.standins"
 _TEXT = "gradeff.data.text"
-# ModernBERT's own pre-training masks 30 % of tokens (twice BERT's 15 %): twice the targets per sequence, and
-# 16 peaked topics (Dirichlet 0.05 over the states) whose tokens a model reads off the whole sequence.
-_MASKED_LM = {"num_topics": 16, "concentration": 0.05, "mask_prob": 0.3}
+# Topic text: 16 peaked topics (Dirichlet 0.05 over the states) whose tokens a model reads off the whole sequence
+# (the masked task) or off the prefix (the causal task); a count of neighbouring tokens reads little of it.
+_TOPICS = {"num_topics": 16, "concentration": 0.05}
+# ModernBERT's own pre-training masks 30 % of tokens (twice BERT's 15 %): twice the targets per sequence.
+_MASKED_LM = {**_TOPICS, "mask_prob": 0.3}
 # 16 motifs, each class a Dirichlet(0.5) mixture of them: a few motifs dominate a class, and 16 blocks an image
 # leave the Bayes classifier short of 100 % on a few (a floor above 0).
 _MOTIFS = {"num_motifs": 16, "concentration": 0.5}
@@ -119,8 +121,10 @@ TASKS: Registry[TaskSpec] = Registry(
         # docstring; in short, each is learnable *and generalises* within the tiny profile's seconds per cell:
         # enough training samples (drawn once, the same every epoch) that no model memorises them in its steps,
         # and structure a tiny model picks up early.
-        TaskSpec(key="causal_lm", name="Markov text (next token)", description="next token of Markov-chain text",
-                 builder=f"{_TEXT}:causal_lm", fields=("num_states", "seq_len", *_SPLITS), kind="causal_lm"),
+        TaskSpec(key="causal_lm", name="Topic text (next token)",
+                 description="next token of text whose tokens each sequence draws from one of 16 topics",
+                 builder=f"{_TEXT}:causal_lm", fields=("num_states", "seq_len", *_SPLITS), kind="causal_lm",
+                 options=_TOPICS),
         TaskSpec(key="masked_lm", name="Topic text (masked)",
                  description="30 % masked tokens of text whose tokens each sequence draws from one of 16 topics",
                  builder=f"{_TEXT}:masked_lm", fields=("num_states", "seq_len", *_SPLITS), kind="masked_lm",
@@ -130,7 +134,7 @@ TASKS: Registry[TaskSpec] = Registry(
                  builder=f"{_IMAGES}:motif_classification", fields=_CLASSIFICATION_FIELDS,
                  kind="image_classification", options=_MOTIFS),
         TaskSpec(key="image_captioning", name="Motif captions",
-                 description="caption (class token + Markov text) of a bag-of-motifs image",
+                 description="caption of a bag-of-motifs image: words of its class's own topic",
                  builder=f"{_IMAGES}:image_captioning",
                  fields=("num_classes", "image_size", "caption_len", "num_states", *_SPLITS),
                  kind="image_captioning", options=_MOTIFS),

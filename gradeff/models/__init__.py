@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradeff.models.sizes import FINE_TUNING, SMALL_MAIN, TINY_IMAGE, TINY_MAIN, TINY_TEXT
+from gradeff.models.sizes import FINE_TUNING, SMALL_MAIN, TINY_CAPTION, TINY_IMAGE, TINY_MAIN, TINY_MASKED, TINY_TEXT
 from gradeff.profiles import HParams, validate_profile
 from gradeff.registry import Registry
 
@@ -118,7 +118,7 @@ MODELS: Registry[ModelSpec] = Registry(
                                             image_size=224, num_classes=100)}),
         ModelSpec(key="modernbert", name="ModernBERT (masked LM)", family="encoder", task="masked_lm",
                   module="gradeff.models.modernbert", lora_targets=("Wqkv", "Wo", "Wi"),
-                  hparams={"tiny": HParams(**TINY_MAIN, **TINY_TEXT),
+                  hparams={"tiny": HParams(**TINY_MASKED),
                            "small": HParams(**SMALL_MAIN, seq_len=128, num_states=1020),
                            "paper": HParams(lr=1e-4, batch_size=32, epochs=25, train_samples=4096,
                                             heldout_samples=1024, validation_samples=1024, eval_every=32,
@@ -133,7 +133,7 @@ MODELS: Registry[ModelSpec] = Registry(
                                             warmup_ratio=0.03, seq_len=512, num_states=2048)}),
         ModelSpec(key="vlm", name="nanoVLM-style vision-language model", family="multimodal",
                   task="image_captioning", module="gradeff.models.vlm", lora_targets=_VLM_LINEARS,
-                  hparams={"tiny": HParams(**TINY_MAIN, caption_len=16, num_states=124, **TINY_IMAGE),
+                  hparams={"tiny": HParams(**TINY_CAPTION),
                            "small": HParams(**SMALL_MAIN, image_size=64, num_classes=10, caption_len=32,
                                             num_states=1020),
                            "paper": HParams(lr=5e-5, batch_size=32, epochs=25, train_samples=4096,
