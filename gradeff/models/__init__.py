@@ -41,9 +41,10 @@ class ModelSpec:
             model such as Llama has nothing for it to train).
         head: names of the task-head modules: trained by every fine-tuning method, and freshly
             initialised when a pretrained backbone starts on a new dataset.
-        batch_norm: it normalises with batch statistics in training (BatchNorm), so samples of a
-            batch interact: accumulating k micro-batches is not the large batch (each micro-batch is
-            normalised by its own statistics), and the law holds only with the statistics frozen.
+        batch_norm: it normalises with batch statistics in training (BatchNorm), so samples of a batch interact:
+            accumulating k micro-batches is not the large batch (each micro-batch is normalised by its own
+            statistics), and the law holds only with the statistics frozen. Its fine-tuning cells (from pretrained
+            weights) freeze them (:func:`gradeff.models._layers.freeze_batch_statistics`); its pretraining does not.
         requires: importable modules beyond the default install, with the pip extra that brings
             them, e.g. ``(("peft", "peft"),)``; a cell whose modules are missing is skipped with
             the install hint.
@@ -144,8 +145,12 @@ MODELS: Registry[ModelSpec] = Registry(
                   module="gradeff.models.vit_s", fine_tunes=True, head=("classifier",),
                   hub_id="timm/vit_small_patch16_224.augreg_in21k_ft_in1k", lora_targets=_VIT_LINEARS,
                   hparams=FINE_TUNING),
+        # At tiny, TinyViT pretrains in 512 steps of 128 (8 epochs of the source task) at 4e-3 instead of 1,024 of
+        # 32 at 2e-3, in the same CPU seconds (its step is set by its many small ops more than by the batch): held-out
+        # source accuracy 61 % → 81 % (seed 0), a linear probe of its features on the CIFAR-100 stand-in 19 → 28 %.
         ModelSpec(key="tinyvit", name="TinyViT", family="transformer", task="cifar100",
                   module="gradeff.models.tinyvit", fine_tunes=True, head=("classifier",), batch_norm=True,
+                  pretraining={"tiny": {"batch_size": 128, "epochs": 8, "lr": 4e-3}},
                   hub_id="timm/tiny_vit_21m_224.dist_in22k_ft_in1k", lora_targets=_TINYVIT_LINEARS,
                   hparams=FINE_TUNING),
         # At tiny, Vim pretrains at twice the shared rate: held-out source accuracy 62.7 % → 78.5 % in the same

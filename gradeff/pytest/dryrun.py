@@ -296,9 +296,10 @@ def _data_text(cell, config) -> str:
 def plan_cell(cell, config, target: Target) -> CellPlan:
     """A cell's plan (see the module docstring); never raises: a cell that cannot be built says why."""
     from gradeff.cell.plan import cannot_run
-    from gradeff.hparams import MEMORY_BUDGETS, hparams_for
+    from gradeff.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, hparams_for
     from gradeff.strategies import STRATEGIES, micro_batches_per_step
     from gradeff.strategies.budget import plan as budget_plan
+    from gradeff.strategies.prepare import budget_bytes, budget_fraction
 
     reason = cannot_run(cell, config)
     if reason is not None:
@@ -314,7 +315,10 @@ def plan_cell(cell, config, target: Target) -> CellPlan:
     layers = [layer.name for layer in measured.profile.layers]
     status = "ready"
     if strategy.budget is not None:
-        budget = config.memory_budget or MEMORY_BUDGETS[config.profile]
+        # As the cell plans it (gradeff.strategies.prepare): its level, else the option, else the profile's default.
+        absolute = config.memory_budget or MEMORY_BUDGETS.get(config.profile)
+        fraction = budget_fraction(cell.strategy, absolute, MEMORY_BUDGET_LEVELS.get(config.profile))
+        budget = budget_bytes(measured.profile, fraction, absolute, config.memory_margin, cell.strategy)
         chosen = budget_plan(measured.profile, budget, config.memory_margin)
         checkpointed, peak = list(chosen.checkpointed), chosen.predicted_peak
         if not chosen.fits:
