@@ -2,9 +2,12 @@
 
     .venv/bin/python scripts/tune_rates.py --profile tiny --grid main
     .venv/bin/python scripts/tune_rates.py --profile tiny --grid peft --models vit_s --datasets cifar100
+    .venv/bin/python scripts/tune_rates.py --profile tiny --grid main --strategies accum
 
-For every model × optimizer × method × dataset of the grid (its ``standard`` strategy; ``--models``,
-``--optimizers``, ``--methods``, ``--datasets`` narrow it) each rate of a log grid of ``--points`` rates over
+For every model × optimizer × method × dataset of the grid, on its ``standard`` strategy and on each of its
+strategies that changes the effective batch (accumulation: rows of its own, see
+:func:`gradeff.strategies.rate_strategy`; ``--models``, ``--optimizers``, ``--methods``, ``--datasets``,
+``--strategies`` narrow it) each rate of a log grid of ``--points`` rates over
 ``--spread`` decades around the optimizer's centre is trained once per seed (``--seeds``) as a tuning trial, scored
 by its final validation loss (mean over the seeds; the test split is never read), and the best rate kept. A best
 rate at the grid's edge adds the next rate past that edge, up to ``--widen`` times. The rows replace the table's
@@ -27,6 +30,7 @@ import sys
 from gradeff.cell.protocols import TABLE_PATH, TunedTable
 from gradeff.cell.rate_search import SearchSettings, search_cells, tunable_cells
 from gradeff.specs.profiles import PROFILES
+from gradeff.strategies import rate_strategy
 from gradeff.studies.grid import GRIDS, cells
 
 
@@ -38,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=PROFILES, default="tiny")
     parser.add_argument("--grid", choices=tuple(GRIDS), default="main")
-    for axis in ("models", "optimizers", "methods", "datasets"):
+    for axis in ("models", "optimizers", "methods", "datasets", "strategies"):
         parser.add_argument(f"--{axis}", default=None, metavar="KEYS",
                             help=f"comma-separated {axis} (default: the grid's)")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds, two or more (default 0,1)")
@@ -55,10 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     seeds = tuple(int(s) for s in args.seeds.split(","))
     if len(set(seeds)) < 2:
         parser.error("--seeds: a tuned rate is searched over two or more seeds")
-    strategy = GRIDS[args.grid].strategies[0]
+    # The strategies with rates of their own among those asked for (default: the grid's): standard, and accumulation
+    # where the grid has it; checkpointing and the budget train standard's steps and read its row.
+    strategies = _keys(args.strategies) or GRIDS[args.grid].strategies
+    own = tuple(dict.fromkeys(rate_strategy(s) for s in strategies))
     selection = {axis: keys for axis in ("models", "optimizers", "methods", "datasets")
                  if (keys := _keys(getattr(args, axis))) is not None}
-    todo = tunable_cells(c for c in cells(args.grid, **selection) if c.strategy == strategy)
+    todo = tunable_cells(c for c in cells(args.grid, **selection, strategies=list(own)) if c.strategy in own)
     settings = SearchSettings(profile=args.profile, seeds=seeds, points=args.points, spread=args.spread,
                               widen=args.widen, epochs=args.epochs, train_samples=args.train_samples,
                               cache_dir=args.cache)
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         scores = ", ".join(f"{lr:.3g}: {'failed' if s is None else f'{s:.4f}'}" for lr, s in zip(row.grid, row.scores))
         state = f"tuning-free ({row.tuning_free})" if row.tuning_free else f"lr {row.lr:.3g}" + (
             f" AT THE {row.at_edge.upper()} EDGE" if row.at_edge else "")
-        print(f"{row.model}-{row.optimizer}-{row.method}-{row.dataset}: {state}  [{scores}]")
+        print(f"{row.model}-{row.optimizer}-{row.method}-{row.dataset}-{row.strategy}: {state}  [{scores}]")
     budget = provenance["budget"]
     print(f"{budget['trials']} trials, {budget['cpu_seconds']} CPU s, {budget['wall_seconds']} s; "
           + (f"written to {args.table} as search {search_id}" if written is None else f"NOT written to {args.table}"))

@@ -53,7 +53,8 @@ def cell_settings(cell: Cell, config: RunConfig) -> CellSettings:
         rate = RateChoice(lr=config.lr, source=config.lr_source or "a tuning trial's rate", replaces=True)
     else:
         rate = choose_rate(config.protocol, profile=config.profile, model=cell.model, optimizer=cell.optimizer,
-                           method=cell.method, dataset=cell.dataset, shared_lr=hp.lr * method_hp.lr_scale)
+                           method=cell.method, dataset=cell.dataset, shared_lr=hp.lr * method_hp.lr_scale,
+                           strategy=cell.strategy)
     if rate.replaces:
         hp, method_hp = replace(hp, lr=rate.lr), replace(method_hp, lr_scale=1.0)
     return CellSettings(hp, method_hp, rate)

@@ -4,9 +4,13 @@
   PEFT study trains at its own rate, read from ``gradeff/cell/tuned_rates.json``. ``scripts/tune_rates.py`` writes that
   table from a log-grid search over two or more seeds, scored on the validation split (never the test split), and
   records its provenance (command, seeds, epochs, budget, code version) beside the rates. The rate tuned on the
-  ``standard`` strategy serves every strategy of the cell (checkpointing changes no number; accumulation is the
-  same step on a larger batch). A cell the table has no row for (another profile, an optimizer outside the
-  grids) falls back to the shared rate, and its record says so.
+  ``standard`` strategy serves every strategy that trains the same steps on the same batches (checkpointing,
+  offload and the adaptive budget change no number); a strategy that changes the effective batch (accumulation:
+  k micro-batches per optimizer step, k times fewer steps) has rows of its own
+  (:func:`gradeff.strategies.rate_strategy`), since the best rate of a 4× batch in 4× fewer steps is not the
+  small batch's, and an accumulation cell at the standard cell's rate measures under-training, not accumulation.
+  Without such a row it falls back to the standard row, and says so. A cell the table has no row for (another
+  profile, an optimizer outside the grids) falls back to the shared rate, and its record says so.
 * ``shared``: the papers' own protocol — one rate per model and profile for every optimizer and strategy (the
   main paper's section 3), and the PEFT paper's fixed rates (the model's rate times the method's scale).
 
@@ -34,7 +38,10 @@ class TunedRate:
     """One row of the table: the rate a search chose for one cell's axes at one profile.
 
     Attributes:
-        profile / model / optimizer / method / dataset: the cell's axes (any strategy).
+        profile / model / optimizer / method / dataset: the cell's axes.
+        strategy: the strategy the rate was tuned on: ``standard`` serves every strategy that trains the same
+            steps on the same batches, a strategy that changes the effective batch has its own
+            (:func:`gradeff.strategies.rate_strategy`).
         lr: the rate the optimizer gets (the method's scale is already in it).
         grid: the rates tried, ascending.
         scores: each rate's final validation loss, the mean over the seeds (``None``: no seed ended ok).
@@ -56,6 +63,7 @@ class TunedRate:
     at_edge: str | None = None
     tuning_free: str = ""
     search: str = ""
+    strategy: str = "standard"
 
     def __post_init__(self):
         if not self.lr > 0:
@@ -66,8 +74,8 @@ class TunedRate:
             raise ValueError(f"at_edge is None, 'low' or 'high', got {self.at_edge!r}")
 
     @property
-    def key(self) -> tuple[str, str, str, str, str]:
-        return (self.profile, self.model, self.optimizer, self.method, self.dataset)
+    def key(self) -> tuple[str, str, str, str, str, str]:
+        return (self.profile, self.model, self.optimizer, self.method, self.dataset, self.strategy)
 
     @classmethod
     def from_dict(cls, data: dict) -> TunedRate:
@@ -78,12 +86,16 @@ class TunedRate:
 class TunedTable:
     """The tuned rates and the searches they came from (``searches``: key → provenance)."""
 
-    rows: dict[tuple[str, str, str, str, str], TunedRate] = field(default_factory=dict)
+    rows: dict[tuple[str, str, str, str, str, str], TunedRate] = field(default_factory=dict)
     searches: dict[str, dict] = field(default_factory=dict)
 
-    def lookup(self, profile: str, model: str, optimizer: str, method: str, dataset: str) -> TunedRate | None:
-        """The row of these axes, or ``None``."""
-        return self.rows.get((profile, model, optimizer, method, dataset))
+    def lookup(self, profile: str, model: str, optimizer: str, method: str, dataset: str,
+               strategy: str = "standard") -> TunedRate | None:
+        """The row of these axes tuned on ``strategy`` (a strategy key: the row of its rate strategy,
+        :func:`gradeff.strategies.rate_strategy`), or ``None``."""
+        from gradeff.strategies import rate_strategy
+
+        return self.rows.get((profile, model, optimizer, method, dataset, rate_strategy(strategy)))
 
     def merged(self, rows: list[TunedRate], search: str, provenance: dict) -> TunedTable:
         """This table with ``rows`` added or replacing the rows of the same axes, and their search's provenance.
@@ -152,18 +164,28 @@ class RateChoice:
 
 
 def choose_rate(protocol: str, *, profile: str, model: str, optimizer: str, method: str, dataset: str,
-                shared_lr: float, table: TunedTable | None = None) -> RateChoice:
+                shared_lr: float, table: TunedTable | None = None, strategy: str = "standard") -> RateChoice:
     """The rate of a cell under ``protocol``.
 
     Args:
         shared_lr: the shared protocol's rate for this cell (the model's rate times the method's scale).
         table: the tuned rates (default: the committed table).
+        strategy: the cell's strategy: one that changes the effective batch reads its own row, else the standard
+            row (saying so).
     """
+    from gradeff.strategies import rate_strategy
+
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOLS)}")
     if protocol == "shared":
         return RateChoice(lr=shared_lr, source="shared: the model's rate at this profile (× the method's scale)")
-    row = (table if table is not None else tuned_table()).lookup(profile, model, optimizer, method, dataset)
+    table = table if table is not None else tuned_table()
+    own = rate_strategy(strategy)
+    row = table.lookup(profile, model, optimizer, method, dataset, own)
+    fallback = ""
+    if row is None and own != "standard":
+        row = table.lookup(profile, model, optimizer, method, dataset)
+        fallback = f" (the standard strategy's: the table has no {own} row for this cell)"
     if row is None:
         return RateChoice(lr=shared_lr, source="shared: the tuned table has no rate for this cell at this profile")
     if row.tuning_free:
@@ -171,4 +193,5 @@ def choose_rate(protocol: str, *, profile: str, model: str, optimizer: str, meth
     seeds = ",".join(map(str, row.seeds))
     return RateChoice(lr=row.lr, row=row, replaces=True,
                       source=f"tuned table: search {row.search}, seeds {seeds}, best final validation loss of "
-                             f"{len(row.grid)} rates" + (f" (at the grid's {row.at_edge} edge)" if row.at_edge else ""))
+                             f"{len(row.grid)} rates" + (f" (at the grid's {row.at_edge} edge)" if row.at_edge else "")
+                             + (f", tuned on {row.strategy}" if row.strategy != "standard" else "") + fallback)

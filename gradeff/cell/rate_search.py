@@ -1,7 +1,8 @@
 """The search behind the tuned-rate table: each cell's rate on a log grid, over seeds, on the validation split.
 
-``scripts/tune_rates.py`` is its command line. For each cell (the ``standard`` strategy of each model ×
-optimizer × method × dataset of a grid) every rate of a log grid around the optimizer's centre is trained once
+``scripts/tune_rates.py`` is its command line. For each cell (each model × optimizer × method × dataset of a grid,
+on the ``standard`` strategy and on each strategy that changes the effective batch, which has rates of its own:
+:func:`gradeff.strategies.rate_strategy`) every rate of a log grid around the optimizer's centre is trained once
 per seed as a tuning trial (:attr:`gradeff.cell.config.RunConfig.trial`: the validation split is evaluated, the test
 split is never read), scored by its final validation loss averaged over the seeds (a rate at which any seed
 diverged or failed scores nothing), and the best rate kept. A best rate at the grid's edge widens the grid past
@@ -16,11 +17,12 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gradeff.cell.protocols import TunedRate
 from gradeff.cell.tuning import log_grid, search
 from gradeff.optim import OPTIMIZERS
+from gradeff.strategies import rate_strategy
 from gradeff.studies.grid import Cell, incompatibility
 from gradeff.studies.hparams import hparams_for, lr_centre, method_hparams_for
 
@@ -58,12 +60,15 @@ class SearchSettings:
 
 
 def tunable_cells(cells: Iterable[Cell]) -> list[Cell]:
-    """One cell per model × optimizer × method × dataset (the first strategy given), that can run."""
+    """One cell per model × optimizer × method × dataset × rate strategy (:func:`gradeff.strategies.rate_strategy`:
+    ``standard`` stands for every strategy that trains the same steps, accumulation for itself), that can run; the
+    cell searched has the rate strategy itself as its strategy."""
     found: dict[tuple, Cell] = {}
     for cell in cells:
-        key = (cell.model, cell.optimizer, cell.method, cell.dataset)
+        own = rate_strategy(cell.strategy)
+        key = (cell.model, cell.optimizer, cell.method, cell.dataset, own)
         if key not in found and incompatibility(cell) is None:
-            found[key] = cell
+            found[key] = replace(cell, strategy=own)
     return list(found.values())
 
 
@@ -84,7 +89,7 @@ def search_cell(cell: Cell, settings: SearchSettings, search_id: str,
     hp = hparams_for(cell.model, settings.profile, dataset=cell.dataset)
     shared = hp.lr * method_hparams_for(cell.method, cell.model, settings.profile).lr_scale
     base = dict(profile=settings.profile, model=cell.model, optimizer=cell.optimizer, method=cell.method,
-                dataset=cell.dataset, search=search_id)
+                dataset=cell.dataset, search=search_id, strategy=rate_strategy(cell.strategy))
     free = OPTIMIZERS[cell.optimizer].tuning_free
     if free:
         return TunedRate(**base, lr=shared, tuning_free=free)

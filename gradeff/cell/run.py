@@ -43,7 +43,7 @@ from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.strategies.budget import profile_step
 from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
 from gradeff.studies.grid import Cell, incompatibility
-from gradeff.studies.hparams import MEMORY_BUDGETS, HParams, MethodHParams, method_hparams_for
+from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, HParams, MethodHParams, method_hparams_for
 
 __all__ = ["Built", "build_cell", "model_flops", "prepare_state", "run_cell", "trains_prebuilt"]
 
@@ -93,11 +93,16 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     state_dict = weights is not None and weights.format == "state_dict"
     weights_dir = weights.path if weights is not None and not state_dict else None
     model = build_model(cell.model, config.profile, num_labels=hp.num_classes, weights_dir=weights_dir,
-                        vocab_size=dataset.info.get("vocab_size"))
+                        vocab_size=dataset.info.get("vocab_size"), image_size=hp.image_size)
     if state_dict:
         from gradeff.models.checkpoint import load_checkpoint
 
         load_checkpoint(model, cell.model, weights.path, num_labels=hp.num_classes)
+    if weights is not None and weights.source != "random" and model_spec.batch_norm:
+        from gradeff.models._layers import freeze_batch_statistics
+
+        # Fine-tuning keeps the pretrained backbone's BatchNorm statistics (see freeze_batch_statistics).
+        freeze_batch_statistics(model)
     model = model.to(device)
     k = micro_batches_per_step(cell.strategy, hp.accum_steps)
     steps = len(dataset) // (hp.batch_size * k) * hp.epochs
@@ -445,10 +450,11 @@ class _Progress:
 
 
 def _budget_for(strategy: str, config: RunConfig) -> int | None:
-    """The budget a strategy works to: the option, else (budget strategies only) the profile's default."""
+    """The absolute budget a strategy works to: the option, else (budget strategies only) the profile's default;
+    ``None`` at a profile whose default is a level between the cell's own extremes (``MEMORY_BUDGET_LEVELS``)."""
     if config.memory_budget is not None or STRATEGIES[strategy].budget is None:
         return config.memory_budget
-    return MEMORY_BUDGETS[config.profile]
+    return MEMORY_BUDGETS.get(config.profile)
 
 
 def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
@@ -501,7 +507,7 @@ def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     budget = _budget_for(cell.strategy, config)
     state.model, progress.plan = prepare(cell.strategy, state.model, _first_micro_batch(state), device=device,
                                          state_bytes=_state_bytes(cell.optimizer, state.model), budget=budget,
-                                         margin=config.memory_margin)
+                                         margin=config.memory_margin, level=MEMORY_BUDGET_LEVELS.get(config.profile))
     if budget is not None and STRATEGIES[cell.strategy].budget is None:
         progress.plan |= _refuse_over_budget(state, cell.optimizer, budget)
     compiling = config.compile is not None and STRATEGIES[cell.strategy].budget != "compiler"

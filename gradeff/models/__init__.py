@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradeff.models.sizes import FINE_TUNING, SMALL_MAIN, TINY_IMAGE, TINY_MAIN, TINY_TEXT
+from gradeff.models.sizes import FINE_TUNING, SMALL_MAIN, TINY_CAPTION, TINY_IMAGE, TINY_MAIN, TINY_MASKED, TINY_TEXT
 from gradeff.specs.profiles import HParams, validate_profile
 from gradeff.specs.registry import Registry
 
@@ -43,9 +43,10 @@ class ModelSpec:
             model such as Llama has nothing for it to train).
         head: names of the task-head modules: trained by every fine-tuning method, and freshly
             initialised when a pretrained backbone starts on a new dataset.
-        batch_norm: it normalises with batch statistics in training (BatchNorm), so samples of a
-            batch interact: accumulating k micro-batches is not the large batch (each micro-batch is
-            normalised by its own statistics), and the law holds only with the statistics frozen.
+        batch_norm: it normalises with batch statistics in training (BatchNorm), so samples of a batch interact:
+            accumulating k micro-batches is not the large batch (each micro-batch is normalised by its own
+            statistics), and the law holds only with the statistics frozen. Its fine-tuning cells (from pretrained
+            weights) freeze them (:func:`gradeff.models._layers.freeze_batch_statistics`); its pretraining does not.
         requires: importable modules beyond the default install, with the pip extra that brings
             them, e.g. ``(("peft", "peft"),)``; a cell whose modules are missing is skipped with
             the install hint.
@@ -63,6 +64,9 @@ class ModelSpec:
             weights: ..." without them: a baseline whose random weights would only measure chance and whose
             cost is the published model's only at its published size.
         unavailable: why its cells cannot run even with weights (no implementation here); empty if they can.
+        native_image_size: its builder takes ``image_size`` and sizes the model's input for it, so a dataset of its
+            own image size (``TaskSpec.sizes``: scikit-learn's 8 px digits) is read at that size; without it every
+            dataset is resampled to the model's own size at the profile.
     """
 
     key: str
@@ -84,6 +88,7 @@ class ModelSpec:
     hub_id: str = ""
     needs_weights: bool = False
     unavailable: str = ""
+    native_image_size: bool = False
 
 
 # Linears LoRA (and AdaLoRA, QLoRA) adapts, by module-name suffix: every attention projection and MLP layer, the
@@ -107,7 +112,7 @@ MODELS: Registry[ModelSpec] = Registry(
     "model",
     (
         ModelSpec(key="vit", name="ViT (ViT-B/16 style)", family="vision", task="image_classification",
-                  module="gradeff.models.vit", head=("classifier",), lora_targets=_VIT_LINEARS,
+                  module="gradeff.models.vit", head=("classifier",), lora_targets=_VIT_LINEARS, native_image_size=True,
                   hparams={"tiny": HParams(**TINY_MAIN, **TINY_IMAGE),
                            "small": HParams(**SMALL_MAIN, image_size=64, num_classes=10),
                            # paper: section 3 of the main paper, here and for the other three.
@@ -116,7 +121,7 @@ MODELS: Registry[ModelSpec] = Registry(
                                             image_size=224, num_classes=100)}),
         ModelSpec(key="modernbert", name="ModernBERT (masked LM)", family="encoder", task="masked_lm",
                   module="gradeff.models.modernbert", lora_targets=("Wqkv", "Wo", "Wi"),
-                  hparams={"tiny": HParams(**TINY_MAIN, **TINY_TEXT),
+                  hparams={"tiny": HParams(**TINY_MASKED),
                            "small": HParams(**SMALL_MAIN, seq_len=128, num_states=1020),
                            "paper": HParams(lr=1e-4, batch_size=32, epochs=25, train_samples=4096,
                                             heldout_samples=1024, validation_samples=1024, eval_every=32,
@@ -131,7 +136,7 @@ MODELS: Registry[ModelSpec] = Registry(
                                             warmup_ratio=0.03, seq_len=512, num_states=2048)}),
         ModelSpec(key="vlm", name="nanoVLM-style vision-language model", family="multimodal",
                   task="image_captioning", module="gradeff.models.vlm", lora_targets=_VLM_LINEARS,
-                  hparams={"tiny": HParams(**TINY_MAIN, caption_len=16, num_states=124, **TINY_IMAGE),
+                  hparams={"tiny": HParams(**TINY_CAPTION),
                            "small": HParams(**SMALL_MAIN, image_size=64, num_classes=10, caption_len=32,
                                             num_states=1020),
                            "paper": HParams(lr=5e-5, batch_size=32, epochs=25, train_samples=4096,
@@ -142,8 +147,12 @@ MODELS: Registry[ModelSpec] = Registry(
                   module="gradeff.models.vit_s", fine_tunes=True, head=("classifier",),
                   hub_id="timm/vit_small_patch16_224.augreg_in21k_ft_in1k", lora_targets=_VIT_LINEARS,
                   hparams=FINE_TUNING),
+        # At tiny, TinyViT pretrains in 512 steps of 128 (8 epochs of the source task) at 4e-3 instead of 1,024 of
+        # 32 at 2e-3, in the same CPU seconds (its step is set by its many small ops more than by the batch): held-out
+        # source accuracy 61 % → 81 % (seed 0), a linear probe of its features on the CIFAR-100 stand-in 19 → 28 %.
         ModelSpec(key="tinyvit", name="TinyViT", family="transformer", task="cifar100",
                   module="gradeff.models.tinyvit", fine_tunes=True, head=("classifier",), batch_norm=True,
+                  pretraining={"tiny": {"batch_size": 128, "epochs": 8, "lr": 4e-3}},
                   hub_id="timm/tiny_vit_21m_224.dist_in22k_ft_in1k", lora_targets=_TINYVIT_LINEARS,
                   hparams=FINE_TUNING),
         # At tiny, Vim pretrains at twice the shared rate: held-out source accuracy 62.7 % → 78.5 % in the same
@@ -202,6 +211,7 @@ def build_model(
     num_labels: int | None = None,
     weights_dir: str | Path | None = None,
     device: str | torch.device = "cpu",
+    image_size: int | None = None,
 ) -> torch.nn.Module:
     """Build a model of the registry in a profile's size, random-initialised unless weights are given.
 
@@ -212,6 +222,8 @@ def build_model(
         num_labels: override the number of classes (``vit``).
         weights_dir: a local directory with ``save_pretrained`` weights; never a hub id.
         device: where to build; ``"meta"`` builds without allocating (parameter counting).
+        image_size: the side of the images it will read, for a model that takes a dataset's own
+            (:attr:`ModelSpec.native_image_size`); ignored by the others, which take their profile's.
 
     Returns:
         The model, in training mode.
@@ -219,8 +231,9 @@ def build_model(
     spec = MODELS[key]
     validate_profile(profile)
     build = spec.builder if spec.builder is not None else importlib.import_module(spec.module).build
+    sized = {"image_size": image_size} if spec.native_image_size and image_size is not None else {}
     model = build(profile, vocab_size=vocab_size, num_labels=num_labels, weights_dir=weights_dir,
-                         device=device)
+                         device=device, **sized)
     model.train()
     return model
 

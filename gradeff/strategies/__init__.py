@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["BUDGET_KINDS", "COMPILE_BACKENDS", "STRATEGIES", "StrategySpec", "enable_checkpointing",
-           "micro_batches_per_step"]
+           "micro_batches_per_step", "rate_strategy"]
 
 # How a budget strategy meets its budget: by checkpointing the blocks it must (the PEFT paper's adaptive
 # algorithm), or by letting torch.compile's partitioner choose what to recompute (the library's knapsack).
@@ -40,7 +40,13 @@ class StrategySpec:
         key: registry key.
         name: human-readable name.
         checkpointing: recompute every block's activations in backward instead of storing them.
-        accumulate: one optimizer step per ``accum_steps`` micro-batches (effective batch k·b).
+        accumulate: one optimizer step per ``accum_steps`` micro-batches (effective batch k·b), over the same
+            epochs as the others: k times fewer optimizer steps, at a learning rate tuned for it (its own rows of
+            the tuned table, :func:`rate_strategy`). Why the same epochs and not the same steps: the main paper
+            accumulates over its 25 epochs, and what a user weighs is the same data and forward/backward work for
+            less memory; as many steps would cost k times the compute (the main study's accumulation cells 4×,
+            about 60 worker-seconds more at tiny). Why its own rate: the best rate of a batch k times larger is not
+            the small batch's, and at the standard cell's rate an accumulation cell measured under-training.
         offload: keep what is saved for backward (with checkpointing: block inputs) in host memory.
         budget: ``adaptive`` or ``compiler``: fit the step into a memory budget (see
             :mod:`gradeff.strategies.budget`); ``None`` for strategies without one.
@@ -137,3 +143,10 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
 def micro_batches_per_step(strategy: str, accum_steps: int) -> int:
     """How many micro-batches one optimizer step consumes under ``strategy``."""
     return accum_steps if STRATEGIES[strategy].accumulate else 1
+
+
+def rate_strategy(strategy: str) -> str:
+    """The strategy whose tuned learning rate ``strategy`` trains at (:mod:`gradeff.cell.protocols`): its own where it
+    changes the effective batch (accumulation: a k-times larger batch in k times fewer steps wants another rate),
+    else ``standard`` (the same steps on the same batches: checkpointing, offload, a budget, sharding)."""
+    return strategy if strategy in list(STRATEGIES) and STRATEGIES[strategy].accumulate else "standard"

@@ -27,7 +27,8 @@ from gradeff.strategies.budget import (
 )
 from gradeff.strategies.layers import checkpoint_only, checkpointable_layers
 
-__all__ = ["BudgetUnreachable", "CompiledUnderBudget", "OffloadedActivations", "prepare"]
+__all__ = ["BudgetUnreachable", "CompiledUnderBudget", "OffloadedActivations", "budget_bytes", "budget_fraction",
+           "prepare"]
 
 MIB = 2**20
 
@@ -130,7 +131,7 @@ def compile_backend(device: torch.device) -> str:
 
 
 def prepare(strategy: str, model: torch.nn.Module, batch: dict, *, device: torch.device, state_bytes: int,
-            budget: int | None, margin: float) -> tuple[torch.nn.Module, dict]:
+            budget: int | None, margin: float, level: float | None = None) -> tuple[torch.nn.Module, dict]:
     """Apply ``strategy`` to ``model`` and say what it did.
 
     Args:
@@ -140,6 +141,8 @@ def prepare(strategy: str, model: torch.nn.Module, batch: dict, *, device: torch
         state_bytes: the optimizer state of the trainable parameters, by its law.
         budget: the absolute budget in bytes for budget strategies without a fraction.
         margin: the fraction of the budget kept free.
+        level: where the budget lies between the cell's own extremes (see :func:`budget_bytes`) for a budget
+            strategy without a fraction of its own when no absolute ``budget`` is given (the profile's default).
 
     Returns:
         The model to train (the same one, or its compiled wrapper) and the plan's record.
@@ -160,8 +163,9 @@ def prepare(strategy: str, model: torch.nn.Module, batch: dict, *, device: torch
     if spec.budget is None:
         return model, {}
     profile = profile_step(model, batch, state_bytes=state_bytes, device=device)
-    chosen = plan(profile, _budget_of(spec, profile, budget, margin), margin)
-    record = {"kind": spec.budget, "budget_fraction": spec.budget_fraction, "profile": _profile_record(profile)}
+    fraction = budget_fraction(strategy, budget, level)
+    chosen = plan(profile, budget_bytes(profile, fraction, budget, margin, strategy), margin)
+    record = {"kind": spec.budget, "budget_fraction": fraction, "profile": _profile_record(profile)}
     if spec.budget == "adaptive":
         # A prediction within its error band of the target is checked against a measured pass: a budget that
         # checkpointing every block meets is never refused.
@@ -174,12 +178,23 @@ def prepare(strategy: str, model: torch.nn.Module, batch: dict, *, device: torch
     return _compile(model, batch, profile, chosen, record, device)
 
 
-def _budget_of(spec, profile: StepProfile, budget: int | None, margin: float) -> int:
-    if spec.budget_fraction is not None:
+def budget_fraction(strategy: str, budget: int | None, level: float | None) -> float | None:
+    """Where a budget strategy's budget lies between the cell's own extremes: its own fraction (the memory grid's
+    levels), else ``level`` unless an absolute ``budget`` is given; ``None``: the absolute budget."""
+    own = STRATEGIES[strategy].budget_fraction
+    return own if own is not None else (level if budget is None else None)
+
+
+def budget_bytes(profile: StepProfile, fraction: float | None, budget: int | None, margin: float,
+                 strategy: str = "") -> int:
+    """The budget in bytes: at ``fraction`` of the way from the cell's predicted peak with every block checkpointed
+    (0) to the one with none (1), both from its own measured pass, so the budget scales with the model and method;
+    else the absolute ``budget``."""
+    if fraction is not None:
         # Between the model's own extremes, so the curve's points span every model's trade-off; the
         # margin is added back so the plan's target is that point itself.
         frugal = profile.predicted_peak(layer.name for layer in profile.layers)
-        point = frugal + spec.budget_fraction * (profile.predicted_peak() - frugal)
+        point = frugal + fraction * (profile.predicted_peak() - frugal)
         # Rounded up until the plan's whole-byte target (budget × (1 - margin), rounded down) is not below the
         # point: at level 100 % the target is then the unconstrained peak itself and nothing is recomputed.
         budget = math.ceil(point / (1 - margin))
@@ -187,7 +202,7 @@ def _budget_of(spec, profile: StepProfile, budget: int | None, margin: float) ->
             budget += 1
         return budget
     if budget is None:
-        raise ValueError(f"strategy {spec.key!r} needs a memory budget")
+        raise ValueError(f"strategy {strategy!r} needs a memory budget")
     return budget
 
 

@@ -23,7 +23,7 @@ from gradeff.models import MODELS
 from gradeff.specs.profiles import HParams, validate_profile
 
 __all__ = [
-    "MEMORY_BUDGETS", "MEMORY_MARGIN", "PRETRAIN_HPARAMS", "HParams", "MethodHParams",
+    "MEMORY_BUDGETS", "MEMORY_BUDGET_LEVELS", "MEMORY_MARGIN", "PRETRAIN_HPARAMS", "HParams", "MethodHParams",
     "PretrainHParams", "hparams_for", "largest_caps", "largest_step", "lr_centre", "lr_grid", "method_hparams_for",
     "pretrain_hparams", "task_default",
 ]
@@ -55,6 +55,8 @@ def hparams_for(model: str, profile: str, *, epochs: int | None = None, dataset:
     validate_profile(profile)
     hp = (spec.hparams or {}).get(profile) or task_default(spec.task, profile)
     sizes = dict(TASKS[dataset or spec.task].sizes.get(profile, {}))
+    if not spec.native_image_size:
+        sizes.pop("image_size", None)  # a model of one input size reads every dataset resampled to it
     if epochs is not None:
         sizes["epochs"] = epochs
     return replace(hp, **sizes) if sizes else hp
@@ -126,14 +128,16 @@ def pretrain_hparams(model: str, profile: str) -> PretrainHParams:
     return replace(PRETRAIN_HPARAMS[profile], **own)
 
 
-# The memory budget the budget strategies work to unless --gradeff-memory-budget gives one: the PEFT
-# paper's on-device budget ("e.g. 2 GB") at paper size, and at the CPU profiles the same pressure scaled
-# to their models. Tiny, measured live peaks of one fine-tuning step (full fine-tuning, standard → every
-# block checkpointed): ViT-S 12.2 → 6.4 MiB, TinyViT 9.6 → 6.9, MambaVision-T 4.6 → 4.0, Vim-S 23.8 → 15.3.
-# 10 MiB (9 MiB after the margin) makes ViT-S and TinyViT choose what to recompute, leaves MambaVision-T
-# as it is, and is out of Vim-S's reach: its selective scan materialises each block's (batch, length,
-# 2, state, width) states in the forward pass, a peak checkpointing cannot lower.
-MEMORY_BUDGETS: dict[str, int] = {"tiny": 10 * 2**20, "small": 160 * 2**20, "paper": 2 * 2**30}
+# The memory budget the budget strategies work to unless --gradeff-memory-budget gives one: the PEFT paper's
+# on-device budget ("e.g. 2 GB") at paper size, and at small the same pressure scaled to its models.
+MEMORY_BUDGETS: dict[str, int] = {"small": 160 * 2**20, "paper": 2 * 2**30}
+# At tiny, a level instead (gradeff.strategies.prepare.budget_bytes): the budget lies halfway from the cell's own
+# predicted peak with every block checkpointed to the one with none, both from its measured pass, so it scales with
+# each backbone and method. The tiny models' peaks differ by ten times (a LoRA step of MambaVision-T 2.9 MiB, of
+# Vim-S 23.6 MiB): the absolute 10 MiB (9 after the margin) this replaced left 10 of the 20 PEFT budget cells with
+# standard's plan (nothing recomputed: their peaks were under it), 3 checkpointed every block as the checkpoint
+# cells do, 2 made a plan of their own, and Vim-S's 5 ended oom before training (its scan's states alone exceed it).
+MEMORY_BUDGET_LEVELS: dict[str, float] = {"tiny": 0.5}
 # The share of the budget kept free: allocator fragmentation can run out of memory below the budget.
 MEMORY_MARGIN = 0.10
 

@@ -1,6 +1,8 @@
 """The PEFT study's measurements: QLoRA's 4-bit MACs, the deployed model's parameters, passes that leave no trace,
 and a budget cell with no block checkpointed training bit for bit like the standard cell."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -130,3 +132,32 @@ def test_a_budget_cell_with_no_block_checkpointed_trains_as_the_standard_cell(tm
         assert [getattr(e, field) for e in budget.epochs] == [getattr(e, field) for e in standard.epochs], field
     # The same model deploys the same: its inference cost is the standard cell's, measured there only.
     assert standard.inference["throughput_images"] > 0 and not budget.inference
+
+
+def test_a_fine_tuning_cell_keeps_its_pretrained_batch_statistics(tmp_path):
+    """A BatchNorm backbone fine-tuned from weights: its BatchNorms stay in eval mode through training (the running
+    statistics the weights came with, unchanged after an epoch), their scale and shift train; the same backbone from
+    random weights normalises with its batches' statistics and moves them."""
+    from gradeff.cell.loop import train_epoch
+    from gradeff.cell.run import prepare_state
+    from gradeff.models.weights import StartingWeights
+
+    hp = dataclasses.replace(hparams_for("tinyvit", "tiny", dataset="cifar100"), train_samples=128)
+    torch.manual_seed(0)
+    build_model("tinyvit", "tiny", num_labels=hp.num_classes).save_pretrained(tmp_path / "w")
+    cell, config = Cell("tinyvit", "adamw", "standard", dataset="cifar100", grid="peft"), RunConfig(seed=0)
+    given = StartingWeights(source="local", path=str(tmp_path / "w"), format="save_pretrained")
+
+    def statistics(state):
+        return [m.running_mean.clone() for m in state.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+
+    fine_tuned, scratch = (prepare_state(cell, config, hp, torch.device("cpu"), weights=w) for w in (given, None))
+    for state, frozen in ((fine_tuned, True), (scratch, False)):
+        before = statistics(state)
+        state.model.train()
+        train_epoch(state)
+        after = statistics(state)
+        assert all(torch.equal(a, b) for a, b in zip(before, after)) is frozen
+    norms = [m for m in fine_tuned.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms and fine_tuned.model.training and not any(m.training for m in norms)
+    assert all(m.weight.grad is not None and m.weight.grad.abs().sum() > 0 for m in norms)

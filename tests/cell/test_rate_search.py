@@ -66,6 +66,17 @@ def test_a_cell_no_rate_can_score_is_an_error():
                     trial=_fake_trial(best=1e-3, fail_above=0.0))
 
 
+def test_accumulation_is_searched_on_its_own_and_checkpointing_is_not():
+    """The main grid's strategies give two searches per (model, optimizer): standard (checkpointing trains its very
+    steps) and accum (another batch, other steps); the rows say which."""
+    found = tunable_cells(cells("main", models=["llm"], optimizers=["adam"]))
+    assert sorted(c.strategy for c in found) == ["accum", "standard"]
+    trial = _fake_trial(best=1e-3)
+    row = search_cell(next(c for c in found if c.strategy == "accum"), SearchSettings(profile="tiny"), "s1",
+                      trial=trial)
+    assert row.strategy == "accum" and row.key[-1] == "accum"
+
+
 def test_one_cell_per_axes_that_can_run():
     """The standard cell stands for every strategy; cells that cannot run (BitFit without biases) are left out."""
     found = tunable_cells(cells("peft", models=["vit_s", "vim_s"], methods=["full", "bitfit"], datasets=["cifar100"]))

@@ -225,27 +225,25 @@ def test_old_epoch_records_without_data_seconds_still_read():
     assert epoch.data_seconds is None and Summary.of([epoch], 1.0).data_fraction is None
 
 
-def _chance_next_token(record_info: dict, data) -> float:
-    """Accuracy of always predicting the training split's most frequent next token, on the held-out windows."""
-    counts = torch.bincount(data.tensors["labels"][:, 1:].reshape(-1))
-    following = data.heldout.tensors["labels"][:, 1:].reshape(-1)
-    return float((following == counts.argmax()).float().mean())
-
-
 def test_tiny_vit_learns_digits_and_tiny_llm_learns_python_help_text(tmp_path):
-    """The real data every machine has: loss goes down and held-out accuracy beats chance (1/10; the majority token)."""
+    """The real data every machine has, at the default profile and rate: the ViT reaches 90 % test accuracy on the
+    digits (a logistic regression on their pixels: 97 %), the LLM's test loss on the help text lies below a bigram
+    count's of the same training split (gradeff.data.trivial), over the very windows the cell was scored on."""
+    from gradeff.cell.plan import cell_data, cell_settings
+    from gradeff.data.trivial import trivial_baselines
+
     torch.set_num_threads(1)
     vit = _cell("vit", "digits", None, tmp_path)
     assert vit.status == "ok", vit.detail
-    assert vit.summary.final_loss < vit.summary.first_loss
-    assert vit.summary.final_heldout_accuracy > 0.2  # chance: 0.1 on ten balanced classes
+    assert vit.hparams["image_size"] == 8  # the digits' own size, no resampling
+    assert vit.summary.final_heldout_accuracy >= 0.9, vit.summary.final_heldout_accuracy
     llm = _cell("llm", "pydoc", None, tmp_path)
     assert llm.status == "ok", llm.detail
-    assert llm.summary.final_loss < llm.summary.first_loss
-    data = load_real(DataSource(key="pydoc", path=""), kind="causal_lm", seq_len=llm.hparams["seq_len"],
-                     vocab_size=real.BPE_VOCAB["tiny"], train_cap=256, heldout_cap=64, cache_root=tmp_path)
-    chance = _chance_next_token(llm.task["info"], data)
-    assert llm.summary.final_heldout_accuracy > chance, (llm.summary.final_heldout_accuracy, chance)
+    cell, config = Cell("llm", "adamw", "standard", dataset="pydoc", grid="main"), RunConfig(cache_dir=str(tmp_path))
+    data, _ = cell_data(cell, config, cell_settings(cell, config).hp)
+    assert len(data.heldout) == llm.task["heldout_samples"]
+    bigram = trivial_baselines(data, "causal_lm")["bigram"]["value"]
+    assert llm.summary.final_heldout_loss < bigram - 0.1, (llm.summary.final_heldout_loss, bigram)
 
 
 def _cifar_shaped(root: Path) -> Path:

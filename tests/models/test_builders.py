@@ -116,3 +116,25 @@ def test_vlm_loss_counts_caption_tokens_only():
     text_len = batch["input_ids"].shape[1]
     assert out.logits.shape[1] == model.num_image_tokens + text_len
     assert not torch.isclose(out.loss, other.loss)
+
+
+def test_the_vit_takes_a_datasets_own_image_size_in_patches_that_fit_it():
+    """8 px images (the digits) → 4 px patches, 2 × 2 of them, and a forward pass at that size; the profile's own
+    size keeps its configuration; a side no halving of the patch divides is refused."""
+    model = build_model("vit", "tiny", num_labels=10, image_size=8)
+    assert (model.config.image_size, model.config.patch_size) == (8, 4)
+    out = model(pixel_values=torch.randn(2, 3, 8, 8), labels=torch.tensor([1, 2]))
+    assert out.logits.shape == (2, 10) and torch.isfinite(out.loss)
+    assert build_model("vit", "tiny", image_size=32).config.patch_size == 8
+    with pytest.raises(ValueError, match="no whole number"):
+        build_model("vit", "tiny", image_size=7)
+
+
+def test_a_model_of_one_input_size_reads_every_dataset_at_it():
+    """ViT-S has no native image size: its cells on the digits read them resampled to its profile's 32 px (the
+    digits' own size is the ViT's alone), and its builder ignores a size passed for it."""
+    from gradeff.studies.hparams import hparams_for
+
+    assert hparams_for("vit", "tiny", dataset="digits").image_size == 8
+    assert hparams_for("vit_s", "tiny", dataset="digits").image_size == 32
+    assert build_model("vit_s", "tiny", image_size=8, device="meta").config.image_size == 32

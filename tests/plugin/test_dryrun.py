@@ -140,13 +140,14 @@ def test_a_dry_run_trains_nothing_and_prints_every_selected_cell(grid_pytester, 
                                       f"--gradeff-results={results}", f"--gradeff-cache={tmp_path / 'empty-cache'}",
                                       f"--gradeff-dry-run-json={plan}")
     assert outcome.ret == pytest.ExitCode.OK and not results.exists()
+    # At tiny the budget lies halfway between the cell's own extremes: one of Vim-S's two blocks, as the cell plans.
     outcome.stdout.fnmatch_lines([
         "gradeff dry run: 3 cells, profile tiny, on H200 (140.4 GiB; peak 66.9 TFLOP/s at fp32 (table: H200 fp32), "
         "assumed MFU 0.3)",
         "vim_s-lora-standard-cifar100 * MFLOP * MiB    0/2 * ms  ready; suite pretraining (stand-in), *; "
         "cifar100: synthetic stand-in",
-        "vim_s-lora-checkpoint-cifar100 * 2/2 *", "vim_s-lora-budget-cifar100 * oom: every block checkpointed *",
-        "2 ready, 1 over memory, 0 skipped, 0 not built; estimated time of the ready cells: * ms (one seed)",
+        "vim_s-lora-checkpoint-cifar100 * 2/2 *", "vim_s-lora-budget-cifar100 * 1/2 * ready; *",
+        "3 ready, 0 over memory, 0 skipped, 0 not built; estimated time of the ready cells: * ms (one seed)",
         "vim_s: no --gradeff-weights and no cached pretraining: the suite pretrains it first (estimated *",
     ])
     # --gradeff-dry-run-json: the same plans as data, what gradeff launch splits and sizes its shards by.
@@ -160,8 +161,17 @@ def test_a_dry_run_trains_nothing_and_prints_every_selected_cell(grid_pytester, 
     assert (standard["model"], standard["method"], standard["dataset"], standard["status"]) == (
         "vim_s", "lora", "cifar100", "ready")
     assert standard["seconds"] > 0 and standard["predicted_peak_bytes"] > 0 and standard["pretrains"]
-    assert document["cells"]["vim_s-lora-budget-cifar100"]["status"].startswith("oom:")
+    assert document["cells"]["vim_s-lora-budget-cifar100"]["status"] == "ready"
     assert document["pretraining"]["vim_s"] > 0
+    # An absolute budget below what every block checkpointed needs: the budget cell is refused, and so is every
+    # cell whose predicted peak exceeds it.
+    tight = grid_pytester.runpytest("-p", "gradeff.pytest_plugin", "-m", "peft and vim_s",
+                                    "-k", "cifar100 and lora and not adalora and not qlora", "--gradeff-dry-run=H200",
+                                    "--gradeff-memory-budget=8MiB", f"--gradeff-cache={tmp_path / 'empty-cache'}")
+    tight.stdout.fnmatch_lines(["vim_s-lora-checkpoint-cifar100 * oom: *",
+                                "vim_s-lora-budget-cifar100 * oom: every block checkpointed *",
+                                "0 ready, 3 over memory, 0 skipped, 0 not built*"])
+
 
 
 def test_the_plan_document_names_each_test_once_per_seed():

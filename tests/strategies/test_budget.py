@@ -61,6 +61,43 @@ def test_smaller_budgets_checkpoint_supersets_and_a_fitting_plan_fits(savings, b
         assert not p.fits or p.target == int(p.budget * 0.9)
 
 
+def test_the_order_takes_the_block_that_lowers_the_peak_not_the_largest_savings():
+    """Two blocks, the last saving a little more: alone it recomputes first in backward, with the first block's
+    activations still alive, and lowers nothing; the first block alone does. The plan takes the first, so a budget
+    between the extremes checkpoints one block, not both."""
+    from gradeff.strategies.budget import greedy_order
+
+    profile = _profile(savings=(8_000, 8_200), boundary=100, peak=30_000, grads=(0, 0))
+    assert profile.predicted_peak(["l1"]) == profile.predicted_peak()
+    assert profile.predicted_peak(["l0"]) < profile.predicted_peak()
+    assert greedy_order(profile) == ["l0", "l1"]
+    middle = (profile.predicted_peak(["l0"]) + profile.predicted_peak()) // 2
+    assert plan(profile, int(middle / 0.9), 0.1).checkpointed == ("l0",)
+    # Blocks of equal cost: the earliest first (its recomputation comes last, when least is alive).
+    assert greedy_order(_profile(savings=(500, 500, 500), grads=(0, 0, 0))) == ["l0", "l1", "l2"]
+
+
+def test_a_level_lies_between_the_cells_own_extremes_and_an_absolute_budget_overrides_it():
+    """The profile's default level (tiny: halfway) places the target between the cell's predicted peaks with every
+    block checkpointed and with none, so the plan is reachable and neither extreme's; a strategy's own fraction (the
+    memory grid's levels) wins over the default, an absolute budget (--gradeff-memory-budget) over a default level."""
+    from gradeff.strategies.prepare import budget_bytes, budget_fraction
+    from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS
+
+    profile = _profile(savings=(1_000, 3_000, 2_000), grads=(0, 0, 0))
+    frugal, full = profile.predicted_peak(["l0", "l1", "l2"]), profile.predicted_peak()
+    level = MEMORY_BUDGET_LEVELS["tiny"]
+    assert budget_fraction("budget", None, level) == level and budget_fraction("budget", 123, level) is None
+    assert budget_fraction("budget40", None, level) == 0.4 and budget_fraction("budget40", 123, level) == 0.4
+    budget = budget_bytes(profile, level, None, 0.1)
+    chosen = plan(profile, budget, 0.1)
+    assert frugal < chosen.target < full and chosen.fits
+    assert 0 < len(chosen.checkpointed) < 3
+    assert budget_bytes(profile, None, 5_000, 0.1) == 5_000
+    with pytest.raises(ValueError, match="needs a memory budget"):
+        budget_bytes(profile, None, None, 0.1, "budget")
+
+
 def test_compiler_fraction_meets_the_target_by_shrinking_activations():
     """No excess: 1.0; an excess of half the activations: 0.5; more than all of them: 0.0."""
     profile = _profile()
