@@ -4,8 +4,10 @@ The choice is lexicographic, as a practitioner makes it: the best quality; among
 (within its margin, :mod:`gradeff.analysis.margins`), the fastest to target; among those equivalent on time, the
 least memory. Each question is asked again of the cells still in the running (a cell's speed only matters among
 cells of equivalent quality). A question decided by a winner ends the choice; one whose leaders are equivalent
-passes them on; one still open passes on its contenders too, and the line says that the choice rests on an open
-question and how many seeds would decide it. ``--gradeff-prefer`` changes the order of the questions.
+passes them on; one still open passes on only its leader and the cells identical or equivalent to it (the open
+ones may yet prove worse, so a later question must not pick one of them over the leader: memory never outranks a
+quality nobody has separated), and the line says that the choice rests on an open question and how many seeds
+would decide it. ``--gradeff-prefer`` changes the order of the questions.
 """
 
 from __future__ import annotations
@@ -108,11 +110,10 @@ def choose(runs: Mapping[str, CellRuns], labels: Mapping[str, str], *, level: fl
         ranking = found.ranking
         if ranking is None:
             continue  # not measured here (no target, no memory figure): it cannot weigh in the choice
-        remaining = ((ranking.best,) if ranking.outcome == WINNER else
-                     ranking.members if ranking.outcome == OPEN else ranking.settled)
+        remaining = (ranking.best,) if ranking.outcome == WINNER else ranking.settled
         steps.append(Step(question, found, tuple(remaining)))
-        if ranking.outcome == WINNER:
-            break
+        if len(remaining) == 1:
+            break  # a winner, or an open question's leader alone: no later question has a choice to make
     chosen = remaining[0]
     reasons, decided, needed = [], True, None
     for step in steps:
@@ -125,7 +126,7 @@ def choose(runs: Mapping[str, CellRuns], labels: Mapping[str, str], *, level: fl
                            f"best {word}" + (f", ahead of {_names(others, labels)}" if others else ""))
         elif ranking.outcome == OPEN:
             decided, needed = False, ranking.seeds_needed
-            against = [c for c in ranking.members if c != chosen]
+            against = [c for group in ranking.open for c in group]
             reasons.append(f"{word} open against {_names(against, labels)}"
                            + (f" (about {needed} seeds would decide it)" if needed else " (more seeds needed)"))
         else:

@@ -28,7 +28,7 @@ def _records():
         build_record("llm-adam-standard", losses=(2.0, 1.5), seed=1),
         build_record("vit-sgd-accum", status="error", detail="=HYPERLINK(x)", failed_step=3),
         build_record("vit-sgd-accum", losses=(2.0, 1.0 / 3.0)),  # the rerun: this one counts
-        build_record("modernbert-cgd-checkpoint", status="diverged", losses=(2.0, math.inf), meters=None),
+        build_record("modernbert-cgd-checkpoint", status="diverged", losses=(2.0, math.inf), meters={}),
         build_peft_record("vit_s", "lora", accuracies=(0.25, 0.7)),
         build_peft_record("tinyvit", "bitfit", joules=None, bayes=None),
     ]
