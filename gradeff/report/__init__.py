@@ -187,7 +187,7 @@ def _claims_text(claims: ClaimsView) -> str:
     if not claims.summary:
         return NA
     return (f"{claims.summary}: each claim read on its own study's cells, over every seed, its effect held against "
-            "the paper's range widened by a tolerance and against the seed spread (see 'Claims')")
+            "the paper's range, widened only by its own 95 % interval, and against the seed spread (see 'Claims')")
 
 
 def _hparams_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:

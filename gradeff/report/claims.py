@@ -35,8 +35,9 @@ VERDICT_MEANINGS = {
 CLAIM_RULES = (
     "A claim reads the cells of its own study's grids only (named in each table's caption), on seeds that ended "
     "ok. Its effect is computed seed by seed from cells that shared their start and data, then summarised over "
-    "seeds (mean and 95 % interval); where the paper gives a range, that mean is held against the range widened "
-    "by a tolerance (a claim about '20–30 %' is about a typical case). An effect must exceed the seed spread: "
+    "seeds (mean and 95 % interval); where the paper gives a range, it is reproduced where that interval meets "
+    "the range (with one seed: the value lies in it), widened by nothing else, no fixed tolerance. An effect must "
+    "exceed the seed spread: "
     "with several seeds an interval that holds 0 is no effect, so a claimed change is not reproduced and nothing "
     "is contradicted by noise; with one seed the verdict is a single draw. 'X is best' holds only where X wins "
     "outright: a shared first place (equivalent, or open) is never a win, and identical cells (the same numbers "

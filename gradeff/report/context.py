@@ -306,8 +306,9 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
                       "split. A baseline from random weights scores at chance by construction: give real weights "
                       "with --gradeff-weights MODEL=PATH."),
         ("Claims", "Each claim of the papers is checked on its own study's cells that ended ok, seed by seed; where "
-                   "the paper gives a range, the effect's mean over seeds is held against it, widened by a "
-                   "tolerance: reproduced (inside), not reproduced (outside, or no effect beyond the seed spread), "
+                   "the paper gives a range, the effect's 95 % interval over seeds is held against it, with no "
+                   "other tolerance: reproduced (they meet; one seed: the value inside), not reproduced (apart, or "
+                   "no effect beyond the seed spread), "
                    "contradicted (the effect goes against the claim beyond the spread), not measurable here (the "
                    "cells or measurements it needs are missing, or the measured quantity is not the paper's: a "
                    "stand-in model, an estimated energy, a vocabulary-dependent loss). A tie is never a win. Each "

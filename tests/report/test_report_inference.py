@@ -258,7 +258,7 @@ def test_overview_and_methods_name_inference_netscore_and_claims(tuned):
     methods = dict(view.methods)
     assert "MiB" in methods["NetScore family"] and "never 0" in methods["NetScore family"]
     assert "1 of the 2 cells here carry it." in methods["Inference cost"]
-    assert "widened by a tolerance" in methods["Claims"] and "--gradeff-weights" in methods["Baselines"]
+    assert "with no other tolerance" in methods["Claims"] and "--gradeff-weights" in methods["Baselines"]
 
 
 def test_claims_table_renders_each_verdict_grouped_by_study(monkeypatch, make_record, tuned):
