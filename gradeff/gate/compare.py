@@ -71,6 +71,7 @@ from gradeff.gate.portability import (
 )
 from gradeff.gate.rules import (
     ADVISORY,
+    CHANGED_BETTER,
     DEFAULT_RULES,
     IMPROVEMENT,
     LOOSE_ACCURACY_ATOL,
@@ -90,7 +91,8 @@ from gradeff.records.safe_text import one_line
 __all__ = [
     "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_INCOMPLETE_OUTPUT", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE",
     "Comparison", "MismatchError", "UnusableInput", "Verdict", "arguments", "build_parser", "compare_records",
-    "format_table", "load_results", "main", "parse_compare_args", "read_cells", "rules_line", "run", "summary_line",
+    "format_table", "headline", "load_results", "main", "parse_compare_args", "read_cells", "rules_line", "run",
+    "summary_line",
 ]
 
 # What makes two runs' times comparable: the same processor, as many cores and threads, the same
@@ -425,9 +427,16 @@ def _plural(n: int, word: str) -> str:
 
 
 def summary_line(comparison: Comparison) -> str:
-    """``3 regressions in 2 cells, 1 improvement, 70 cells compared`` (+ cells of one side only)."""
+    """``3 regressions in 2 cells, 1 improvement, 70 cells compared`` (+ cells of one side only).
+
+    A deterministic figure that moved the good way is a regression noted ``changed: better`` (it must repeat until
+    the baseline is refreshed), never an improvement: the line counts those among the regressions and says so.
+    """
     regressions = comparison.regressions
-    parts = [f"{_plural(len(regressions), 'regression')} in {_plural(len({r.cell for r in regressions}), 'cell')}",
+    better = sum(r.note.startswith(CHANGED_BETTER) for r in regressions)
+    parts = [f"{_plural(len(regressions), 'regression')} in {_plural(len({r.cell for r in regressions}), 'cell')}"
+             + (f" ({better} of them {CHANGED_BETTER}: a deterministic figure must repeat until the baseline is "
+                "refreshed)" if better else ""),
              _plural(len(comparison.improvements), "improvement"),
              f"{_plural(comparison.cells_compared, 'cell')} compared"]
     if comparison.missing:
@@ -437,6 +446,31 @@ def summary_line(comparison: Comparison) -> str:
     if comparison.only_in_current:
         parts.append(f"{len(comparison.only_in_current)} only in current")
     return ", ".join(parts)
+
+
+def headline(verdict: Verdict, *, output: Path | None = None) -> str:
+    """The gate's verdict in one line, the last a gated pytest session prints: ``GATE FAILED: 19 regressions in 6
+    cells (exit 1) — details above`` or ``gate: no regression (24 cells compared)``.
+
+    Args:
+        verdict: what :func:`run` decided.
+        output: the file the table went to (``--output``), named as where the details are.
+    """
+    where = f"details above{f' / in {output}' if output is not None else ''}"
+    comparison = verdict.comparison
+    if comparison is None:
+        return one_line(f"GATE FAILED: unusable input (exit {verdict.code}): {verdict.error}")
+    regressions = comparison.regressions
+    if regressions:
+        better = sum(r.note.startswith(CHANGED_BETTER) for r in regressions)
+        return one_line(f"GATE FAILED: {_plural(len(regressions), 'regression')} in "
+                        f"{_plural(len({r.cell for r in regressions}), 'cell')}"
+                        + (f", {better} of them {CHANGED_BETTER}" if better else "")
+                        + f" (exit {EXIT_REGRESSION}) — {where}")
+    text = f"gate: no regression ({summary_line(comparison).split(', ', 1)[1]})"
+    if verdict.code == EXIT_INCOMPLETE_OUTPUT:
+        text += f"; its --output was not written (exit {EXIT_INCOMPLETE_OUTPUT})"
+    return one_line(text)
 
 
 def rules_line(comparison: Comparison) -> str:

@@ -527,6 +527,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from gradeff.pytest.gate import cells_of_items
 
     selected = session.config.stash[_SELECTED] = cells_of_items(session.items)
+    if selected:
+        from gradeff.pytest.benchmark_table import quiet_benchmark_table
+
+        quiet_benchmark_table(session.config)  # the summary shows the cells' epochs; --benchmark-json stays
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         # pytest-xdist: the whole selection goes back to the controller when this worker finishes, benchmarks
@@ -565,6 +569,11 @@ _UNWRITTEN = pytest.StashKey[list[str]]()
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_SESSION] = session
     session.config.stash[_UNWRITTEN] = []
+    settings = session.config.stash.get(SETTINGS, None)
+    if settings is not None and settings.baseline is not None and getattr(session.config, "workerinput", None) is None:
+        from gradeff.pytest.gate_verdict import LastWord
+
+        session.config.pluginmanager.register(LastWord(session.config), "gradeff-gate-verdict")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if (reporter is not None and reporter.isatty() and getattr(session.config, "workerinput", None) is None
             and session.config.getoption("gradeff_dry_run") is None):
@@ -642,12 +651,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if settings.baseline is None:
         _incomplete_output(config)
         return
-    from gradeff.gate.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE, arguments, run
+    from gradeff.gate.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE, arguments, headline, run
+    from gradeff.pytest.gate_verdict import HEADLINE
 
     # The options were checked at configure time (parse_compare_args), before any cell ran.
-    verdict = run(arguments(settings.baseline, current, settings.compare_args), current_records=records,
-                  selected_cells=selection or None)
+    gate_args = arguments(settings.baseline, current, settings.compare_args)
+    verdict = run(gate_args, current_records=records, selected_cells=selection or None)
     code, error = verdict.code, verdict.error
+    # Printed after pytest's own last line (gradeff.pytest.gate_verdict).
+    config.stash[HEADLINE] = (headline(verdict, output=gate_args.output), code in (EXIT_REGRESSION, EXIT_UNUSABLE))
     if code == EXIT_INCOMPLETE_OUTPUT:
         # The gate's own --output could not be written: said once, with the session's other unwritten files.
         config.stash[_UNWRITTEN].append(error)
@@ -669,6 +681,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     records, errors = _session_records(config)
     if not records:
         return
+    from gradeff.pytest.fitting import terminal_width
     from gradeff.pytest.summary import answer_lines, summary_lines
     from gradeff.records.safe_text import one_line
 
@@ -678,7 +691,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
     terminalreporter.section(one_line(f"gradeff: {len(records)} cells, profile {settings.profile}, "
                                       f"results in {settings.results}"))
-    for line in summary_lines(records, width=config.get_terminal_writer().fullwidth, answer=False):
+    width = terminal_width(config.get_terminal_writer())
+    for line in summary_lines(records, width=width, answer=False):
         write(line)
     for message in errors:
         write(f"unreadable line skipped: {message}")
@@ -702,7 +716,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         for line in text.rstrip().splitlines():
             write(line)
     # The verdicts last: what a reader of the terminal sees without scrolling back.
-    verdicts = answer_lines(records, settings.answer)
+    verdicts = answer_lines(records, settings.answer, width=width)
     if verdicts:
         terminalreporter.section("gradeff: the answer")
         for line in verdicts:

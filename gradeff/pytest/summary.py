@@ -6,20 +6,24 @@ training step holds. Unmeasured figures print ``n/a``; a failed cell's reason fo
 
 Cells repeated over seeds (``--gradeff-seeds``) get one row per seed (``llm-adam-accum-seed1``), then a
 table of each cell's mean with the half-width of its 95 % Student-t interval over the seeds that ended
-``ok`` (``n``). The summary ends with the Answer (:func:`gradeff.analysis.answer.answer`): one verdict
-line per model, or backbone and dataset, on the study's quality metric, speed, memory and energy, the
-same lines the report opens with. Every figure is read through :mod:`gradeff.analysis.metrics`; ``f+b``
-counts forward+backward passes (a closure of an accumulation step runs one per micro-batch).
+``ok`` (``n``). The summary ends with the Answer (:func:`gradeff.analysis.answer.answer`): a key line, then at
+most three lines per model, or backbone and dataset (:mod:`gradeff.pytest.answer_brief`; the report holds every
+verdict in full). Every figure is read through :mod:`gradeff.analysis.metrics`; ``f+b`` counts
+forward+backward passes (a closure of an accumulation step runs one per micro-batch).
+
+Every line fits the terminal's width (:mod:`gradeff.pytest.fitting`): a table too wide leaves out columns in the
+order :data:`_DROP` states and says which under it; prose wraps.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Iterable, Sequence
 
 from gradeff.analysis import metrics
-from gradeff.analysis.answer import AnswerOptions, answer, line_text
+from gradeff.analysis.answer import AnswerOptions, answer
 from gradeff.analysis.runs import canonical
+from gradeff.pytest.answer_brief import brief_lines, key_line
+from gradeff.pytest.fitting import DEFAULT_WIDTH, ID_WIDTH, fit_table, wrap
 from gradeff.records.formatting import as_number, format_value
 from gradeff.records.results import CellRecord, meter_field, record_field, record_section
 from gradeff.studies.grid import GRIDS
@@ -27,10 +31,10 @@ from gradeff.studies.grid import GRIDS
 __all__ = ["ID_WIDTH", "WIDTH", "answer_lines", "summary_lines", "table_lines", "target_text"]
 
 _MIB = 2**20
-# A cell id longer than this is cut with an ellipsis (the full id is in the results file and the report).
-ID_WIDTH = 44
-# The width tables are laid out for when the terminal's is not known (a log file, a pipe): wide, never cut.
-WIDTH = 200
+# The width lines are laid out for when the caller knows no terminal's (gradeff.pytest.fitting.terminal_width).
+WIDTH = DEFAULT_WIDTH
+# What an abbreviated column title means, said once under a table that shows it.
+_ABBREVIATIONS = {"f+b": "forward+backward passes (an accumulation step runs one per micro-batch)"}
 
 
 def _fmt(value, spec: str) -> str:
@@ -77,7 +81,7 @@ def _loss_row(r: CellRecord) -> list[str]:
             _fmt(_mib(meter_field(r, 'ram', 'peak_rss_bytes')), '.0f'), _fmt(meter_field(r, 'energy', 'joules'), '.1f')]
 
 
-_LOSS_HEADER = ("cell", "status", "test", "train loss first → last", "floor", "to target", "s/epoch", "steps", "f+b",
+_LOSS_HEADER = ("cell", "status", "test", "train loss", "floor", "to target", "s/epoch", "steps", "f+b",
                 "act MiB", "state MiB", "RSS MiB", "J")
 
 
@@ -121,6 +125,15 @@ _MEMORY_HEADER = ("cell", "status", "plan", "budget", "predicted", "peak MiB", "
 _TABLES: dict[str, tuple[tuple[str, ...], Callable[[CellRecord], list[str]]]] = {
     "loss": (_LOSS_HEADER, _loss_row), "accuracy": (_ACCURACY_HEADER, _accuracy_row),
     "memory": (_MEMORY_HEADER, _memory_row)}
+# Per focus: the columns a table too wide for the terminal leaves out, the first to go first (the cell, its status
+# and its quality metric always stay). The loss table keeps what the Answer weighs (quality, time to target, time
+# per epoch, memory, energy) longest; the counts that are the same in every cell of a grid (steps) go first.
+_DROP: dict[str, tuple[str, ...]] = {
+    "loss": ("steps", "RSS MiB", "floor", "f+b", "act MiB", "train loss", "J", "state MiB", "to target"),
+    "accuracy": ("test loss", "J", "bayes", "trainable/total", "s/epoch"),
+    "memory": ("J", "predicted", "budget", "s/epoch"),
+    "seeds": ("J", "train loss", "test loss", "s/epoch"),
+}
 
 
 def _repeated_cells(records: Iterable[CellRecord]) -> set[str]:
@@ -170,50 +183,51 @@ def _over_seeds_lines(records: list[CellRecord], focus: str, width: int) -> list
             found = interval(values) if values else None
             texts.append("n/a" if found is None else f"{format(found.mean, spec)} ± {format(found.half_width, spec)}")
         rows.append(texts)
-    return ["over seeds: mean ± half-width of the 95 % Student-t interval, n = seeds that ended ok",
-            *table_lines(("cell", "n", *(title for title, _, _ in columns)), rows, width=width)]
+    return [*wrap("over seeds: mean ± half-width of the 95 % Student-t interval, n = seeds that ended ok", width),
+            *table_lines(("cell", "n", *(title for title, _, _ in columns)), rows, width=width, drop=_DROP["seeds"])]
 
 
-def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *, width: int = WIDTH) -> list[str]:
-    """A table laid out by rich, as plain lines: the first column (the cell id) left-aligned and cut with an
-    ellipsis past :data:`ID_WIDTH` characters, the others right-aligned and never cut; no cell wraps onto a
-    second line, so row ``i`` is line ``i + 1``.
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *, width: int = WIDTH,
+                drop: Sequence[str] = ()) -> list[str]:
+    """A table laid out for ``width`` (:func:`gradeff.pytest.fitting.fit_table`), then, where it left columns out
+    or shows an abbreviation, one key line saying which and where the full table is.
 
     Args:
         header: column titles.
-        rows: the cells' texts, one list per row.
-        width: the terminal's width; a table that needs more keeps its natural width (a number is never cut: the
-            terminal wraps the line instead).
+        rows: the cells' texts, one list per row (row ``i`` is line ``i + 1``).
+        width: the terminal's width.
+        drop: the columns that may be left out to fit, the first to go first.
     """
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 1), header_style="", highlight=False)
-    widths = [max([len(title), *(len(row[index]) for row in rows)]) for index, title in enumerate(header)]
-    for index, title in enumerate(header):
-        if index == 0:
-            table.add_column(title, no_wrap=True, overflow="ellipsis", max_width=ID_WIDTH)
-        else:
-            table.add_column(title, no_wrap=True, min_width=widths[index], justify="left" if index == 1 else "right")
-    for row in rows:
-        table.add_row(*row)
-    natural = min(widths[0], ID_WIDTH) + sum(widths[1:]) + 2 * len(widths)
-    console = Console(file=io.StringIO(), width=max(width, natural), color_system=None, force_terminal=False,
-                      highlight=False, legacy_windows=False, emoji=False, markup=False)
-    console.print(table)
-    return [line.rstrip() for line in console.file.getvalue().splitlines()]
+    lines, key = _fitted(header, rows, width, drop)
+    return lines + key
 
 
-_ANSWER_FOOTER = ("answer: per model (backbone · dataset), the cell to use (best quality, then among equivalent cells "
-                  "the fastest to target, then the least memory), then each question: winner (separated from every "
-                  "other cell, paired over seeds, Holm), equivalent (within the question's margin, two one-sided "
-                  "tests) or open (with the seeds that would decide it); ≡: the same numbers on every seed")
+def _fitted(header: Sequence[str], rows: Sequence[Sequence[str]], width: int,
+            drop: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The table's lines (row ``i`` on line ``i + 1``) and its key lines."""
+    fitted = fit_table(header, rows, width=width, drop=drop)
+    shown = [title for title in header if title not in fitted.left_out]
+    key = [f"{title}: {_ABBREVIATIONS[title]}" for title in shown if title in _ABBREVIATIONS]
+    if fitted.left_out:
+        key.append(f"not shown at {width} columns: {', '.join(fitted.left_out)} (every column: the report, "
+                   "or `gradeff report RESULTS -o table.csv`)")
+    return list(fitted.lines), wrap("; ".join(key), width) if key else []
 
 
-def answer_lines(records: Iterable[CellRecord], options: AnswerOptions | None = None) -> list[str]:
-    """The Answer's verdict lines (:func:`gradeff.analysis.answer.answer`), or none without a study that has one."""
-    lines = [line_text(line) for line in answer(records, options)]
-    return [_ANSWER_FOOTER, *lines] if lines else []
+def answer_lines(records: Iterable[CellRecord], options: AnswerOptions | None = None, *,
+                 width: int = WIDTH) -> list[str]:
+    """The Answer as the terminal prints it (:mod:`gradeff.pytest.answer_brief`): its key, then at most three
+    lines per model of :func:`gradeff.analysis.answer.answer`; none without a study that has one.
+
+    Args:
+        records: the session's records.
+        options: the margins and the choice's order.
+        width: the terminal's width.
+    """
+    found = answer(records, options)
+    if not found:
+        return []
+    return [*wrap(key_line(found), width), *(text for line in found for text in brief_lines(line, width))]
 
 
 def _protocol_lines(records: list[CellRecord]) -> list[str]:
@@ -257,13 +271,14 @@ def summary_lines(records: Iterable[CellRecord], *, width: int = WIDTH, answer: 
         if len(grids) > 1:
             lines.append(f"[{grid}] {GRIDS[grid].name if grid in GRIDS else grid}")
         repeated = _repeated_cells(group)
-        table = table_lines(header, [[f"{r.cell}-seed{r.seed}" if r.cell in repeated else r.cell, *row(r)]
-                                     for r in group], width=width)
+        table, key = _fitted(header, [[f"{r.cell}-seed{r.seed}" if r.cell in repeated else r.cell, *row(r)]
+                                      for r in group], width, _DROP[focus])
         lines.append(table[0])
         for record, text in zip(group, table[1:], strict=True):
             lines.append(text)
             if record.status not in ("ok", "skipped"):
-                lines.append(f"    {record.detail[:150]}")  # why it failed, under its row
+                lines += wrap(f"    {record.detail[:150]}", width, indent="    ")  # why it failed, under its row
+        lines += key
         if repeated:
             lines += _over_seeds_lines(group, focus, width)
     counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
@@ -285,4 +300,5 @@ def summary_lines(records: Iterable[CellRecord], *, width: int = WIDTH, answer: 
     sources = sorted({meter_field(r, "energy", "source", "none") for r in records if r.meters})
     if sources:
         lines.append(f"energy source: {', '.join(sources)} (estimate = process CPU time × watts per logical CPU)")
-    return lines + (answer_lines(records) if answer else [])
+    lines = [piece for line in lines for piece in wrap(line, width)]
+    return lines + (answer_lines(records, width=width) if answer else [])

@@ -147,9 +147,35 @@ def test_a_full_disk_at_the_end_still_gives_summary_and_verdict(grid_pytester, r
         f"*gradeff compare with*: {verdict}*",
         "gradeff: incomplete output: 3 write(s) lost (exit 74)",
     ])
+    # The verdict in one line, after pytest's own count: the last line of the session.
+    last = [line for line in outcome.stdout.lines if line.strip()][-1]
+    assert last == ("GATE FAILED: 1 regression in 1 cell (exit 1) — details above" if regression
+                    else "gate: no regression (0 improvements, 1 cell compared)")
     assert "Traceback" not in outcome.stdout.str() + outcome.stderr.str()
     assert len(list(read_records(results))) == 1  # the store appends without the atomic writer: its record is there
     assert sorted(p.name for p in results.parent.iterdir()) == ["r.jsonl"]  # no half-written file left behind
+
+
+def test_a_figure_that_improved_is_a_regression_the_verdict_says_changed_better(grid_pytester, recorded):
+    """A deterministic loss that came out lower than the baseline's fails the gate (it must repeat until the
+    baseline is refreshed): the total line counts it among the regressions, not the improvements, and says why; the
+    session's last line is the verdict, after pytest's count."""
+    baseline = _baseline(grid_pytester, recorded)
+    record = json.loads(baseline.read_text())
+    record["summary"]["final_loss"] *= 1.1
+    baseline.write_text(json.dumps(record) + "\n")
+    outcome = grid_pytester.runpytest_subprocess(
+        *PLUGIN, *CELL, f"--gradeff-results={grid_pytester.path}/r.jsonl", f"--gradeff-baseline={baseline}",
+        "--gradeff-compare-args=--ignore time_per_epoch")
+    assert outcome.ret == pytest.ExitCode.TESTS_FAILED
+    outcome.stdout.fnmatch_lines(["1 regression in 1 cell (1 of them changed: better: a deterministic figure must "
+                                  "repeat until the baseline is refreshed), 0 improvements, 1 cell compared"])
+    lines = [line for line in outcome.stdout.lines if line.strip()]
+    assert lines[-1] == "GATE FAILED: 1 regression in 1 cell, 1 of them changed: better (exit 1) — details above"
+    assert "1 passed" in lines[-2]
+    answer = next(i for i, line in enumerate(lines) if "gradeff: the answer" in line)
+    regression = next(i for i, line in enumerate(lines) if "gradeff compare with" in line)
+    assert regression < answer < len(lines) - 2
 
 
 def test_the_gates_own_output_on_a_full_disk_is_one_line_too(grid_pytester, recorded):

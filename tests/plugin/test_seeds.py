@@ -92,13 +92,14 @@ def test_summary_gives_rows_per_seed_then_intervals_and_ends_with_the_answer():
     # The test loss first: mean 1.51, s = 0.01414, t(0.975, 1) = 12.706: half-width 0.1271
     assert adam[:5] == ["llm-adam-standard", "2", "1.5100", "±", "0.1271"]
     # The summary ends with the Answer: adam and adamw are open on the test loss over their paired seeds.
-    assert lines[-1].startswith("llm: use adam for now: quality open against adamw")
-    assert "test loss: open: adam 1.51 ± 0.1271 (n=2) against adamw" in lines[-1]
-    assert lines[-2].startswith("answer: per model")
+    llm = lines.index("llm: use adam for now: quality open against adamw")
+    assert lines[llm - 1].startswith("answer — ") or lines[llm - 2].startswith("answer — ")
+    assert "open (n=2: about 195 seeds would decide it): test loss adam 1.51" in " ".join(lines[llm + 1:])
     # Without adamw's spread, adam is clearly best.
     lines = summary_lines(records[:4])
-    assert lines[-1].startswith("llm: use adam: best quality, ahead of sgd | test loss: winner adam 1.51 ± 0.1271 "
-                                "(n=2), ahead of every other cell")
+    assert lines[-2:] == ["llm: use adam: best quality",
+                          "  decided: test loss winner adam 1.51, memory sgd 4.00 MiB ≈ adam · speed n/a · energy "
+                          "follows time"]
 
 
 def test_summary_of_one_seed_is_unchanged(make_record):
