@@ -269,7 +269,8 @@ def _finish_launch(manifest, statuses, collected, *, started: float, report, bas
         return EXIT_BAD_INPUT
     if report is not None:
         code = max(code, _run_report(argparse.Namespace(results=[str(collected.output)], output=str(report),
-                                                        format=None, title="gradeff report", templates=None)))
+                                                        format=None, title="gradeff report", templates=None,
+                                                        margin=[], prefer=None)))
     if baseline is not None:
         gate = _run_compare(argparse.Namespace(
             arguments=[str(baseline), str(collected.output), *shlex.split(compare_args)]))

@@ -48,7 +48,9 @@ def test_an_unchanged_rerun_repeats_every_loss(baseline, tmp_path, capsys):
 def test_a_one_percent_learning_rate_change_is_caught(baseline, tmp_path, capsys, factor):
     """The profile's learning rate 1 % higher or lower moves the training losses beyond the default
     tolerance (1e-6 relative, what seeded CPU reruns repeat to) and fails the gate whichever way they move
-    (golden: a lower loss is "changed: better", still the code's behaviour changing); the old rtol 1e-3 passed it."""
+    (golden: a lower loss is "changed: better", still the code's behaviour changing). The move is small (a few
+    tenths of a percent on the topic-text task): a loss tolerance of 1 % would pass it, so only a tolerance near what
+    reruns repeat to catches such a change."""
     lr = hparams_for(CELL.model, CONFIG.profile).lr * factor
     changed = _run(tmp_path, "changed", replace(CONFIG, lr=lr))
     code = main([baseline, changed, "--ignore", "time_per_epoch"])
@@ -58,7 +60,7 @@ def test_a_one_percent_learning_rate_change_is_caught(baseline, tmp_path, capsys
                       gate, flags=re.MULTILINE)
     assert set(rows) >= {"final_loss", "mean_loss"}, gate
     assert code == 1
-    assert main([baseline, changed, "--ignore", "time_per_epoch", "--rule", "*_loss:rtol=1e-3"]) == 0
+    assert main([baseline, changed, "--ignore", "time_per_epoch", "--rule", "*_loss:rtol=1e-2"]) == 0
 
 
 def _as_if_recorded_on(path: str, out, cpu: str, cpu_id: str, probe: str | None = "v1:" + "0" * 24) -> str:

@@ -180,14 +180,15 @@ def test_a_benchmark_outside_a_cell_trains_on_the_sessions_thread_count(pytester
 
 
 def test_a_cell_that_ends_before_training_leaves_no_benchmark_warning(grid_pytester, monkeypatch):
-    """A budget out of reach ends oom before training, a baseline without weights ends skipped: neither times an
-    epoch, so pytest-benchmark's fixture is never requested and cannot warn that it was unused; both records are
-    written."""
+    """A budget out of reach (8 MiB: below Vim-S's peak with every block checkpointed) ends oom before training, a
+    baseline without weights ends skipped: neither times an epoch, so pytest-benchmark's fixture is never requested
+    and cannot warn that it was unused; both records are written."""
     for variable in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(variable, raising=False)
     results = grid_pytester.path / "r.jsonl"
     outcome = grid_pytester.runpytest_subprocess(*PLUGIN, "-k", "paligemma-zero_shot-dtd or vim_s-lora-budget-cifar100",
-                                                 f"--gradeff-results={results}", "-W", "default")
+                                                 "--gradeff-memory-budget=8MiB", f"--gradeff-results={results}",
+                                                 "-W", "default")
     statuses = {record.cell: record.status for record in read_records(results)}
     assert statuses == {"paligemma-zero_shot-dtd": "skipped", "vim_s-lora-budget-cifar100": "oom"}
     text = outcome.stdout.str()

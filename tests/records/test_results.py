@@ -359,12 +359,14 @@ def test_latest_record_wins_in_order_of_first_appearance():
 
 
 def test_version_4_records_are_read_with_no_experiment_fingerprint():
-    """The committed baseline predates fingerprints (version 4): it reads as it was, its experiment section empty, so
-    --gradeff-resume never keeps such a record (nothing says which experiment it was)."""
+    """A record written before fingerprints (version 4: no experiment and no seeding section) reads as it was, its
+    experiment section empty, so --gradeff-resume never keeps such a record (nothing says which experiment it was)."""
     from pathlib import Path
 
     baseline = Path(__file__).parents[2] / "baselines" / "tiny-cpu.jsonl"
-    first = baseline.read_text(encoding="utf-8").splitlines()[0]
-    assert json.loads(first)["schema_version"] == 4 and "experiment" not in json.loads(first)
-    record = CellRecord.from_json(first)
-    assert record.schema_version == SCHEMA_VERSION == 5 and record.experiment == {}
+    current = json.loads(baseline.read_text(encoding="utf-8").splitlines()[0])
+    assert current["schema_version"] == SCHEMA_VERSION == 5 and current["experiment"]["fingerprint"]
+    old = {key: value for key, value in current.items() if key not in ("experiment", "seeding")} | {"schema_version": 4}
+    record = CellRecord.from_json(json.dumps(old))
+    assert record.schema_version == SCHEMA_VERSION and record.experiment == {}
+    assert record.epochs == CellRecord.from_json(json.dumps(current)).epochs
