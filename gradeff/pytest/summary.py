@@ -9,7 +9,9 @@ table of each cell's mean with the half-width of its 95 % Student-t interval ove
 ``ok`` (``n``). The summary ends with the Answer (:func:`gradeff.analysis.answer.answer`): one verdict
 line per model, or backbone and dataset, on the study's quality metric, speed, memory and energy, the
 same lines the report opens with. Every figure is read through :mod:`gradeff.analysis.metrics`; ``f+b``
-counts forward+backward passes (a closure of an accumulation step runs one per micro-batch).
+counts forward+backward passes (a closure of an accumulation step runs one per micro-batch). Under each grid's
+table, a line per model and dataset names the strongest trivial baseline of its test split on the same metric as
+its ``test`` column (:mod:`gradeff.analysis.trivial`), so the table stays as wide as it was.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from collections.abc import Callable, Iterable, Sequence
 from gradeff.analysis import metrics
 from gradeff.analysis.answer import AnswerOptions, answer, line_text
 from gradeff.analysis.runs import canonical
+from gradeff.analysis.trivial import baseline_text, strongest_baseline
 from gradeff.records.formatting import as_number, format_value
 from gradeff.records.results import CellRecord, meter_field, record_field, record_section
 from gradeff.studies.grid import GRIDS
 
-__all__ = ["ID_WIDTH", "WIDTH", "answer_lines", "summary_lines", "table_lines", "target_text"]
+__all__ = ["ID_WIDTH", "WIDTH", "answer_lines", "summary_lines", "table_lines", "target_text", "trivial_lines"]
 
 _MIB = 2**20
 # A cell id longer than this is cut with an ellipsis (the full id is in the results file and the report).
@@ -174,6 +177,21 @@ def _over_seeds_lines(records: list[CellRecord], focus: str, width: int) -> list
             *table_lines(("cell", "n", *(title for title, _, _ in columns)), rows, width=width)]
 
 
+def trivial_lines(records: Sequence[CellRecord]) -> list[str]:
+    """Per model and dataset, the strongest trivial baseline its records carry, on the metric of their ``test``
+    column (mean over the seeds): ``best trivial baseline, llm · causal_lm: bigram count model 3.109``."""
+    groups: dict[tuple[str, str], list[CellRecord]] = {}
+    for record in records:
+        groups.setdefault((record.model, record.dataset), []).append(record)
+    lines = []
+    for (model, dataset), group in groups.items():
+        baseline = strongest_baseline(group, metrics.quality_metric(group))
+        if baseline is not None:
+            subject = f"{model} · {dataset}" if dataset else model
+            lines.append(f"best trivial baseline, {subject}: {baseline_text(baseline)}")
+    return lines
+
+
 def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *, width: int = WIDTH) -> list[str]:
     """A table laid out by rich, as plain lines: the first column (the cell id) left-aligned and cut with an
     ellipsis past :data:`ID_WIDTH` characters, the others right-aligned and never cut; no cell wraps onto a
@@ -266,6 +284,7 @@ def summary_lines(records: Iterable[CellRecord], *, width: int = WIDTH, answer: 
                 lines.append(f"    {record.detail[:150]}")  # why it failed, under its row
         if repeated:
             lines += _over_seeds_lines(group, focus, width)
+        lines += trivial_lines(group)
     counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
     span = max(r.finished_at for r in records) - min(r.started_at for r in records)
     lines.append(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")
