@@ -67,6 +67,13 @@ def _key(dataset: Dataset, kind: str) -> str:
          "numpy": numpy.__version__, "sklearn": metadata.version("scikit-learn")}, sort_keys=True).encode()).hexdigest()
 
 
+def _covered(dataset: Dataset, kind: str) -> bool:
+    """Whether the baselines know the task: a multi-label classifier (MM-IMDb's genres, scored by F1) has none, and
+    every one of its cells would otherwise warn that they were not computed."""
+    labels = dataset.tensors.get("labels")
+    return not (kind == "image_classification" and labels is not None and labels.dim() != 1)
+
+
 def _read(path: Path) -> dict:
     payload = json.loads(path.read_text(encoding="utf-8"))
     if payload.get("format") != FORMAT or not isinstance(payload.get("baselines"), dict):
@@ -97,10 +104,10 @@ def cached_trivial_baselines(dataset: Dataset, kind: str, *, root: Path | None) 
         root: the cache folder (``None``: computed in this process only).
 
     Returns:
-        name → ``{"metric", "value", "what", ...}``; ``None`` where there is no test split or the baselines could
-        not be computed (a warning says why).
+        name → ``{"metric", "value", "what", ...}``; ``None`` where there is no test split, the task is
+        multi-label classification (no baselines of its kind), or they could not be computed (a warning says why).
     """
-    if dataset.heldout is None or len(dataset.heldout) == 0:
+    if dataset.heldout is None or len(dataset.heldout) == 0 or not _covered(dataset, kind):
         return None
     key = _key(dataset, kind)
     if key in _MEMO:
