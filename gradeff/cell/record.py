@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from gradeff.cell.environment import code_version, environment
 from gradeff.cell.experiment import experiment
 from gradeff.cell.inference import deployed_parameter_counts
+from gradeff.cell.pretrain import cache_root
 from gradeff.data import TASKS
+from gradeff.data.trivial_cache import cached_trivial_baselines
 from gradeff.optim import optimizer_kernel
 from gradeff.records.results import CellRecord
 
@@ -43,8 +45,10 @@ def hparams_record(settings: CellSettings, config: RunConfig, optimizer: torch.o
                          "lr_source": rate.source, "optimizer_kernel": optimizer_kernel(optimizer)}
 
 
-def task_record(cell: Cell, dataset: Dataset) -> dict:
-    """The data a cell trained on, with the floors and Bayes accuracy its numbers are read against."""
+def task_record(cell: Cell, dataset: Dataset, *, trivial_baselines: dict | None = None) -> dict:
+    """The data a cell trained on, with the floors, Bayes accuracy and trivial baselines its numbers are read
+    against (``trivial_baselines``: :func:`gradeff.data.trivial_cache.cached_trivial_baselines` of its splits, or
+    ``None`` where they are not known)."""
     heldout = dataset.heldout
     return {
         "key": cell.dataset, "name": TASKS[cell.dataset].name, "train_samples": len(dataset),
@@ -54,8 +58,19 @@ def task_record(cell: Cell, dataset: Dataset) -> dict:
         # The sanity baseline on the same split (gradeff.data.sanity), a raw-pixel 1-NN classifier, read by the
         # Answer and the claims (gradeff.analysis.answer.sanity_accuracy).
         "sanity_accuracy": heldout.info.get("sanity_accuracy") if heldout is not None else None,
+        # What no learning gives on the same test split (gradeff.data.trivial): the Answer flags a model whose best
+        # cell does not beat the strongest of them (gradeff.analysis.trivial).
+        "trivial_baselines": trivial_baselines,
         "info": dataset.info,
     }
+
+
+def _trivial_baselines(cell: Cell, config: RunConfig, dataset: Dataset) -> dict | None:
+    """The task's trivial baselines on the cell's splits, computed once per machine for them; none for a tuning
+    trial (its record is read for its validation loss alone, and the test split is not its to read)."""
+    if config.trial:
+        return None
+    return cached_trivial_baselines(dataset, TASKS[cell.dataset].kind, root=cache_root(config.cache_dir))
 
 
 def cell_record(cell: Cell, config: RunConfig, /, *, device: str, started: float, finished: float,
@@ -74,7 +89,8 @@ def cell_record(cell: Cell, config: RunConfig, /, *, device: str, started: float
         cell=cell.id, grid=cell.grid, model=cell.model, optimizer=cell.optimizer, strategy=cell.strategy,
         method=cell.method, dataset=cell.dataset, profile=config.profile, seed=config.seed, device=device,
         loss_floor=dataset.loss_floor if dataset is not None else None,
-        task=task_record(cell, dataset) if dataset is not None else {},
+        task=task_record(cell, dataset, trivial_baselines=_trivial_baselines(cell, config, dataset))
+        if dataset is not None else {},
         parameters=deployed_parameter_counts(model) if model is not None else {},
         weights=weights.to_record() if weights is not None else {},
         environment=environment(device) | {"process": process or config.process},

@@ -217,12 +217,16 @@ def _features(train: Dataset, *others: Dataset) -> list[np.ndarray]:
     inputs (the loss's gradient is a combination of them, and any component outside it only adds to the penalty),
     and the projection onto an orthonormal basis of that span keeps every inner product with it. What it changes is
     the cost: the tiny profile's 32 px images are 3,072 numbers each, upsampled digits span only 64 directions and
-    256 stand-in images at most 256, and the solver's every iteration is a product with the feature matrix.
+    256 stand-in images at most 256, and the solver's every iteration is a product with the feature matrix. With at
+    least as many images as pixels there is nothing to save (and the Gram matrix would be the larger one): the
+    standardised pixels are the features.
     """
     x = _pixels(train)
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale == 0] = 1.0  # a constant pixel (a digit's border) carries nothing and stays 0
     x = (x - mean) / scale
+    if len(x) >= x.shape[1]:  # as many images as pixels (CIFAR-100 at full size): the span is the whole space
+        return [x, *(((_pixels(split) - mean) / scale) for split in others)]
     # The span's basis from the n × n Gram matrix (n training images, fewer than their pixels): its eigenvectors
     # u with eigenvalue λ give the basis vectors xᵀu / √λ.
     eigenvalues, vectors = np.linalg.eigh(x @ x.T)

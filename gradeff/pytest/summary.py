@@ -12,7 +12,9 @@ verdict in full). Every figure is read through :mod:`gradeff.analysis.metrics`; 
 forward+backward passes (a closure of an accumulation step runs one per micro-batch).
 
 Every line fits the terminal's width (:mod:`gradeff.pytest.fitting`): a table too wide leaves out columns in the
-order :data:`_DROP` states and says which under it; prose wraps.
+order :data:`_DROP` states and says which under it; prose wraps. Under each grid's table, a line per model and
+dataset names the strongest trivial baseline of its test split on the same metric as its ``test`` column
+(:mod:`gradeff.analysis.trivial`), so the table stays as wide as it was.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from collections.abc import Callable, Iterable, Sequence
 from gradeff.analysis import metrics
 from gradeff.analysis.answer import AnswerOptions, answer
 from gradeff.analysis.runs import canonical
+from gradeff.analysis.trivial import baseline_text, strongest_baseline
 from gradeff.pytest.answer_brief import brief_lines, key_line
 from gradeff.pytest.fitting import DEFAULT_WIDTH, ID_WIDTH, fit_table, wrap
 from gradeff.records.formatting import as_number, format_value
 from gradeff.records.results import CellRecord, meter_field, record_field, record_section
 from gradeff.studies.grid import GRIDS
 
-__all__ = ["ID_WIDTH", "WIDTH", "answer_lines", "summary_lines", "table_lines", "target_text"]
+__all__ = ["ID_WIDTH", "WIDTH", "answer_lines", "summary_lines", "table_lines", "target_text", "trivial_lines"]
 
 _MIB = 2**20
 # The width lines are laid out for when the caller knows no terminal's (gradeff.pytest.fitting.terminal_width).
@@ -187,6 +190,21 @@ def _over_seeds_lines(records: list[CellRecord], focus: str, width: int) -> list
             *table_lines(("cell", "n", *(title for title, _, _ in columns)), rows, width=width, drop=_DROP["seeds"])]
 
 
+def trivial_lines(records: Sequence[CellRecord], width: int = WIDTH) -> list[str]:
+    """Per model and dataset, the strongest trivial baseline its records carry, on the metric of their ``test``
+    column (mean over the seeds): ``best trivial baseline, llm · causal_lm: bigram count model 3.109``."""
+    groups: dict[tuple[str, str], list[CellRecord]] = {}
+    for record in records:
+        groups.setdefault((record.model, record.dataset), []).append(record)
+    lines = []
+    for (model, dataset), group in groups.items():
+        baseline = strongest_baseline(group, metrics.quality_metric(group))
+        if baseline is not None:
+            subject = f"{model} · {dataset}" if dataset else model
+            lines += wrap(f"best trivial baseline, {subject}: {baseline_text(baseline)}", width)
+    return lines
+
+
 def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *, width: int = WIDTH,
                 drop: Sequence[str] = ()) -> list[str]:
     """A table laid out for ``width`` (:func:`gradeff.pytest.fitting.fit_table`), then, where it left columns out
@@ -281,6 +299,7 @@ def summary_lines(records: Iterable[CellRecord], *, width: int = WIDTH, answer: 
         lines += key
         if repeated:
             lines += _over_seeds_lines(group, focus, width)
+        lines += trivial_lines(group, width)
     counts = {status: sum(r.status == status for r in records) for status in dict.fromkeys(r.status for r in records)}
     span = max(r.finished_at for r in records) - min(r.started_at for r in records)
     lines.append(f"statuses: {', '.join(f'{k} {v}' for k, v in counts.items())}; wall time of the cells {span:.1f} s")

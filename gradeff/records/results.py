@@ -96,8 +96,10 @@ METER_FIELDS: dict[str, frozenset[str]] = {
 # fields of its own; the readers here ask only for these. tests/records/test_record_fields.py holds the table to the
 # writers.
 SECTION_FIELDS: dict[str, frozenset[str]] = {
+    # trivial_baselines: name → {"metric": "accuracy" | "loss", "value", "what", ...} on the test split
+    # (gradeff.data.trivial); absent from records written before it (read as None, never as a 0).
     "task": frozenset({"key", "name", "train_samples", "loss_floor", "heldout_samples", "heldout_loss_floor",
-                       "bayes_accuracy", "sanity_accuracy", "info"}),
+                       "bayes_accuracy", "sanity_accuracy", "trivial_baselines", "info"}),
     "parameters": frozenset({"total", "trainable"}),
     "weights": frozenset({"source", "path", "pretraining", "format", "checkpoint", "stand_in", "real"}),
     "plan": frozenset({

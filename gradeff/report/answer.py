@@ -3,7 +3,9 @@
 The Answer is :func:`gradeff.analysis.answer.answer`, the function whose lines end the terminal summary:
 per study that answers (the main study, the PEFT study, the real-data grid), a table with a row per model
 (or backbone and dataset) and a column per question, each cell the verdict's words
-(:func:`gradeff.analysis.answer.verdict_text`), and the same lines as the terminal prints them.
+(:func:`gradeff.analysis.answer.verdict_text`), and the same lines as the terminal prints them. A column beside
+the quality verdict sets the best cell against its task's strongest trivial baseline (:mod:`gradeff.analysis.trivial`),
+marked where the best cell does not beat it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gradeff.analysis import scope
-from gradeff.analysis.answer import AnswerLine, AnswerOptions, answer, line_text, use_text, verdict_text
+from gradeff.analysis.answer import AnswerLine, AnswerOptions, answer, line_text, trivial_text, use_text, verdict_text
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, OBJECTIVE_TITLES
 from gradeff.analysis.pairing import EQUIVALENT, OPEN
 from gradeff.analysis.runs import by_cell
@@ -35,7 +37,9 @@ ANSWER_RULES = (
     "(the same numbers on every seed, e.g. checkpointing against standard) are one entry. An energy estimate "
     "(CPU time × a fixed power) follows time and names no winner of its own. 'Use this' picks the best "
     "quality, then among equivalent cells the fastest to target, then the least memory. Each study reads its "
-    "own cells only.")
+    "own cells only. 'Best trivial' sets the best-quality cell against the strongest baseline that learns nothing "
+    "on the same test split and metric (count models for text, pixel 1-NN and a logistic regression on pixels for "
+    "images); a best cell that does not beat it is flagged, in its 'use this' text too.")
 _REAL_METRICS = ("quality", "final_loss", "seconds_to_target", "epoch_seconds", "peak", "energy")
 
 
@@ -49,9 +53,18 @@ def _row(line: AnswerLine) -> Row:
         outcome = found.ranking.outcome
         css = "text" + (" open" if outcome == OPEN else " equivalent" if outcome == EQUIVALENT else " best")
         cells.append(Cell(text=verdict_text(found, line.labels), sub=found.metric.label, css=css))
-    use = Cell(text=use_text(line), css="text " + ("best" if line.choice.decided else "open"))
-    return Row(label=f"{line.subject}", cells=(Cell(text=line.title, css="text"), use, *cells,
-                                               Cell(text="; ".join(line.notes) or "", css="text")))
+    use = Cell(text=use_text(line), css="text " + ("flag" if line.flagged else "best" if line.choice.decided
+                                                   else "open"))
+    return Row(label=f"{line.subject}", cells=(Cell(text=line.title, css="text"), use, cells[0], _trivial_cell(line),
+                                               *cells[1:], Cell(text="; ".join(line.notes) or "", css="text")))
+
+
+def _trivial_cell(line: AnswerLine) -> Cell:
+    """The best cell against the strongest trivial baseline: flagged where it does not beat it; n/a where the records
+    carry none."""
+    if line.trivial is None:
+        return Cell(text="n/a: no trivial baseline in these records", css="na text")
+    return Cell(text=trivial_text(line), css="text flag" if line.flagged else "text")
 
 
 def build_answer_view(records: Sequence[CellRecord], options: AnswerOptions | None = None) -> AnswerView:
@@ -61,8 +74,8 @@ def build_answer_view(records: Sequence[CellRecord], options: AnswerOptions | No
     for index, study in enumerate(dict.fromkeys(line.study for line in lines)):
         mine = [line for line in lines if line.study == study]
         table = Table(id=html_id(study, index, prefix="answer-"), caption=scope.STUDIES[study].title,
-                      header=("subject", "what ran", "use this", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES),
-                              "note"),
+                      header=("subject", "what ran", "use this", OBJECTIVE_TITLES[ANSWER_OBJECTIVES[0]],
+                              "best trivial", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES[1:]), "note"),
                       rows=tuple(_row(line) for line in mine))
         groups.append(AnswerGroupView(id=f"answer-{study}", title=scope.STUDIES[study].title, table=table,
                                       lines=tuple(line_text(line) for line in mine)))

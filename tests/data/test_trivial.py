@@ -242,22 +242,24 @@ def test_every_main_task_gets_baselines_below_chance_and_above_its_floor(task):
             assert 1 / 4 < baseline["value"] <= 1.0, name
 
 
-def test_projecting_onto_the_training_span_changes_no_prediction():
+@pytest.mark.parametrize("n_train", [30, 60])
+def test_projecting_onto_the_training_span_changes_no_prediction(n_train):
     """More pixels than images (48 > 30): the regression on the span's coordinates is scikit-learn's on the full
-    standardised pixels, to the solver's tolerance."""
+    standardised pixels, to the solver's tolerance; more images than pixels (60 > 48): the full standardised pixels
+    themselves, the same figures."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
     rng = np.random.default_rng(3)
     centres = rng.normal(size=(3, 48))
-    y_train, y_test = np.arange(30) % 3, np.arange(21) % 3
-    x_train = centres[y_train] + 2.0 * rng.normal(size=(30, 48))
+    y_train, y_test = np.arange(n_train) % 3, np.arange(21) % 3
+    x_train = centres[y_train] + 2.0 * rng.normal(size=(n_train, 48))
     x_test = centres[y_test] + 2.0 * rng.normal(size=(21, 48))
     scaler = StandardScaler().fit(x_train)
     full = LogisticRegression(C=0.5, max_iter=10_000, tol=1e-10).fit(scaler.transform(x_train), y_train)
     proba = full.predict_proba(scaler.transform(x_test))
-    got = logistic_regression(_images(x_train.reshape(30, 3, 4, 4), y_train), _images(x_test.reshape(21, 3, 4, 4),
-                                                                                      y_test), c=0.5)
+    got = logistic_regression(_images(x_train.reshape(n_train, 3, 4, 4), y_train),
+                              _images(x_test.reshape(21, 3, 4, 4), y_test), c=0.5)
     assert got["loss"] == pytest.approx(-np.log(proba[np.arange(21), y_test]).mean(), rel=1e-3)
     assert got["accuracy"] == pytest.approx((proba.argmax(axis=1) == y_test).mean())
     assert 0 < got["accuracy"] < 1

@@ -135,3 +135,26 @@ def test_long_ids_are_cut_with_an_ellipsis_and_columns_stay_aligned():
     assert {line.index(" ok ") for line in (short, cut)} == {header.index("status") - 1}
     assert short.split()[2:] == cut.split()[2:] and all(len(line) <= 60 for line in lines)
     assert not [line for line in lines if line.startswith("answer:")]
+
+
+def test_each_grid_names_its_strongest_trivial_baseline_under_its_table_without_widening_it():
+    """A line per model and dataset under the table, on the table's own metric (a loss for text, top-1 % for
+    images), the flag in the Answer's line; records without baselines print none."""
+    from tests.analysis.factories import run
+
+    text = {"trivial_baselines": {"unigram": {"metric": "loss", "value": 4.4, "what": ""},
+                                  "bigram": {"metric": "loss", "value": 3.109, "what": ""}}}
+    images = {"trivial_baselines": {"pixel_1nn": {"metric": "accuracy", "value": 0.39, "what": ""},
+                                    "logistic_regression": {"metric": "accuracy", "value": 0.64, "what": ""}}}
+    records = [run("llm-adam-standard", test=3.5, task=text, dataset="causal_lm"),
+               run("vit-adam-standard", accuracy=0.8, task=images)]
+    lines = summary_lines(records)
+    plain = summary_lines([run("llm-adam-standard", test=3.5), run("vit-adam-standard", accuracy=0.8)])
+    assert max(map(len, lines[:3])) == max(map(len, plain[:3]))  # the header and rows as wide as without
+    assert lines[3:5] == ["best trivial baseline, llm · causal_lm: bigram count model 3.109",
+                          "best trivial baseline, vit: logistic regression on pixels 64.0 %"]
+    assert not any(line.startswith("best trivial") for line in plain)
+    llm = next(line for line in lines if line.startswith("llm: use"))
+    assert "its best cell learned less than the bigram count model (3.5 against 3.109)" in llm
+    vit = next(line for line in lines if line.startswith("vit: use"))
+    assert "· beats the logistic regression on pixels (64.0 %) by 16.0 %" in vit
