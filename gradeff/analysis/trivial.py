@@ -161,4 +161,6 @@ def check_text(check: TrivialCheck) -> str:
     if not check.beaten:
         verb = "learned no more than" if check.margin == 0 else "learned less than"
         return f"{verb} the {check.baseline.words} ({best} against {baseline})"
-    return f"beats the {check.baseline.words} ({baseline}) by {format_value(check.margin, unit)}"
+    # An accuracy's lead is a difference of percentages: points, not a percent of the baseline.
+    lead = f"{check.margin:.1f} points" if unit == "percent" else format_value(check.margin, unit)
+    return f"beats the {check.baseline.words} ({baseline}) by {lead}"

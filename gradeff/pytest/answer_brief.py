@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gradeff.analysis.answer import AnswerLine
+from gradeff.analysis.answer import AnswerLine, trivial_text
 from gradeff.analysis.choice import Choice
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES
 from gradeff.analysis.pairing import EQUIVALENT, IDENTICAL, OPEN, WINNER
@@ -79,8 +79,10 @@ def _use(line: AnswerLine, named: int | None) -> str:
     if len(choice.steps) and choice.decided and len(choice.steps[-1].remaining) > 1:
         reasons.append("any of those will do")
     label = line.labels.get(choice.cell, choice.cell)
+    # A best cell that learned less than its task's trivial baseline is said first of all (the report's words).
+    flag = f" — its best cell {trivial_text(line)}" if line.flagged else ""
     return (f"{line.subject}: use {label}{'' if choice.decided else ' for now'}: "
-            + ("; ".join(reasons) or "the only cell"))
+            + ("; ".join(reasons) or "the only cell") + flag)
 
 
 def _leader(verdict: Verdict, labels: Mapping[str, str]) -> str:
@@ -126,6 +128,8 @@ def _state(line: AnswerLine, named: int | None) -> str:
     parts = [f"decided: {', '.join(decided)}"] if decided else []
     parts += [f"open ({why}): {', '.join(items)}" for why, items in open_by_why.items()]
     parts += other
+    if line.trivial is not None and not line.flagged:
+        parts.append(trivial_text(line))
     parts += list(line.notes)
     return " · ".join(parts)
 

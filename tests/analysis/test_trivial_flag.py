@@ -62,7 +62,7 @@ def test_accuracy_is_higher_is_better_and_in_percent():
         use_text(line)
     (good,) = answer([run("vit-adam-standard", accuracy=0.90, task=_image_task(0.39, 0.64))])
     assert not good.flagged and line_text(good).split(" | ")[1].endswith(
-        "· beats the logistic regression on pixels (64.0 %) by 26.0 %")
+        "· beats the logistic regression on pixels (64.0 %) by 26.0 points")
     # Equal is not better: a best cell level with the baseline is flagged too.
     (level,) = answer([run("vit-adam-standard", accuracy=0.64, task=_image_task(0.39, 0.64))])
     assert level.flagged and "learned no more than the logistic regression" in use_text(level)

@@ -29,11 +29,11 @@ def test_the_answer_table_shows_the_best_trivial_baseline_beside_quality_and_fla
     assert llm["best trivial"].text == "learned less than the bigram count model (4.42 against 4.29)"
     assert "flag" in llm["best trivial"].css.split() and "flag" in llm["use this"].css.split()
     assert llm["use this"].text.endswith("— its best cell learned less than the bigram count model (4.42 against 4.29)")
-    assert vit["best trivial"].text == "beats the raw-pixel 1-NN (50.0 %) by 30.0 %"
+    assert vit["best trivial"].text == "beats the raw-pixel 1-NN (50.0 %) by 30.0 points"
     assert "flag" not in vit["best trivial"].css.split() and "flag" not in vit["use this"].css.split()
     page = render_html(view)
     assert "learned less than the bigram count model (4.42 against 4.29)" in page
-    assert "beats the raw-pixel 1-NN (50.0 %) by 30.0 %" in page
+    assert "beats the raw-pixel 1-NN (50.0 %) by 30.0 points" in page
     assert 'class="text flag"' in page
 
 
