@@ -97,10 +97,11 @@ def _stop_like_ctrl_c(*, controller: bool = False, worker: bool = False) -> None
                 from gradeff.pytest.workers import forward_to_workers
 
                 forward_to_workers(signum)
-            if not _in_finalizer(frame):
+            if _safe_to_raise_in(frame):
                 raise KeyboardInterrupt(why)
-            # Raised inside a __del__, Python would print it as ignored and go on: the next optimizer step or
-            # test setup raises it instead (gradeff.cell.stop).
+            # Raised inside a __del__, Python would print it as ignored and go on; raised at an instruction without a
+            # line number, pytest's report of it fails and the session ends in an internal error (status 1). The next
+            # optimizer step, test setup or the session's end raises it instead (gradeff.cell.stop).
             return
         if worker:
             return  # the controller ends its workers (and kills one that does not end)
@@ -116,13 +117,18 @@ def _stop_like_ctrl_c(*, controller: bool = False, worker: bool = False) -> None
             signal.signal(signum, handler)
 
 
-def _in_finalizer(frame) -> bool:
-    """Whether the interrupted code runs inside an object's ``__del__``, where an exception is dropped."""
+def _safe_to_raise_in(frame) -> bool:
+    """Whether a KeyboardInterrupt raised in the interrupted code reaches pytest whole.
+
+    Not inside an object's ``__del__``, where Python drops an exception; not where a frame of the interrupted stack
+    sits at an instruction without a line number (Python 3.11 has them in a ``with`` statement's set-up), where the
+    traceback entry's line is None and pytest's rendering of the interruption raises TypeError.
+    """
     while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
+        if frame.f_code.co_name == "__del__" or frame.f_lineno is None:
+            return False
         frame = frame.f_back
-    return False
+    return True
 
 
 @pytest.hookimpl(tryfirst=True)

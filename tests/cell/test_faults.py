@@ -7,11 +7,13 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
+from gradeff.pytest.plugin import _safe_to_raise_in
 from gradeff.records.results import read_records
 from gradeff.studies.grid import Cell
 
@@ -145,3 +147,22 @@ def test_runs_are_offline_by_default(grid_pytester):
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "gradeff.pytest_plugin", "-q", "test_env.py"],
                           cwd=grid_pytester.path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+def _frames(*entries: tuple[str, int | None]):
+    """A fake stack, innermost first: (function name, current line) per frame."""
+    frame = None
+    for name, line in reversed(entries):
+        frame = SimpleNamespace(f_code=SimpleNamespace(co_name=name), f_lineno=line, f_back=frame)
+    return frame
+
+
+@pytest.mark.parametrize(("stack", "safe"), [
+    ([("step", 12), ("run", 40), ("main", 3)], True),
+    ([("close", 5), ("__del__", 9), ("run", 40)], False),      # an exception raised in a finalizer is dropped
+    ([("__enter__", None), ("setup", 870), ("main", 3)], False),  # pytest cannot render a line of None
+    ([("step", 12), ("run", None)], False),
+    ([], True),
+])
+def test_the_first_signal_raises_only_where_the_interruption_reaches_pytest_whole(stack, safe):
+    assert _safe_to_raise_in(_frames(*stack)) is safe
