@@ -42,6 +42,8 @@ class RunConfig:
         lr_source: where ``lr`` came from, for the record.
         trial: a tuning trial: the cell trains and evaluates its validation split only; the test split is never
             read, and nothing else is measured (no memory step, no inference cost).
+        self_tuned: the reported run of a self-tuned cell (:mod:`gradeff.cell.self_tune`): ``lr`` is the rate its
+            search chose, and its record's protocol says ``self-tuned``.
         train_samples: at most this many training samples an epoch (whole steps under every strategy): a search
             that bounds its budget (``scripts/tune_rates.py --train-samples``); ``None``: the profile's.
         isolate: train each cell in a fresh process of its own, so its RSS peak is its own.
@@ -76,6 +78,7 @@ class RunConfig:
     lr: float | None = None
     lr_source: str = ""
     trial: bool = False
+    self_tuned: bool = False
     train_samples: int | None = None
     isolate: bool = False
     process: str = "shared"

@@ -101,8 +101,10 @@ def experiment_inputs(cell: Cell, config: RunConfig, *, data_info: Mapping | Non
     Returns:
         The inputs :func:`gradeff.records.fingerprint.fingerprint` hashes.
     """
-    # A rate search chooses the rate: its record and a resumed session's agree on the protocol's rate it started from.
-    rate_config = replace(config, lr=None, lr_source="") if config.tune else config
+    # A rate search (asked for, or the self-tuning protocol's) chooses the rate: its record and a resumed session's
+    # agree on the protocol's rate it started from; the search's inputs are the experiment's own.
+    searched = config.tune or config.self_tuned
+    rate_config = replace(config, lr=None, lr_source="", self_tuned=False) if searched else config
     hp, method_hp, rate = cell_settings(cell, rate_config)
     with _threads(config.threads) as threads:
         probe = numerics_probe(threads)

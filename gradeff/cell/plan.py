@@ -51,10 +51,13 @@ def cell_settings(cell: Cell, config: RunConfig) -> CellSettings:
     method_hp = method_hparams_for(cell.method, cell.model, config.profile)
     if config.lr is not None:
         rate = RateChoice(lr=config.lr, source=config.lr_source or "a tuning trial's rate", replaces=True)
+    elif cell.method in METHODS and not METHODS[cell.method].trains:
+        # Evaluated as it is: a rate would claim a choice (shared, tuned) that was never used.
+        rate = RateChoice(lr=hp.lr * method_hp.lr_scale, source=f"none: {cell.method} trains nothing, no rate is used")
     else:
         rate = choose_rate(config.protocol, profile=config.profile, model=cell.model, optimizer=cell.optimizer,
                            method=cell.method, dataset=cell.dataset, shared_lr=hp.lr * method_hp.lr_scale,
-                           strategy=cell.strategy)
+                           strategy=cell.strategy, given_data=any(source.key == cell.dataset for source in config.data))
     if rate.replaces:
         hp, method_hp = replace(hp, lr=rate.lr), replace(method_hp, lr_scale=1.0)
     return CellSettings(hp, method_hp, rate)

@@ -10,7 +10,9 @@
   (:func:`gradeff.strategies.rate_strategy`), since the best rate of a 4× batch in 4× fewer steps is not the
   small batch's, and an accumulation cell at the standard cell's rate measures under-training, not accumulation.
   Without such a row it falls back to the standard row, and says so. A cell the table has no row for (another
-  profile, an optimizer outside the grids) falls back to the shared rate, and its record says so.
+  profile, an optimizer outside the grids, a user's model or data, data given with ``--gradeff-data``) tunes itself
+  (:mod:`gradeff.cell.self_tune`: a budgeted search on its validation split, cached, recorded as ``self-tuned`` with
+  its trials and cost); a rate tuned on a built-in stand-in is never applied to data the user gave.
 * ``shared``: the papers' own protocol — one rate per model and profile for every optimizer and strategy (the
   main paper's section 3), and the PEFT paper's fixed rates (the model's rate times the method's scale).
 
@@ -24,8 +26,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "TABLE_PATH", "RateChoice", "TunedRate", "TunedTable", "choose_rate",
-           "tuned_table"]
+from gradeff.records.results import SELF_TUNED
+
+__all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "SELF_TUNED", "TABLE_PATH", "RateChoice", "TunedRate", "TunedTable",
+           "choose_rate", "tuned_table"]
 
 PROTOCOLS = ("tuned", "shared")
 DEFAULT_PROTOCOL = "tuned"
@@ -164,7 +168,8 @@ class RateChoice:
 
 
 def choose_rate(protocol: str, *, profile: str, model: str, optimizer: str, method: str, dataset: str,
-                shared_lr: float, table: TunedTable | None = None, strategy: str = "standard") -> RateChoice:
+                shared_lr: float, table: TunedTable | None = None, strategy: str = "standard",
+                given_data: bool = False) -> RateChoice:
     """The rate of a cell under ``protocol``.
 
     Args:
@@ -172,6 +177,8 @@ def choose_rate(protocol: str, *, profile: str, model: str, optimizer: str, meth
         table: the tuned rates (default: the committed table).
         strategy: the cell's strategy: one that changes the effective batch reads its own row, else the standard
             row (saying so).
+        given_data: the cell trains on data the user gave (``--gradeff-data``): the table's rows were tuned on the
+            built-in data and are not read (the cell tunes itself).
     """
     from gradeff.strategies import rate_strategy
 
@@ -179,6 +186,9 @@ def choose_rate(protocol: str, *, profile: str, model: str, optimizer: str, meth
         raise ValueError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOLS)}")
     if protocol == "shared":
         return RateChoice(lr=shared_lr, source="shared: the model's rate at this profile (× the method's scale)")
+    if given_data:
+        return RateChoice(lr=shared_lr, source="shared: the tuned table's rates are the built-in data's, not the data "
+                                               "given (--gradeff-data)")
     table = table if table is not None else tuned_table()
     own = rate_strategy(strategy)
     row = table.lookup(profile, model, optimizer, method, dataset, own)

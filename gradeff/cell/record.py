@@ -16,6 +16,7 @@ from gradeff.cell.environment import code_version, environment
 from gradeff.cell.experiment import experiment
 from gradeff.cell.inference import deployed_parameter_counts
 from gradeff.cell.pretrain import cache_root
+from gradeff.cell.protocols import SELF_TUNED
 from gradeff.data import TASKS
 from gradeff.data.trivial_cache import cached_trivial_baselines
 from gradeff.optim import optimizer_kernel
@@ -41,7 +42,9 @@ def hparams_record(settings: CellSettings, config: RunConfig, optimizer: torch.o
     rate a record names is the rate it trained at, whoever trained it.
     """
     hp, method_hp, rate = settings
-    return asdict(hp) | {"method": asdict(method_hp), "precision": config.precision, "protocol": config.protocol,
+    # A rate the cell searched itself is not the table's: the record never says ``tuned`` for it.
+    protocol = SELF_TUNED if config.self_tuned else config.protocol
+    return asdict(hp) | {"method": asdict(method_hp), "precision": config.precision, "protocol": protocol,
                          "lr_source": rate.source, "optimizer_kernel": optimizer_kernel(optimizer)}
 
 

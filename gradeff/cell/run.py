@@ -32,6 +32,7 @@ from gradeff.cell.precision import autocast, make_scaler
 from gradeff.cell.pretrain import StartingWeights, starting_weights
 from gradeff.cell.protocols import RateChoice
 from gradeff.cell.record import cell_record, hparams_record
+from gradeff.cell.self_tune import needs_self_tuning, run_self_tuned
 from gradeff.data import TASKS, Dataset
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
 from gradeff.methods import METHODS, apply_method
@@ -167,10 +168,11 @@ def _build_into(target, cell: Cell, config: RunConfig, hp: HParams, method_hp: M
 
 def trains_prebuilt(cell: Cell, config: RunConfig) -> bool:
     """Whether :func:`run_cell` trains this cell once, in this process, from one build: the path that takes a
-    :class:`Built`. Not a cell it skips (with its reason), tunes (a fresh model per trial), isolates (built in
-    its own process) or shards (built in each rank's process)."""
+    :class:`Built`. Not a cell it skips (with its reason), tunes or that tunes itself (a fresh model per trial),
+    isolates (built in its own process) or shards (built in each rank's process)."""
     return (not config.isolate and cannot_run(cell, config) is None
             and not (config.tune is not None and METHODS[cell.method].trains)
+            and not needs_self_tuning(cell, config)
             and not STRATEGIES[cell.strategy].shards)
 
 
@@ -353,6 +355,8 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, 
     # strategy's cell over its ranks).
     if config.isolate:
         return run_isolated(cell, config, _isolated_entry)
+    if needs_self_tuning(cell, config):
+        return run_self_tuned(cell, config, train=_run_once, warm=_warm_search, timer=timer, metering=metering)
     if config.tune is None or not METHODS[cell.method].trains or incompatibility(cell) is not None:
         return _run_once(cell, config, timer=timer, built=built, metering=metering)
     return run_tuned(cell, config, train=_run_once, warm=_warm_search, timer=timer, metering=metering)

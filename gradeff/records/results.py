@@ -34,8 +34,8 @@ from pathlib import Path
 
 __all__ = [
     "FAILED_STATUSES", "FINAL_STATUSES", "METER_FIELDS", "NONFINITE_KEY", "SCHEMA_VERSION", "SECTION_FIELDS",
-    "STATUSES", "CellRecord", "EpochRecord", "Summary", "UnknownRecordField", "append_record", "latest_by_cell",
-    "latest_by_run", "meter_field", "meter_section", "read_records", "record_field", "record_section",
+    "SELF_TUNED", "STATUSES", "CellRecord", "EpochRecord", "Summary", "UnknownRecordField", "append_record",
+    "latest_by_cell", "latest_by_run", "meter_field", "meter_section", "read_records", "record_field", "record_section",
 ]
 
 # 5: ``seeding``: the seed plan (fixed or adaptive) and why a seed past the first ones ran; older records read
@@ -95,6 +95,10 @@ METER_FIELDS: dict[str, frozenset[str]] = {
 # and a sharded cell's coordinator (plan and hparams: its world). A strategy registered by a project may write plan
 # fields of its own; the readers here ask only for these. tests/records/test_record_fields.py holds the table to the
 # writers.
+# What ``hparams.protocol`` says for a cell of the tuned protocol that had no row of the table and searched its own
+# rate (gradeff.cell.self_tune): never ``tuned``, which names the committed table's rates.
+SELF_TUNED = "self-tuned"
+
 SECTION_FIELDS: dict[str, frozenset[str]] = {
     # trivial_baselines: name → {"metric": "accuracy" | "loss", "value", "what", ...} on the test split
     # (gradeff.data.trivial); absent from records written before it (read as None, never as a 0).
@@ -116,7 +120,10 @@ SECTION_FIELDS: dict[str, frozenset[str]] = {
                             "images_per_s", "peak_bytes", "peak_by_device", "allocator_peak_bytes", "energy_source",
                             "energy_joules", "energy_per_image_j", "mean_power_w", "energy_estimated", "scores"}),
     "tuning": frozenset({"param", "tuning_free", "trials", "seconds", "joules", "chosen", "reference",
-                         "reference_source", "at_edge", "picked_on", "budget"}),
+                         "reference_source", "at_edge", "picked_on", "budget",
+                         # a self-tuned cell's (gradeff.cell.self_tune.SelfTuned.tuning)
+                         "protocol", "fingerprint", "cached", "searched_at", "seed", "search_seconds",
+                         "search_joules"}),
     "evaluation": frozenset({"every_steps", "points", "test_seconds", "validation_seconds", "fraction"}),
     "hparams": frozenset({"lr", "batch_size", "accum_steps", "epochs", "train_samples", "heldout_samples",
                           "validation_samples", "eval_every", "warmup_ratio", "seq_len", "num_states", "num_classes",

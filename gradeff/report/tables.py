@@ -25,7 +25,7 @@ from gradeff.analysis.runs import CellRuns
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import NA, as_number, format_loss, format_ratio, format_value
-from gradeff.records.results import CellRecord, meter_field, record_field
+from gradeff.records.results import SELF_TUNED, CellRecord, meter_field, record_field
 from gradeff.report.view import (
     Cell,
     Row,
@@ -487,6 +487,8 @@ def protocol_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
     latest: dict[tuple, CellRecord] = {}
     for record in records:
         protocol = record_field(record, "hparams", "protocol")
+        # A cell of the tuned protocol that had no row searched its own rate: the same protocol, not another.
+        protocol = "tuned" if protocol == SELF_TUNED else protocol
         if isinstance(protocol, str) and protocol and record.grid == "main":
             latest[(protocol, record.cell, record.seed)] = record
     protocols = tuple(dict.fromkeys(key[0] for key in latest))
@@ -513,6 +515,7 @@ def protocol_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
         rows.append(Row(label=display_name(MODELS, model), cells=tuple(cells)))
     return (Table(id="protocol-rankings", caption="Optimizers ranked by test quality under each learning-rate "
                                                   "protocol", header=("model", *protocols), rows=tuple(rows),
-                  note="tuned: each optimizer at its own rate from the tuned table (searched on the validation "
-                       "split); shared: one rate per model for every optimizer, as in the paper. Each optimizer by "
-                       "its best strategy, mean over seeds; best first."),)
+                  note="tuned: each optimizer at its own rate from the tuned table, or searched by the cell itself "
+                       "where the table has no row (self-tuned; both on the validation split); shared: one rate per "
+                       "model for every optimizer, as in the paper. Each optimizer by its best strategy, mean over "
+                       "seeds; best first."),)
