@@ -278,17 +278,26 @@ def _finish_launch(manifest, statuses, collected, *, started: float, report, bas
     return code
 
 
-def _run_launch_status(args: argparse.Namespace) -> int:
+def _launch_state(folder: str):
+    """A launch folder's manifest and its shards' statuses, or ``None`` once the reason it cannot be read is said."""
     from gradeff.scale.manifest import ManifestError, load_manifest
-    from gradeff.scale.status import shard_statuses, status_lines
+    from gradeff.scale.status import shard_statuses
 
     try:
-        manifest = load_manifest(args.folder)
-        statuses = shard_statuses(manifest)
+        manifest = load_manifest(folder)
+        return manifest, shard_statuses(manifest)
     except (ManifestError, RuntimeError) as exc:
         _error(str(exc))
+        return None
+
+
+def _run_launch_status(args: argparse.Namespace) -> int:
+    from gradeff.scale.status import status_lines
+
+    state = _launch_state(args.folder)
+    if state is None:
         return EXIT_BAD_INPUT
-    print("\n".join(status_lines(manifest, statuses)))
+    print("\n".join(status_lines(*state)))
     return EXIT_OK
 
 
@@ -298,16 +307,12 @@ def _run_launch_collect(args: argparse.Namespace) -> int:
 
     from gradeff.records.outputs import OutputError
     from gradeff.scale.collect import CollectError, collect
-    from gradeff.scale.manifest import ManifestError, load_manifest
-    from gradeff.scale.status import shard_statuses
 
     started = time.perf_counter()
-    try:
-        manifest = load_manifest(args.folder)
-        statuses = shard_statuses(manifest)
-    except (ManifestError, RuntimeError) as exc:
-        _error(str(exc))
+    state = _launch_state(args.folder)
+    if state is None:
         return EXIT_BAD_INPUT
+    manifest, statuses = state
     running = [str(status.index) for status in statuses if not status.ended]
     if running:
         _error(f"shard{'s' if len(running) > 1 else ''} {', '.join(running)} of {args.folder} still "
