@@ -72,6 +72,19 @@ def test_the_digest_follows_every_split_and_nothing_else():
     assert splits_digest(retyped) != base
 
 
+def test_a_dataset_object_is_hashed_once_and_forgotten_with_it(monkeypatch):
+    import gc
+
+    hashed = []
+    monkeypatch.setattr(trivial_cache, "_digest", lambda dataset: hashed.append(dataset) or f"d{len(hashed)}")
+    data = _task()
+    assert splits_digest(data) == splits_digest(data) == "d1" and len(hashed) == 1
+    key = id(data)
+    del data, hashed[:]
+    gc.collect()
+    assert key not in trivial_cache._DIGESTS
+
+
 def test_a_corrupt_copy_is_computed_again_with_a_warning(tmp_path, counted, monkeypatch):
     data = _task()
     first = cached_trivial_baselines(data, "causal_lm", root=tmp_path)
