@@ -95,7 +95,8 @@ class SelfTuned:
 
     Attributes:
         fingerprint: the key of what the choice is a function of (:func:`fingerprint`).
-        chosen: the rate kept (the optimizer's whole rate).
+        chosen: the rate kept (the optimizer's whole rate); ``None`` when no trial ended ok (the cell then trains
+            at the shared rate, and nothing is cached).
         trials: every trial: its rate, epochs, status, final validation loss, seconds and joules.
         at_edge: ``"low"`` / ``"high"`` when the chosen rate is still the smallest / largest tried, else ``None``.
         seconds / joules: the search's cost (the trials' wall time and their energy; ``None``: not measured).
@@ -105,7 +106,7 @@ class SelfTuned:
     """
 
     fingerprint: str
-    chosen: float
+    chosen: float | None
     trials: tuple[dict, ...]
     at_edge: str | None
     seconds: float
@@ -118,7 +119,8 @@ class SelfTuned:
         """The record's ``tuning`` section (``cached``: read from an earlier search rather than run now)."""
         return {"param": "lr", "protocol": PROTOCOL, "chosen": self.chosen, "fingerprint": self.fingerprint,
                 "cached": cached, "trials": [dict(t) for t in self.trials], "at_edge": self.at_edge,
-                "picked_on": "final validation loss", "budget": dict(self.budget), "searched_at": self.searched_at,
+                "picked_on": "final validation loss" if self.chosen is not None else "nothing ended ok",
+                "budget": dict(self.budget), "searched_at": self.searched_at,
                 "seed": self.seed,
                 # What this run spent on the search: nothing when the choice was read from the cache.
                 "seconds": 0.0 if cached else self.seconds, "joules": 0.0 if cached else self.joules,
@@ -126,6 +128,8 @@ class SelfTuned:
 
     def source(self, *, cached: bool) -> str:
         """The record's ``lr_source``."""
+        if self.chosen is None:
+            return f"{PROTOCOL}: no trial of {len(self.trials)} ended ok; the shared rate"
         full = [t for t in self.trials if t["rung"] == "full"]
         how = (f"{PROTOCOL}: successive halving over {len(self.trials) - len(full)} rates, "
                f"{len(full)} to the full epochs, best final validation loss")
@@ -245,8 +249,6 @@ def _search(cell: Cell, config: RunConfig, budget: SearchBudget, key: str, epoch
             chosen = _best(full)
     except _Interrupted as interrupted:
         return interrupted.record
-    if chosen is None:
-        raise RuntimeError(f"{cell.id}: no rate of {sorted({t['lr'] for t in trials})} ended ok in self-tuning")
     joules = [t["joules"] for t in trials]
     return SelfTuned(
         fingerprint=key, chosen=chosen, trials=tuple(sorted(trials, key=lambda t: (t["rung"] != "first", t["lr"]))),
@@ -271,7 +273,8 @@ class _Interrupted(Exception):
 def run_self_tuned(cell: Cell, config: RunConfig, *, train: Callable[..., CellRecord],
                    warm: Callable[[Cell, RunConfig], None], budget: SearchBudget = SearchBudget(),
                    **reported) -> CellRecord:
-    """The cell at its self-tuned rate: read from the cache, else searched (and cached), then trained once.
+    """The cell at its self-tuned rate: read from the cache, else searched (and cached), then trained once. Never
+    raises for the cell's own failures: data that cannot be built fails the cell's training, which records why.
 
     Args:
         train: one training of the cell, ``train(cell, config, **reported) -> CellRecord``.
@@ -281,22 +284,34 @@ def run_self_tuned(cell: Cell, config: RunConfig, *, train: Callable[..., CellRe
     """
     from filelock import FileLock
 
-    hp, method_hp, rate = cell_settings(cell, config)
-    dataset, sized = cell_data(cell, config, hp)
-    key = fingerprint(cell, config, budget, hparams=asdict(sized), data_digest=splits_digest(dataset))
+    hp, method_hp, _ = cell_settings(cell, config)
+    shared = hp.lr * method_hp.lr_scale
+    try:
+        dataset, sized = cell_data(cell, config, hp)
+        key = fingerprint(cell, config, budget, hparams=asdict(sized), data_digest=splits_digest(dataset))
+    except Exception:  # noqa: BLE001 - the same failure in the cell's own build becomes its record
+        return train(cell, config, **reported)
     path = _cache_path(config, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path) + ".lock")
+        lock.acquire()
+    except OSError:  # a read-only cache folder: searched as if there were no cache
+        lock = None
+    try:
         found = _read(path, key)
         cached = found is not None
         if found is None:
-            shared = hp.lr * method_hp.lr_scale
             warm(cell, replace(config, lr=shared, trial=True))
             outcome = _search(cell, config, budget, key, sized.epochs, lr_centre(cell.optimizer, shared), train)
             if isinstance(outcome, CellRecord):
                 return outcome  # interrupted in a trial
             found = outcome
-            _write(path, found)
-    record = train(cell, replace(config, lr=found.chosen, lr_source=found.source(cached=cached), self_tuned=True),
-                   **reported)
+            if found.chosen is not None:  # a search no rate survived is not kept: the next session tries again
+                _write(path, found)
+    finally:
+        if lock is not None:
+            lock.release()
+    lr = found.chosen if found.chosen is not None else shared
+    record = train(cell, replace(config, lr=lr, lr_source=found.source(cached=cached), self_tuned=True), **reported)
     return replace(record, tuning=found.tuning(cached=cached))

@@ -33,6 +33,8 @@ class FakeTraining:
 
     def __call__(self, cell, config, **reported):
         self.configs.append(config)
+        if config.lr is None:  # the cell at its protocol's rate
+            return self.make_record()
         if config.lr > self.fail_above:
             return self.make_record(status="diverged")
         loss = 1.0 + (math.log10(config.lr) - math.log10(self.best)) ** 2 / (config.epochs or 3)
@@ -132,6 +134,27 @@ def test_failed_rates_are_never_chosen(make_record, cache):
     record, _, _ = _run(make_record, cache, training)
     assert record.tuning["chosen"] <= 5e-3
     assert any(t["status"] == "diverged" and t["validation_loss"] is None for t in record.tuning["trials"])
+
+
+def test_a_search_no_rate_survives_trains_at_the_shared_rate_and_caches_nothing(make_record, cache):
+    training = FakeTraining(make_record, fail_above=0.0)
+    record, _, _ = _run(make_record, cache, training)
+    reported = training.configs[-1]
+    assert reported.lr == pytest.approx(HP["lr"]) and reported.self_tuned
+    assert "no trial of 7 ended ok" in reported.lr_source  # six, and one to the full epochs
+    assert record.tuning["chosen"] is None and record.tuning["picked_on"] == "nothing ended ok"
+    assert not list((cache / "self-tuned").glob("*.json"))
+
+
+def test_data_that_cannot_be_built_is_the_cells_own_failure(make_record, cache, monkeypatch):
+    """run_cell never raises: the data's error reaches the cell's training, whose record names it."""
+    def broken(*args, **kwargs):
+        raise ValueError("cannot decode the image")
+
+    monkeypatch.setattr("gradeff.cell.self_tune.cell_data", broken)
+    training = FakeTraining(make_record)
+    _run(make_record, cache, training)
+    assert len(training.configs) == 1 and not training.configs[0].self_tuned and training.configs[0].lr is None
 
 
 def test_an_interrupted_trial_is_the_cells_record_and_nothing_is_cached(make_record, cache):
