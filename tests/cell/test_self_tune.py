@@ -248,3 +248,30 @@ def test_the_cache_file_is_checksummed_json(make_record, cache):
     [path] = (cache / "self-tuned").glob("*.json")
     payload = json.loads(path.read_text())
     assert payload["fingerprint"].startswith(path.stem) and sidecar(path).exists()
+
+
+def test_a_real_cell_on_given_data_tunes_itself_end_to_end(cache, monkeypatch):
+    """The digits given as a local file: the tuned table's rows are not read, the cell searches (one epoch: every
+    rate at the full epochs, no cheaper rung), no trial reads the test split, and the record says self-tuned."""
+    import gradeff.cell.run as runner
+    from gradeff.cell.run import run_cell
+    from gradeff.data.real import builtin_path
+
+    path = builtin_path("digits", cache)
+    heldout_reads = []
+    real_evaluate = runner.CellEvaluation.after_epoch
+
+    def watched(self, metering):
+        heldout_reads.append(self.test is not None)
+        return real_evaluate(self, metering)
+
+    monkeypatch.setattr(runner.CellEvaluation, "after_epoch", watched)
+    config = RunConfig(profile="tiny", device="cpu", cache_dir=str(cache), epochs=1,
+                       data=(DataSource(key="digits", path=str(path)),))
+    record = run_cell(REAL, config)
+    assert record.status == "ok", record.detail
+    assert record.hparams["protocol"] == SELF_TUNED and record.tuning["cached"] is False
+    assert len(record.tuning["trials"]) >= BUDGET.points and {t["rung"] for t in record.tuning["trials"]} == {"full"}
+    assert record.hparams["lr"] == record.tuning["chosen"]
+    assert heldout_reads.count(True) == 1 and heldout_reads[-1]  # the reported run alone
+    assert record.summary.final_heldout_accuracy is not None

@@ -95,7 +95,10 @@ def formats(tmp_path_factory) -> dict[str, tuple[str, Path]]:
 
 def _cell(model: str, dataset: str, source: DataSource | None, cache: Path, **config):
     cell = Cell(model, "adamw", "standard", dataset=dataset, grid="main")
-    return run_cell(cell, RunConfig(data=(source,) if source else (), cache_dir=str(cache), **config))
+    # The shared rate unless a test says otherwise: these tests read data, and under the tuned protocol a cell on
+    # given data searches its own rate first (tests/cell/test_self_tune.py).
+    return run_cell(cell, RunConfig(data=(source,) if source else (), cache_dir=str(cache),
+                                    **({"protocol": "shared"} | config)))
 
 
 @pytest.mark.parametrize("fmt", ["save_to_disk", "imagefolder", "parquet", "hub snapshot", "csv", "jsonl", "txt",
