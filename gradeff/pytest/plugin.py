@@ -268,11 +268,14 @@ _SEED_WHY = pytest.StashKey[str]()
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """--gradeff-shard I/N: keep shard I's cells of what -k, -m and the axis options selected; deselect the rest.
-    Then the fine-tuned backbones' cells are interleaved (:mod:`gradeff.pytest.schedule`)."""
-    from gradeff.pytest.schedule import fine_tuned_backbone, interleave_backbones
+    Then the fine-tuned backbones' cells are interleaved and the cells that search their own rate go first
+    (:mod:`gradeff.pytest.schedule`)."""
+    from gradeff.pytest.schedule import fine_tuned_backbone, interleave_backbones, to_front
 
     _keep_shard(config, items)
     items[:] = interleave_backbones(items, fine_tuned_backbone)
+    if SETTINGS in config.stash:
+        items[:] = to_front(items, lambda item: _tunes_itself(config, item))
     seeding = config.stash.get(_SEEDING, None)
     if seeding is not None:
         from gradeff.pytest.seeding import by_round
@@ -281,6 +284,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
         # for earlier rounds, which xdist hands out first.
         items[:] = by_round(items, seeding.seeds)
         seeding.collected(items)
+
+
+def _tunes_itself(config: pytest.Config, item: pytest.Item) -> bool:
+    """Whether a collected grid test's cell searches its own rate in this session (:mod:`gradeff.cell.self_tune`)."""
+    from gradeff.cell.self_tune import needs_self_tuning
+    from gradeff.studies.grid import Cell
+
+    cell = getattr(getattr(item, "callspec", None), "params", {}).get("cell")
+    if not isinstance(cell, Cell):
+        return False
+    try:
+        return needs_self_tuning(cell, run_config(config, config.stash[SETTINGS].seeds[0]))
+    except Exception:  # noqa: BLE001 - a cell that cannot be planned says why when it runs; here it keeps its place
+        return False
 
 
 def _keep_shard(config: pytest.Config, items: list) -> None:

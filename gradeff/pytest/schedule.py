@@ -1,11 +1,17 @@
-"""The order the selected cells run in: fine-tuned backbones interleaved so that workers pretrain side by side.
+"""The order the selected cells run in: fine-tuned backbones interleaved so that workers pretrain side by side, and
+cells that search their own rate first.
 
 A fine-tuning cell's first run on a machine pretrains its backbone (tens of seconds at ``tiny``) under a file
 lock the other pytest-xdist workers wait on (:mod:`gradeff.cell.pretrain`). xdist hands tests out in collection order
 and a grid is collected backbone by backbone, so both workers would ask for the same backbone at once and one
 would sit idle for the whole pretraining. Taking one cell of each backbone in turn (each backbone's cells in
 their own order, every other test where it was) has the workers start on different backbones and pretrain
-them at the same time. Records, summaries and reports put cells in the registries' order, whatever the run's.
+them at the same time.
+
+A cell that tunes itself (:mod:`gradeff.cell.self_tune`) trains several times over before its reported run: last
+in a session (the real grid is collected last), it would hold one worker for a long tail while the others sit
+idle. Such cells go first (:func:`to_front`), where the rest of the session evens the workers out. Records,
+summaries and reports put cells in the registries' order, whatever the run's.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from collections.abc import Callable, Hashable, Sequence
 from itertools import zip_longest
 from typing import TypeVar
 
-__all__ = ["fine_tuned_backbone", "interleave_backbones"]
+__all__ = ["fine_tuned_backbone", "interleave_backbones", "to_front"]
 
 T = TypeVar("T")
 _GAP = object()  # fills a backbone's turns once its cells have run out
@@ -49,3 +55,10 @@ def fine_tuned_backbone(item) -> str | None:
     if not isinstance(cell, Cell) or cell.model not in MODELS or not MODELS[cell.model].fine_tunes:
         return None
     return cell.model
+
+
+def to_front(items: Sequence[T], first: Callable[[T], bool]) -> list[T]:
+    """``items`` with those ``first`` holds for moved ahead of the others, each part in its own order."""
+    flags = [first(item) for item in items]
+    return [item for item, flag in zip(items, flags, strict=True) if flag] + \
+        [item for item, flag in zip(items, flags, strict=True) if not flag]

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gradeff.pytest.schedule import fine_tuned_backbone, interleave_backbones
+from gradeff.pytest.schedule import fine_tuned_backbone, interleave_backbones, to_front
 
 # An item: (its backbone or None, a serial number that keeps items distinct).
 items_lists = st.lists(st.sampled_from(["a", "b", "c", None]), max_size=40).map(
@@ -55,6 +55,29 @@ def test_a_grid_is_dealt_backbone_by_backbone():
     first = [fine_tuned_backbone(i) for i in out[5:9]]
     assert len(set(first)) == 4 and set(first) == {c.model for c in cells("peft")}
     assert fine_tuned_backbone(SimpleNamespace()) is None
+
+
+@given(items_lists)
+def test_to_front_moves_the_chosen_ahead_keeping_each_parts_order(items):
+    out = to_front(items, lambda item: item[0] == "a")
+    chosen = [item for item in items if item[0] == "a"]
+    assert out == chosen + [item for item in items if item[0] != "a"]
+
+
+def test_cells_that_search_their_own_rate_are_collected_first(pytester):
+    """The real grid, collected after the main grid, runs first: its cells tune themselves (no row of the table);
+    under the shared protocol nothing moves."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[2] / "benchmarks"
+    pytester.makepyfile(test_a_main=(root / "test_grid.py").read_text(),
+                        test_b_real=(root / "test_real_grid.py").read_text())
+    selection = ("--collect-only", "-q", "-p", "no:randomly", "-k", "(vit and adamw and standard) or digits")
+    ids = [line for line in pytester.runpytest_inprocess(*selection).outlines if "::" in line]
+    assert [i.split("::")[0] for i in ids] == ["test_b_real.py", "test_b_real.py", "test_a_main.py"]
+    shared = [line for line in pytester.runpytest_inprocess(*selection, "--gradeff-protocol", "shared").outlines
+              if "::" in line]
+    assert [i.split("::")[0] for i in shared] == ["test_a_main.py", "test_b_real.py", "test_b_real.py"]
 
 
 _TRIVIAL_GRID = """
