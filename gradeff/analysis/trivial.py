@@ -9,11 +9,19 @@ seed's data is drawn from the seed, so each seed's baseline is that seed's split
 beat it is flagged (:func:`check_text`), never silently ranked; records without baselines (older schema, a task
 they do not cover) claim nothing.
 
+An accuracy is a count of test images: a lead of a few images on a small split is what chance gives. So an accuracy
+beats its baseline only where a one-sided two-proportion test over the test images of every seed (correct
+answers pooled) puts it ahead at the 5 % level; a lead it does not carry is "not shown". The test treats the two
+classifiers' answers as independent, which for two classifiers of the same images overstates the variance of the
+difference: it is conservative, never claiming a lead the paired data would not. A loss is a mean over every test
+token, its sampling error far below the differences in question, and is compared by its mean.
+
 This module reads records only (no numpy, no torch): the baselines' names are spelled out here.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,8 +31,8 @@ from gradeff.analysis.runs import CellRuns
 from gradeff.records.formatting import as_number, format_value
 from gradeff.records.results import CellRecord, record_field
 
-__all__ = ["BASELINE_WORDS", "TrivialBaseline", "TrivialCheck", "baseline_text", "check_text", "strongest_baseline",
-           "trivial_check"]
+__all__ = ["ALPHA", "BASELINE_WORDS", "TrivialBaseline", "TrivialCheck", "baseline_text", "check_text",
+           "lead_p_value", "strongest_baseline", "trivial_check"]
 
 # Each baseline of gradeff.data.trivial in words (a baseline not named here prints its key).
 BASELINE_WORDS = {
@@ -38,6 +46,8 @@ BASELINE_WORDS = {
 }
 # The quality metrics a baseline has a figure on, with the baseline's metric and the scale to the metric's unit.
 _ON = {"test_loss": ("loss", 1.0), "heldout_accuracy": ("accuracy", 100.0)}
+# The level at which an accuracy's lead over its baseline counts as shown (one-sided).
+ALPHA = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,15 +81,25 @@ class TrivialCheck:
     Attributes:
         baseline: the strongest baseline on those seeds.
         best: the best cell's mean over the same seeds.
-        beaten: the best cell is strictly better (lower loss, higher accuracy).
+        images: an accuracy's test images over those seeds (``None``: a loss, or a split of unknown size).
+        p_value: an accuracy's one-sided p-value of its lead (:func:`lead_p_value`; ``None`` where not tested).
+        beaten: the best cell is strictly better (lower loss, higher accuracy) and, for an accuracy, its lead
+            shown at the 5 % level.
     """
 
     baseline: TrivialBaseline
     best: float
+    images: int | None = None
+    p_value: float | None = None
+
+    @property
+    def ahead(self) -> bool:
+        """Strictly better in the mean, shown or not."""
+        return self.baseline.metric.better(self.best, self.baseline.value)
 
     @property
     def beaten(self) -> bool:
-        return self.baseline.metric.better(self.best, self.baseline.value)
+        return self.ahead and (self.p_value is None or self.p_value < ALPHA)
 
     @property
     def margin(self) -> float:
@@ -145,7 +165,30 @@ def trivial_check(best: CellRuns | None, metric: Metric | None) -> TrivialCheck 
     if baseline is None:
         return None
     seeds = [seed for seed in values if seed in baseline.by_seed]
-    return TrivialCheck(baseline=baseline, best=statistics.fmean(values[seed] for seed in seeds))
+    mean = statistics.fmean(values[seed] for seed in seeds)
+    if metric.key != "heldout_accuracy":
+        return TrivialCheck(baseline=baseline, best=mean)
+    sizes = {r.seed: as_number(record_field(r, "task", "heldout_samples")) for r in best.ok if r.seed in seeds}
+    if any(not sizes.get(seed) for seed in seeds):
+        return TrivialCheck(baseline=baseline, best=mean)
+    images = int(sum(sizes[seed] for seed in seeds))
+    right = sum(values[seed] / 100 * sizes[seed] for seed in seeds)
+    baseline_right = sum(baseline.by_seed[seed] / 100 * sizes[seed] for seed in seeds)
+    return TrivialCheck(baseline=baseline, best=mean, images=images,
+                        p_value=lead_p_value(right, baseline_right, images))
+
+
+def lead_p_value(right: float, baseline_right: float, images: int) -> float:
+    """One-sided p-value that a classifier right on ``right`` of ``images`` test images is ahead of one right on
+    ``baseline_right`` of them: the two-proportion z-test with the pooled proportion (1 for no lead at all)."""
+    if images <= 0:
+        raise ValueError(f"a test needs test images, got {images}")
+    pooled = (right + baseline_right) / (2 * images)
+    spread = math.sqrt(pooled * (1 - pooled) * 2 / images)
+    lead = (right - baseline_right) / images
+    if spread == 0:
+        return 0.0 if lead > 0 else 1.0
+    return 0.5 * math.erfc(lead / spread / math.sqrt(2))
 
 
 def baseline_text(baseline: TrivialBaseline) -> str:
@@ -158,6 +201,9 @@ def check_text(check: TrivialCheck) -> str:
     cell does not beat it, else ``beats the bigram count model (3.109) by 0.2``."""
     unit = check.baseline.metric.unit
     best, baseline = format_value(check.best, unit), format_value(check.baseline.value, unit)
+    if check.ahead and not check.beaten:
+        return (f"not shown to beat the {check.baseline.words} ({best} against {baseline}; one-sided p = "
+                f"{check.p_value:.2f} over {check.images} test images)")
     if not check.beaten:
         verb = "learned no more than" if check.margin == 0 else "learned less than"
         return f"{verb} the {check.baseline.words} ({best} against {baseline})"

@@ -5,11 +5,13 @@ without baselines claim nothing."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gradeff.analysis.answer import answer, line_text, use_text
 from gradeff.analysis.metrics import METRICS
 from gradeff.analysis.runs import by_cell
-from gradeff.analysis.trivial import strongest_baseline, trivial_check
+from gradeff.analysis.trivial import lead_p_value, strongest_baseline, trivial_check
 from tests.analysis.factories import run
 
 
@@ -112,3 +114,33 @@ def test_a_failed_best_cell_or_no_ranking_claims_nothing():
     records = [run("llm-adam-standard", status="diverged", task=_text_task(4.0, 3.0))]
     (line,) = answer(records)
     assert line.trivial is None and not line.flagged
+
+
+def test_an_accuracys_lead_of_a_few_test_images_is_not_shown():
+    """12.1 % against a 1-NN's 7.8 % on 256 test images is 11 images (one-sided p ≈ 0.05): flagged as not shown;
+    the same lead on four seeds' 1,024 images is shown, and beats."""
+    task = _image_task(0.078125, 0.05) | {"heldout_samples": 256}
+    (line,) = answer([run("vit_s-lora-standard-cifar100", grid="peft", accuracy=0.12109375, task=task)])
+    assert line.flagged and line.trivial.ahead and not line.trivial.beaten and line.trivial.images == 256
+    assert line.trivial.p_value == pytest.approx(lead_p_value(31, 20, 256)) and 0.05 < line.trivial.p_value < 0.06
+    assert "not shown to beat the raw-pixel 1-NN (12.1 % against 7.8 %; one-sided p = 0.05 over 256 test images)" \
+        in use_text(line)
+    (seeds,) = answer([run("vit_s-lora-standard-cifar100", seed, grid="peft", accuracy=0.12109375, task=task)
+                       for seed in range(4)])
+    assert seeds.trivial.images == 1024 and seeds.trivial.beaten and not seeds.flagged
+
+
+@given(right=st.integers(0, 500), baseline=st.integers(0, 500), extra=st.integers(1, 50))
+def test_the_lead_p_value_is_a_probability_that_falls_as_the_lead_grows(right, baseline, extra):
+    images = 500
+    p = lead_p_value(right, baseline, images)
+    assert 0.0 <= p <= 1.0
+    if right + extra <= images:
+        assert lead_p_value(right + extra, baseline, images) <= p
+    if right == baseline:
+        assert p == pytest.approx(0.5) or right in (0, images)
+
+
+def test_a_split_of_unknown_size_compares_means():
+    (line,) = answer([run("vit-adam-standard", accuracy=0.70, task=_image_task(0.39, 0.64))])
+    assert line.trivial.p_value is None and line.trivial.beaten
