@@ -32,6 +32,10 @@ _RECORD_COLUMNS = ("cell", "model", "optimizer", "strategy", "status", "failed_s
 _STUDY_COLUMNS = ("grid", "method", "dataset", "summary.final_heldout_accuracy", "summary.final_heldout_loss",
                   "summary.best_heldout_accuracy", "task.bayes_accuracy", "parameters.trainable", "parameters.total",
                   "weights.source")
+# The strongest of the task's trivial baselines on the same test split (gradeff.data.trivial): its name, its metric
+# (accuracy, a fraction as summary.final_heldout_accuracy is; or loss, as summary.final_heldout_loss) and its value,
+# so a table read elsewhere sets each cell beside what no learning gives. After the study columns, for the same reason.
+_TRIVIAL_COLUMNS = ("task.trivial_best", "task.trivial_best_metric", "task.trivial_best_value")
 _SUMMARY_FIELDS = tuple(f.name for f in fields(Summary))
 _SUMMARY_COLUMNS = tuple(column for column in (f"summary.{name}" for name in _SUMMARY_FIELDS)
                          if column not in _STUDY_COLUMNS)
@@ -70,7 +74,24 @@ def _row(record: CellRecord) -> dict[str, object]:
         if name in ("task", "parameters", "weights"):
             # Only the named fields: the rest of these mappings (task info, pretraining) is not tabular.
             row[column] = section.get(key) if isinstance(section, Mapping) else None
+    row |= dict(zip(_TRIVIAL_COLUMNS, _strongest_trivial(record.task), strict=True))
     return row
+
+
+def _strongest_trivial(task: object) -> tuple[str | None, str | None, float | None]:
+    """The strongest trivial baseline a record's task carries: the highest accuracy where it has accuracies (a
+    classifier's), else the lowest loss; ``(None, None, None)`` where it carries none."""
+    baselines = task.get("trivial_baselines") if isinstance(task, Mapping) else None
+    if not isinstance(baselines, Mapping):
+        return None, None, None
+    found = [(name, entry["metric"], entry["value"]) for name, entry in sorted(baselines.items())
+             if isinstance(entry, Mapping) and entry.get("metric") in ("accuracy", "loss")
+             and isinstance(entry.get("value"), (int, float)) and math.isfinite(entry["value"])]
+    accuracies = [entry for entry in found if entry[1] == "accuracy"]
+    if accuracies:
+        return max(accuracies, key=lambda entry: entry[2])
+    losses = [entry for entry in found if entry[1] == "loss"]
+    return min(losses, key=lambda entry: entry[2]) if losses else (None, None, None)
 
 
 def _cell_text(value: object) -> str:
@@ -99,7 +120,7 @@ def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]
     main, peft, memory, real = split_studies(kept)
     rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft), *sort_memory(memory),
                               *analysis.sort_records(real))]
-    known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS, *_STUDY_COLUMNS)
+    known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS, *_STUDY_COLUMNS, *_TRIVIAL_COLUMNS)
     extra = sorted({key for row in rows for key in row} - set(known))
     header = [*known, *extra]
     return header, [[_cell_text(row.get(column)) for column in header] for row in rows]

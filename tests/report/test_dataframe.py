@@ -125,3 +125,17 @@ def test_importing_gradeff_does_not_import_pandas():
              "assert 'pandas' not in sys.modules; print('light')")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                           check=True).stdout.strip() == "light"
+
+
+def test_each_row_carries_its_tasks_strongest_trivial_baseline():
+    """The highest accuracy for a classifier's task, the lowest loss for a text task, nothing where none is known."""
+    image = {"trivial_baselines": {"pixel_1nn": {"metric": "accuracy", "value": 0.39},
+                                   "logistic_regression": {"metric": "accuracy", "value": 0.64, "loss": 1.2}}}
+    text = {"trivial_baselines": {"unigram": {"metric": "loss", "value": 4.4}, "bigram": {"metric": "loss",
+                                                                                          "value": 3.2}}}
+    frame = records_frame([build_record("vit-adam-standard", task=image), build_record("llm-adam-standard", task=text),
+                           build_record("llm-sgd-standard")]).set_index("cell")
+    columns = ["task.trivial_best", "task.trivial_best_metric", "task.trivial_best_value"]
+    assert frame.loc["vit-adam-standard", columns].tolist() == ["logistic_regression", "accuracy", 0.64]
+    assert frame.loc["llm-adam-standard", columns].tolist() == ["bigram", "loss", 3.2]
+    assert frame.loc["llm-sgd-standard", columns].isna().all()
