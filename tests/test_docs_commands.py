@@ -230,3 +230,27 @@ def test_every_path_the_docs_name_exists():
 def test_the_named_path_pattern_finds_paths_and_skips_placeholders():
     found = NAMED_PATH.findall("`gradeff/cell/plan.py` `gradeff/models/<family>.py` `tests/records/` `a/b.py`")
     assert found == ["gradeff/cell/plan.py", "tests/records/"]
+
+
+# A README selection whose comment counts its cells: "# the 6 llm accumulation cells".
+_COUNTED = re.compile(r"^\.venv/bin/python -m pytest (?P<args>.+?)\s+# the (?:same )?(?P<count>\d+) ", re.MULTILINE)
+
+
+def test_the_readmes_selections_collect_the_cells_their_comments_count():
+    """Each README example that says how many cells it selects collects exactly that many (a `-k` word that also
+    matches another method or optimizer would select more than the comment says)."""
+    import shlex
+
+    readme = (CHECKOUT / "README.md").read_text(encoding="utf-8")
+    counted = list(_COUNTED.finditer(readme))
+    assert len(counted) >= 4
+    for match in counted:
+        args = shlex.split(match["args"])
+        if "--gradeff-seeds" in args:  # seeds repeat each cell's run, not its collection: dropped with their value
+            at = args.index("--gradeff-seeds")
+            del args[at:at + 2]
+        done = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-q", "-p", "no:cacheprovider"],
+                              cwd=CHECKOUT, capture_output=True, text=True, timeout=300)
+        collected = re.search(r"(\d+)(?:/\d+)? tests? collected", done.stdout)
+        assert collected, done.stdout[-2000:] + done.stderr[-2000:]
+        assert int(collected[1]) == int(match["count"]), f"{match[0]}: collected {collected[1]}"
