@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_launch_parser(commands)
     _add_ab_parser(commands)
     _add_history_parser(commands)
+    _add_baseline_parser(commands)
     return parser
 
 
@@ -348,7 +349,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     argv = list(argv)
     if argv[:1] == ["launch"] and len(argv) > 1 and argv[1] in ("status", "collect"):
         return _launch_tool_parser(argv[1]).parse_args(argv[2:])
-    if argv[:1] in (["launch"], ["list"]) and "--" in argv:
+    if argv[:1] in (["launch"], ["list"], ["baseline"]) and "--" in argv:
         # Their own options may come first; everything after the first -- belongs to pytest.
         cut = argv.index("--")
         args = build_parser().parse_args(argv[:cut])
@@ -586,6 +587,65 @@ def _run_list(args: argparse.Namespace) -> int:
 
 
 _HISTORY = "results/history.sqlite"
+_BASELINE = "baselines/tiny-cpu.jsonl"
+
+
+def _add_baseline_parser(commands) -> None:
+    baseline = commands.add_parser(
+        "baseline", help="record the regression gate's baseline of a slice of cells, or check this checkout against "
+        "it", description="The slice is pytest's selection after -- (default: the main grid's adam and cgd cells, "
+        "what .ci/run gates). See docs/gate.md.")
+    actions = baseline.add_subparsers(dest="action", required=True, metavar="ACTION")
+    record = actions.add_parser(
+        "record", help="run the slice serially on one thread, then once per numerics perturbation, and write the "
+        "baseline and its perturbation runs together", description="Every cell must end ok in every run; a failed "
+        "run leaves an earlier baseline as it was. A few minutes for the default slice on 2 cores.")
+    record.add_argument("--out", default=_BASELINE, help=f"the baseline to write (default {_BASELINE}); its "
+                        "perturbation runs go beside it, <stem>.perturbed.jsonl")
+    record.set_defaults(func=_run_baseline_record)
+    check = actions.add_parser(
+        "check", help="run the slice as the baseline was recorded and gate it: exit 1 on a regression",
+        description="pytest with --gradeff-baseline and --gradeff-compare-args=--strict; options after --gate-args "
+        "go to the gate (e.g. --ignore time_per_epoch on a shared machine).")
+    check.add_argument("baseline", nargs="?", default=_BASELINE, help=f"the baseline (default {_BASELINE})")
+    check.add_argument("--gate-args", default="", metavar="ARGS",
+                       help="gradeff compare options for the gate, as one string")
+    check.set_defaults(func=_run_baseline_check)
+
+
+def _baseline_selection(args: argparse.Namespace) -> list[str]:
+    from gradeff.gate.baseline_record import DEFAULT_SLICE
+
+    return list(getattr(args, "pytest_args", None) or DEFAULT_SLICE)
+
+
+def _run_baseline_record(args: argparse.Namespace) -> int:
+    from gradeff.gate.baseline_record import BaselineNotRecorded, record_baseline
+    from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError
+
+    try:
+        record_baseline(args.out, _baseline_selection(args))
+    except BaselineNotRecorded as exc:
+        _error(f"{exc}; the baseline is left as it was")
+        return EXIT_BAD_INPUT
+    except OutputError as exc:
+        _error(str(exc))
+        return EXIT_INCOMPLETE_OUTPUT
+    return EXIT_OK
+
+
+def _run_baseline_check(args: argparse.Namespace) -> int:
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    from gradeff.gate.baseline_record import check_command
+
+    if not Path(args.baseline).is_file():
+        _error(f"no baseline at {args.baseline}: `gradeff baseline record --out {args.baseline}` records one")
+        return EXIT_BAD_INPUT
+    return subprocess.run(check_command(args.baseline, _baseline_selection(args),
+                                        shlex.split(args.gate_args))).returncode
 
 
 def _add_history_parser(commands) -> None:

@@ -167,7 +167,7 @@ def _plan(where: str, argv: list[str]) -> tuple[str, list[str]] | None:
         return None
     if program == "gradeff" and args[:1] == ["launch"]:
         return "launch", args
-    if program == "gradeff" and args[:1] in (["ab"], ["history"]):
+    if program == "gradeff" and args[:1] in (["ab"], ["history"], ["baseline"]):
         return "parse", args
     if program == "gradeff" and args[:1] in (["report"], ["compare"], ["list"], ["--version"]):
         return "gradeff", args

@@ -119,3 +119,29 @@ def test_a_project_of_ones_own_runs_from_a_wheel(installed, tmp_path):
     assert shown.stdout.strip() == f"gradeff {version}", shown.stdout + shown.stderr
     assert not (project / ".pytest_cache").exists()
     print(f"the project ran from the wheel in {time.perf_counter() - started:.1f} s")
+
+
+def test_a_project_records_its_own_baseline_and_checks_against_it(installed, tmp_path):
+    """`gradeff baseline record` from the wheel: the slice serially, then once per perturbation, both files written;
+    `gradeff baseline check` passes the unchanged code and fails a baseline whose loss was moved."""
+    import json
+
+    gradeff = str(installed / "bin" / "gradeff")
+    project = tmp_path / "project"
+    project.mkdir()
+    selection = ["--", "--pyargs", "gradeff.benchmarks.test_grid", "-k", "vit-sgd-standard", "--gradeff-epochs", "1",
+                 f"--gradeff-results={project / 'results.jsonl'}"]
+    recorded = _run([gradeff, "baseline", "record", "--out", "b.jsonl", *selection], project)
+    assert recorded.returncode == 0, recorded.stdout[-3000:] + recorded.stderr[-3000:]
+    assert "1 cells (numerics probe v1:" in recorded.stderr and "and 3 perturbation runs" in recorded.stderr
+    assert [r.cell for r in read_records(project / "b.jsonl")] == ["vit-sgd-standard"]
+    assert len(list(read_records(project / "b.perturbed.jsonl"))) == 3
+    checked = _run([gradeff, "baseline", "check", "b.jsonl", "--gate-args", "--ignore time_per_epoch", *selection],
+                   project)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    line = json.loads((project / "b.jsonl").read_text(encoding="utf-8"))
+    line["summary"]["final_loss"] *= 0.9
+    (project / "b.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    moved = _run([gradeff, "baseline", "check", "b.jsonl", "--gate-args", "--ignore time_per_epoch", *selection],
+                 project)
+    assert moved.returncode == 1 and "regression" in moved.stdout.lower(), moved.stdout[-3000:]
