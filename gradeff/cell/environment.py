@@ -82,7 +82,27 @@ def environment(device: str = "cpu") -> dict:
 
     # Read at every call: a cell's thread count is set for the cell (--gradeff-threads), after the session began.
     threads = torch.get_num_threads()
-    return _machine(device) | {"torch_threads": threads, "numerics_probe": numerics_probe(threads)}
+    return _machine(device) | {"torch_threads": threads, "numerics_probe": numerics_probe(threads),
+                               "project_commit": project_commit(os.getcwd())}
+
+
+@cache
+def project_commit(folder: str) -> str | None:
+    """The git commit checked out where the session runs (a project of one's own, or this checkout), with
+    ``+dirty`` when tracked files differ from it; ``None`` outside a git repository or without git.
+
+    What a user's own benchmarks ran on, beside :func:`code_version` (gradeff's own code): read once per process.
+    """
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=folder, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.returncode == 1 else "")
 
 
 @cache

@@ -134,7 +134,7 @@ SECTION_FIELDS: dict[str, frozenset[str]] = {
     "experiment": frozenset({"fingerprint", "inputs", "error"}),
     "environment": frozenset({"python", "torch", "transformers", "cuda", "platform", "cpu", "cpu_id", "cpu_count",
                               "cpu_capability", "kernel_env", "device", "device_name", "gpu_driver", "gpu_index",
-                              "gpu_uuid", "torch_threads", "numerics_probe", "process"}),
+                              "gpu_uuid", "torch_threads", "numerics_probe", "process", "project_commit"}),
 }
 
 

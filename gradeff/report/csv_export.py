@@ -23,7 +23,7 @@ from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord, Summary
 from gradeff.records.safe_text import csv_safe
 
-__all__ = ["csv_table", "write_csv"]
+__all__ = ["csv_table", "flatten", "write_csv"]
 
 _RECORD_COLUMNS = ("cell", "model", "optimizer", "strategy", "status", "failed_step", "detail", "profile", "seed",
                    "device", "session", "started_at", "finished_at", "loss_floor", "epochs")
@@ -36,6 +36,10 @@ _STUDY_COLUMNS = ("grid", "method", "dataset", "summary.final_heldout_accuracy",
 # (accuracy, a fraction as summary.final_heldout_accuracy is; or loss, as summary.final_heldout_loss) and its value,
 # so a table read elsewhere sets each cell beside what no learning gives. After the study columns, for the same reason.
 _TRIVIAL_COLUMNS = ("task.trivial_best", "task.trivial_best_metric", "task.trivial_best_value")
+# Where the numbers came from: the rate a cell trained at, its source and protocol, gradeff's code and the commit of
+# the project the session ran in (environment.project_commit). After the trivial columns, for the same reason.
+_PROVENANCE_COLUMNS = ("hparams.lr", "hparams.lr_source", "hparams.protocol", "code_version",
+                       "environment.project_commit")
 _SUMMARY_FIELDS = tuple(f.name for f in fields(Summary))
 _SUMMARY_COLUMNS = tuple(column for column in (f"summary.{name}" for name in _SUMMARY_FIELDS)
                          if column not in _STUDY_COLUMNS)
@@ -52,10 +56,11 @@ _METER_COLUMNS = tuple(f"meters.{meter}.{name}" for meter, names in (
 ) for name in names)
 
 
-def _flatten(prefix: str, value: object, out: dict[str, object]) -> None:
+def flatten(prefix: str, value: object, out: dict[str, object]) -> None:
+    """``value`` into ``out``: a mapping as one column per leaf (``meters.ram.peak_rss_bytes``), else one column."""
     if isinstance(value, Mapping):
         for key, item in value.items():
-            _flatten(f"{prefix}.{key}", item, out)
+            flatten(f"{prefix}.{key}", item, out)
     else:
         out[prefix] = value
 
@@ -66,7 +71,7 @@ def _row(record: CellRecord) -> dict[str, object]:
     for name in _SUMMARY_FIELDS:
         row[f"summary.{name}"] = getattr(record.summary, name, None)
     if isinstance(record.meters, Mapping):
-        _flatten("meters", record.meters, row)
+        flatten("meters", record.meters, row)
     row |= {"grid": record.grid, "method": record.method, "dataset": record.dataset}
     for column in _STUDY_COLUMNS:
         name, _, key = column.partition(".")
@@ -75,6 +80,10 @@ def _row(record: CellRecord) -> dict[str, object]:
             # Only the named fields: the rest of these mappings (task info, pretraining) is not tabular.
             row[column] = section.get(key) if isinstance(section, Mapping) else None
     row |= dict(zip(_TRIVIAL_COLUMNS, _strongest_trivial(record.task), strict=True))
+    for column in _PROVENANCE_COLUMNS:
+        name, _, key = column.partition(".")
+        section = getattr(record, name, None)
+        row[column] = (section.get(key) if isinstance(section, Mapping) else None) if key else section
     return row
 
 
@@ -120,7 +129,8 @@ def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]
     main, peft, memory, real = split_studies(kept)
     rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft), *sort_memory(memory),
                               *analysis.sort_records(real))]
-    known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS, *_STUDY_COLUMNS, *_TRIVIAL_COLUMNS)
+    known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS, *_STUDY_COLUMNS, *_TRIVIAL_COLUMNS,
+             *_PROVENANCE_COLUMNS)
     extra = sorted({key for row in rows for key in row} - set(known))
     header = [*known, *extra]
     return header, [[_cell_text(row.get(column)) for column in header] for row in rows]

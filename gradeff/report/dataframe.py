@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
     from gradeff.records.results import CellRecord
 
-__all__ = ["load", "records_frame", "write_parquet"]
+__all__ = ["epochs_frame", "load", "records_frame", "write_parquet"]
+
+# What names a run in the per-epoch table, before each epoch's own fields.
+_RUN_COLUMNS = ("cell", "grid", "model", "optimizer", "strategy", "method", "dataset", "profile", "seed")
 
 
 def records_frame(records: Iterable[CellRecord]) -> pandas.DataFrame:
@@ -46,15 +49,40 @@ def records_frame(records: Iterable[CellRecord]) -> pandas.DataFrame:
     return pandas.read_csv(text, na_values=[NA], keep_default_na=False, dtype_backend="numpy_nullable")
 
 
-def load(paths: str | Path | Iterable[str | Path]) -> pandas.DataFrame:
+def epochs_frame(records: Iterable[CellRecord]) -> pandas.DataFrame:
+    """One row per cell, seed and epoch (a rerun's newest record wins): the run's axes, then the epoch's fields
+    (``epoch``, ``loss``, ``seconds``, ``heldout_loss``, ``heldout_accuracy``, ``validation_loss`` ...; its meters
+    flattened as ``meters.ram.peak_rss_bytes`` ...), with the same nullable dtypes as :func:`records_frame`."""
+    from dataclasses import fields
+
+    import pandas
+
+    from gradeff import analysis
+    from gradeff.report.csv_export import flatten
+
+    kept, _ = analysis.latest_records(records)
+    rows = []
+    for record in analysis.sort_records(kept):
+        run = {column: getattr(record, column) for column in _RUN_COLUMNS}
+        for epoch in record.epochs:
+            row = dict(run)
+            for field in fields(epoch):
+                flatten(field.name, getattr(epoch, field.name), row)
+            rows.append(row)
+    frame = pandas.DataFrame(rows, columns=None if rows else list(_RUN_COLUMNS))
+    return frame.convert_dtypes(dtype_backend="numpy_nullable")
+
+
+def load(paths: str | Path | Iterable[str | Path], *, epochs: bool = False) -> pandas.DataFrame:
     """Read results files into a DataFrame: ``gradeff.load("results/results.jsonl")``.
 
     Args:
         paths: one JSON-lines results file or several, merged in the order given (as ``gradeff report`` merges
             shards and reruns).
+        epochs: one row per cell, seed and epoch instead (:func:`epochs_frame`): the long table of the curves.
 
     Returns:
-        One row per cell and seed, the CSV export's columns (:func:`records_frame`).
+        One row per cell and seed, the CSV export's columns (:func:`records_frame`); with ``epochs``, one per epoch.
 
     Raises:
         gradeff.records.loading.ResultsFileError: a file is missing, unreadable or holds no readable record; the message
@@ -68,7 +96,7 @@ def load(paths: str | Path | Iterable[str | Path]) -> pandas.DataFrame:
     loaded = load_results(paths)
     for line in loaded.skipped_lines:
         warnings.warn(f"gradeff.load: skipped unreadable line {line}", stacklevel=2)
-    return records_frame(loaded.records)
+    return epochs_frame(loaded.records) if epochs else records_frame(loaded.records)
 
 
 def write_parquet(records: Iterable[CellRecord], path: str | Path) -> Path:

@@ -139,3 +139,46 @@ def test_each_row_carries_its_tasks_strongest_trivial_baseline():
     assert frame.loc["vit-adam-standard", columns].tolist() == ["logistic_regression", "accuracy", 0.64]
     assert frame.loc["llm-adam-standard", columns].tolist() == ["bigram", "loss", 3.2]
     assert frame.loc["llm-sgd-standard", columns].isna().all()
+
+
+def test_the_rows_say_where_their_numbers_came_from():
+    """The rate a cell trained at, its source and protocol, gradeff's code and the project's commit."""
+    record = build_record("llm-adam-standard", code_version="0.1.0+abc",
+                          hparams={"lr": 2e-3, "lr_source": "self-tuned: ...", "protocol": "self-tuned"},
+                          environment={"python": "3.11", "project_commit": "f" * 40 + "+dirty"})
+    row = records_frame([record]).iloc[0]
+    assert (row["hparams.lr"], row["hparams.protocol"], row["code_version"]) == (2e-3, "self-tuned", "0.1.0+abc")
+    assert row["hparams.lr_source"] == "self-tuned: ..." and row["environment.project_commit"] == "f" * 40 + "+dirty"
+
+
+def test_load_with_epochs_gives_one_row_per_epoch(tmp_path):
+    """gradeff.load(paths, epochs=True): each run's axes, then each epoch's own fields, meters flattened."""
+    results = tmp_path / "r.jsonl"
+    append_record(results, build_record("llm-adam-standard", losses=(2.0, 1.5), seconds=(1.0, 0.5)))
+    append_record(results, build_record("llm-sgd-standard", losses=(3.0, 2.5, 2.25), seconds=(1.0, 1.0, 1.0)))
+    frame = gradeff.load(results, epochs=True)
+    assert list(frame.columns[:9]) == ["cell", "grid", "model", "optimizer", "strategy", "method", "dataset",
+                                       "profile", "seed"]
+    # In the registries' order (SGD before Adam), as every table of the report.
+    assert list(zip(frame["cell"], frame["epoch"], frame["loss"], strict=True)) == [
+        ("llm-sgd-standard", 0, 3.0), ("llm-sgd-standard", 1, 2.5), ("llm-sgd-standard", 2, 2.25),
+        ("llm-adam-standard", 0, 2.0), ("llm-adam-standard", 1, 1.5)]
+    assert frame["seconds"].tolist() == [1.0, 1.0, 1.0, 1.0, 0.5] and frame["loss"].dtype == "Float64"
+    assert gradeff.load(results, epochs=False).shape[0] == 2
+
+
+def test_the_project_commit_is_the_sessions_checkout(tmp_path):
+    from gradeff.cell.environment import project_commit
+
+    assert project_commit(str(tmp_path)) is None  # not a git repository
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f").write_text("a")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    project_commit.cache_clear()
+    assert project_commit(str(tmp_path)) == head
+    (tmp_path / "f").write_text("b")
+    project_commit.cache_clear()
+    assert project_commit(str(tmp_path)) == head + "+dirty"
