@@ -31,6 +31,10 @@ BNB_QMAP_ENTRIES = 256
 BNB_MIN_8BIT_SIZE = 4096
 
 
+# What build_optimizer passes every optimizer itself: a spec's kwargs may not name them.
+_CELL_ARGUMENTS = ("params", "lr", "fused", "foreach")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OptimizerSpec:
     """One optimizer of the grid.
@@ -39,7 +43,9 @@ class OptimizerSpec:
         key: registry key ("adam"); also what ``-k``/``-m cell(optimizer=...)`` selects.
         name: human-readable name.
         target: ``"module:Class"`` of the ``torch.optim.Optimizer``; imported only when built.
-        kwargs: fixed constructor arguments beside ``lr`` (the class's defaults otherwise).
+        kwargs: fixed constructor arguments beside ``lr`` (the class's defaults otherwise); not ``params``,
+            ``lr``, ``fused`` or ``foreach``, which the cell sets (an optimizer's own rate is its ``lr_centre``, where
+            a search starts, or a row of the tuned table; without one the cell tunes itself).
         state_law: name of its memory law in :data:`STATE_LAWS`; :meth:`state_bytes` applies it.
         state_per_param: for the ``"dense"`` law, the optimizer-state tensors per parameter, each
             the parameter's size (Adam keeps m and v → 2); ``None`` for the other laws, whose state
@@ -64,6 +70,11 @@ class OptimizerSpec:
     lr_centre: float | None = None
 
     def __post_init__(self) -> None:
+        taken = sorted(set(self.kwargs) & set(_CELL_ARGUMENTS))
+        if taken:
+            raise ValueError(f"optimizer {self.key!r}: kwargs {taken} are the cell's to set (it passes "
+                             f"{', '.join(_CELL_ARGUMENTS)}); give the optimizer's own rate as lr_centre=..., where "
+                             "its search starts")
         if self.lr_centre is not None and not self.lr_centre > 0:
             raise ValueError(f"optimizer {self.key!r}: lr_centre must be > 0, got {self.lr_centre}")
         if self.state_law not in STATE_LAWS:

@@ -471,6 +471,10 @@ def test_spec_settings_are_checked_when_the_spec_is_made():
         MethodSpec(key="mine", name="Mine", module="mine", apply=len)
     with pytest.raises(ValueError, match="lr_centre must be > 0, got 0"):
         OptimizerSpec(key="mine", name="Mine", target="torch.optim:SGD", lr_centre=0)
+    # The cell sets the rate and the kernel: a spec that fixes them would fail every cell with "multiple values".
+    for taken in ("lr", "params", "fused", "foreach"):
+        with pytest.raises(ValueError, match=rf"kwargs \['{taken}'\] are the cell's to set .* lr_centre="):
+            OptimizerSpec(key="nadam", name="NAdam", target="torch.optim:NAdam", kwargs={taken: 1e-3})
     spec = MethodSpec(key="mine", name="Mine", apply=len, hparams={"lora_r": 4})
     with pytest.raises(TypeError):
         spec.hparams["lora_r"] = 8  # read-only: a spec is shared by every cell
