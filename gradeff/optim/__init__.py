@@ -52,6 +52,8 @@ class OptimizerSpec:
             is not a whole number of parameter-sized tensors.
         step_counter: for the ``"dense"`` law, whether it also keeps a scalar ``step`` tensor per
             parameter (torch's Adam, AdamW, Adagrad and Adadelta do; SGD and CG do not).
+        scalars_per_param: for the ``"dense"`` law, further scalar tensors per parameter besides the step, each of
+            torch's scalar dtype (torch's NAdam keeps ``mu_product``: 1; RAdam none).
         tuning_free: why the learning rate is no knob of this optimizer (``""``: it is one). A rate search
             skips such an optimizer and its records say why, instead of reporting trials that differ only by
             noise as a search.
@@ -66,6 +68,7 @@ class OptimizerSpec:
     state_law: str = "dense"
     state_per_param: int | None = 0
     step_counter: bool = False
+    scalars_per_param: int = 0
     tuning_free: str = ""
     lr_centre: float | None = None
 
@@ -80,6 +83,8 @@ class OptimizerSpec:
         if self.state_law not in STATE_LAWS:
             raise ValueError(f"optimizer {self.key!r}: unknown state law {self.state_law!r}; "
                              f"known: {', '.join(STATE_LAWS)}")
+        if self.scalars_per_param < 0 or (self.scalars_per_param and self.state_law != "dense"):
+            raise ValueError(f"optimizer {self.key!r}: scalars_per_param is a count >= 0 of the 'dense' law")
         if (self.state_law == "dense") != isinstance(self.state_per_param, int):
             raise ValueError(f"optimizer {self.key!r}: state_per_param is an integer for the 'dense' law "
                              f"and None for the others")
@@ -116,11 +121,12 @@ def _step_counter_bytes() -> int:
 
 
 def _dense_law(spec: OptimizerSpec, params: Sequence[torch.Tensor]) -> int:
-    """``state_per_param`` tensors of each parameter's size and dtype (+ a scalar step each if kept).
+    """``state_per_param`` tensors of each parameter's size and dtype (+ a scalar step each if kept, + its other
+    scalars).
 
-    bytes = k · Σ numel(p)·elsize(p) + [step_counter] · s · #params, s = 4 (float32 step).
+    bytes = k · Σ numel(p)·elsize(p) + ([step_counter] + scalars_per_param) · s · #params, s = 4 (float32 scalars).
     """
-    counter = _step_counter_bytes() if spec.step_counter else 0
+    counter = _step_counter_bytes() * (int(spec.step_counter) + spec.scalars_per_param)
     return sum(spec.state_per_param * _nbytes(p) + counter for p in params)
 
 

@@ -363,6 +363,26 @@ def test_a_registered_optimizers_state_law_is_checked_like_a_built_in_one(per_pa
     assert (predicted == measured) is holds and measured > 0
 
 
+@pytest.mark.parametrize(("scalars", "holds"), [(1, True), (0, False)])
+def test_an_optimizer_with_scalars_of_its_own_describes_its_state(scalars, holds):
+    """NAdam keeps m, v, a step and mu_product per parameter: two dense tensors and two scalars; without its
+    mu_product the law is short by 4 bytes a parameter tensor."""
+    from gradeff.optim import OptimizerSpec
+    from gradeff.studies.extend import Registries, check_state_law, reset
+
+    try:
+        with open_for_registration([OPTIMIZERS]):
+            Registries("test").optimizers.register(
+                OptimizerSpec(key="nadam", name="NAdam", target="torch.optim:NAdam", state_per_param=2,
+                              step_counter=True, scalars_per_param=scalars), grids=())
+        predicted, measured = check_state_law("nadam")
+    finally:
+        reset()
+    assert (predicted == measured) is holds and measured > 0
+    with pytest.raises(ValueError, match="scalars_per_param is a count >= 0"):
+        OptimizerSpec(key="x", name="X", target="torch.optim:SGD", scalars_per_param=-1)
+
+
 def test_registered_entries_reach_an_isolated_cell(user_project, tmp_path):
     """--gradeff-isolate: the spawned process that trains the cell registers the conftest's entries too."""
     results = tmp_path / "r.jsonl"
