@@ -34,22 +34,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {"unchanged": None, "x1.10": 1.10, "x1.25": 1.25}
 REF = "refs/gradeff-calibration/"
-_SLOWED = """
-
-# Calibration of `gradeff ab` (scripts/calibrate_ab.py): every optimizer step made {factor}x slower, spinning.
-def _slowdown():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "tests" / "gate" / "slowdown_plugin.py"
-    spec = importlib.util.spec_from_file_location("slowdown_plugin", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-optimizer_step = _slowdown().slowed(optimizer_step, {factor}, "spin")
-"""
+def _slowed(factor: float) -> str:
+    """What a slowed commit appends to gradeff/cell/loop.py: every optimizer step ``factor`` times slower, spinning."""
+    sys.path.insert(0, str(ROOT))
+    from tests.gate.injection import loader_source
+
+    return loader_source("slowdown_plugin",
+                         f'optimizer_step = _load_slowdown_plugin().slowed(optimizer_step, {factor}, "spin")',
+                         comment=f"Calibration of `gradeff ab` (scripts/calibrate_ab.py): every optimizer step made "
+                                 f"{factor}x slower, spinning.")
 
 
 def git(*args: str) -> str:
@@ -68,7 +63,7 @@ def slowed_commit(base: str, factor: float) -> str:
     try:
         git("worktree", "add", "--detach", "--quiet", str(tree), base)
         loop = tree / "gradeff" / "cell" / "loop.py"
-        loop.write_text(loop.read_text(encoding="utf-8") + _SLOWED.format(factor=factor), encoding="utf-8")
+        loop.write_text(loop.read_text(encoding="utf-8") + _slowed(factor), encoding="utf-8")
         subprocess.run(["git", "-C", str(tree), "-c", "user.name=calibration", "-c", "user.email=calibration@localhost",
                         "commit", "--quiet", "--no-verify", "-am", f"calibration: optimizer steps x{factor} slower"],
                        check=True)

@@ -22,6 +22,7 @@ from gradeff.scale.ab import (
     run_revisions,
     select_cells,
 )
+from tests.gate.injection import loader_source
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 CELL = "llm-adam-standard"
@@ -30,21 +31,8 @@ CELL = "llm-adam-standard"
 QUICK = ABSettings(rounds=4, slice_steps=4)
 CONFIG = {"profile": "tiny", "seed": 0, "threads": 1, "device": "cpu"}
 
-SLOWED = """
-
-def _slowdown():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "tests" / "gate" / "slowdown_plugin.py"
-    spec = importlib.util.spec_from_file_location("slowdown_plugin", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-optimizer_step = _slowdown().slowed(optimizer_step, 3.0, "spin")
-"""
+SLOWED = loader_source("slowdown_plugin",
+                       'optimizer_step = _load_slowdown_plugin().slowed(optimizer_step, 3.0, "spin")')
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -99,7 +87,7 @@ def test_a_revision_that_names_no_commit_is_refused_with_its_name(clone):
 def test_a_checkout_is_a_worktree_of_the_revision_removed_afterwards(clone):
     repo, base, slowed = clone
     with checkout(repo, slowed) as tree:
-        assert "optimizer_step = _slowdown()" in (tree / "gradeff" / "cell" / "loop.py").read_text()
+        assert "optimizer_step = _load_slowdown_plugin()" in (tree / "gradeff" / "cell" / "loop.py").read_text()
         assert _git(tree, "rev-parse", "HEAD") == slowed
     assert not tree.exists()
     assert str(tree) not in _git(repo, "worktree", "list")

@@ -11,6 +11,7 @@ from gradeff.gate.history import METRICS, HistoryStore, slices_setting
 from gradeff.report.history import build_history_view, render_history
 from gradeff.scale.ab import ABSettings, RevisionError, select_cells
 from gradeff.scale.history import MAX_REVISIONS, commits_in_range, find_change, measure_side_by_side, run_history
+from tests.gate.injection import loader_source
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -73,21 +74,7 @@ def test_past_commits_are_measured_side_by_side_stored_and_rendered(clone, tmp_p
     assert "llm-adam-standard" in page and moved[:10] in page and "<script src" not in page
 
 
-FAULT = """
-
-def _fault():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "tests" / "gate" / "fault_plugin.py"
-    spec = importlib.util.spec_from_file_location("fault_plugin", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.inject("lr")
-
-
-_fault()
-"""
+FAULT = loader_source("fault_plugin", '_load_fault_plugin().inject("lr")')
 
 
 def test_find_names_the_commit_that_moved_adams_learning_rate(tmp_path):
