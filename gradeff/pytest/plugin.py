@@ -274,7 +274,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 
     _keep_shard(config, items)
     items[:] = interleave_backbones(items, fine_tuned_backbone)
-    if SETTINGS in config.stash:
+    if SETTINGS in config.stash and not config.option.collectonly:
+        # Only for a run: deciding it builds the cells' settings (torch and the registries' modules), which a listing
+        # of the cells does without.
         items[:] = to_front(items, lambda item: _tunes_itself(config, item))
     seeding = config.stash.get(_SEEDING, None)
     if seeding is not None:

@@ -64,20 +64,30 @@ def test_to_front_moves_the_chosen_ahead_keeping_each_parts_order(items):
     assert out == chosen + [item for item in items if item[0] != "a"]
 
 
-def test_cells_that_search_their_own_rate_are_collected_first(pytester):
+def test_cells_that_search_their_own_rate_run_first(pytester):
     """The real grid, collected after the main grid, runs first: its cells tune themselves (no row of the table);
-    under the shared protocol nothing moves."""
+    under the shared protocol nothing moves, nor in a listing of the cells (--collect-only)."""
     from pathlib import Path
 
     root = Path(__file__).parents[2] / "benchmarks"
     pytester.makepyfile(test_a_main=(root / "test_grid.py").read_text(),
                         test_b_real=(root / "test_real_grid.py").read_text())
-    selection = ("--collect-only", "-q", "-p", "no:randomly", "-k", "(vit and adamw and standard) or digits")
-    ids = [line for line in pytester.runpytest_inprocess(*selection).outlines if "::" in line]
-    assert [i.split("::")[0] for i in ids] == ["test_b_real.py", "test_b_real.py", "test_a_main.py"]
-    shared = [line for line in pytester.runpytest_inprocess(*selection, "--gradeff-protocol", "shared").outlines
-              if "::" in line]
-    assert [i.split("::")[0] for i in shared] == ["test_a_main.py", "test_b_real.py", "test_b_real.py"]
+    # The run's order, seen once collection has finished; nothing is trained.
+    pytester.makeconftest("""
+        def pytest_collection_finish(session):
+            with open("order.txt", "w") as out:
+                out.write("\\n".join(item.nodeid.split("::")[0] for item in session.items))
+            session.items[:] = []
+    """)
+    selection = ("-q", "-p", "no:randomly", "-k", "(vit and adamw and standard) or digits")
+
+    def order(*args):
+        pytester.runpytest_inprocess(*selection, *args)
+        return (pytester.path / "order.txt").read_text().split()
+
+    assert order() == ["test_b_real.py", "test_b_real.py", "test_a_main.py"]
+    assert order("--gradeff-protocol", "shared") == ["test_a_main.py", "test_b_real.py", "test_b_real.py"]
+    assert order("--collect-only") == ["test_a_main.py", "test_b_real.py", "test_b_real.py"]
 
 
 _TRIVIAL_GRID = """
