@@ -36,14 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 from gradeff.cell.plan import cannot_run, cell_data, cell_settings
 from gradeff.cell.pretrain import cache_root
-from gradeff.cell.protocols import SELF_TUNED
 from gradeff.cell.tuning import at_edge, log_grid
 from gradeff.data.checksums import read_checked, write_checked
 from gradeff.data.trivial_cache import splits_digest
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
-from gradeff.records.results import CellRecord, meter_field
+from gradeff.records.results import SELF_TUNED, CellRecord, meter_field
 from gradeff.strategies import rate_strategy
 from gradeff.studies.grid import incompatibility
 from gradeff.studies.hparams import lr_centre
@@ -52,9 +51,8 @@ if TYPE_CHECKING:
     from gradeff.cell.config import RunConfig
     from gradeff.studies.grid import Cell
 
-__all__ = ["PROTOCOL", "SearchBudget", "SelfTuned", "fingerprint", "needs_self_tuning", "run_self_tuned"]
+__all__ = ["SearchBudget", "SelfTuned", "fingerprint", "needs_self_tuning", "run_self_tuned"]
 
-PROTOCOL = SELF_TUNED
 # Bump when the search's procedure changes: every cached choice is then searched afresh.
 _PROCEDURE = 1
 
@@ -117,7 +115,7 @@ class SelfTuned:
 
     def tuning(self, *, cached: bool) -> dict:
         """The record's ``tuning`` section (``cached``: read from an earlier search rather than run now)."""
-        return {"param": "lr", "protocol": PROTOCOL, "chosen": self.chosen, "fingerprint": self.fingerprint,
+        return {"param": "lr", "protocol": SELF_TUNED, "chosen": self.chosen, "fingerprint": self.fingerprint,
                 "cached": cached, "trials": [dict(t) for t in self.trials], "at_edge": self.at_edge,
                 "picked_on": "final validation loss" if self.chosen is not None else "nothing ended ok",
                 "budget": dict(self.budget), "searched_at": self.searched_at,
@@ -129,9 +127,9 @@ class SelfTuned:
     def source(self, *, cached: bool) -> str:
         """The record's ``lr_source``."""
         if self.chosen is None:
-            return f"{PROTOCOL}: no trial of {len(self.trials)} ended ok; the shared rate"
+            return f"{SELF_TUNED}: no trial of {len(self.trials)} ended ok; the shared rate"
         full = [t for t in self.trials if t["rung"] == "full"]
-        how = (f"{PROTOCOL}: successive halving over {len(self.trials) - len(full)} rates, "
+        how = (f"{SELF_TUNED}: successive halving over {len(self.trials) - len(full)} rates, "
                f"{len(full)} to the full epochs, best final validation loss")
         edge = f" (at the rates' {self.at_edge} edge)" if self.at_edge else ""
         where = f"; read from the cache (searched {self.searched_at}, {self.seconds:.1f} s)" if cached else ""
@@ -217,7 +215,7 @@ def _search(cell: Cell, config: RunConfig, budget: SearchBudget, key: str, epoch
 
     def trial(lr: float, trial_epochs: int, rung: str) -> float | None:
         record = train(cell, replace(config, lr=lr, trial=True, epochs=trial_epochs,
-                                     lr_source=f"a {PROTOCOL} trial's rate"))
+                                     lr_source=f"a {SELF_TUNED} trial's rate"))
         if record.status == "interrupted":
             raise _Interrupted(record)
         loss = record.summary.final_validation_loss if record.status == "ok" else None

@@ -17,8 +17,10 @@ from dataclasses import fields
 from typing import TextIO
 
 from gradeff import analysis
+from gradeff.analysis import METRICS
 from gradeff.analysis.memory import sort_memory, split_studies
 from gradeff.analysis.peft import sort_peft
+from gradeff.analysis.trivial import strongest_baseline
 from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord, Summary
 from gradeff.records.safe_text import csv_safe
@@ -79,7 +81,7 @@ def _row(record: CellRecord) -> dict[str, object]:
         if name in ("task", "parameters", "weights"):
             # Only the named fields: the rest of these mappings (task info, pretraining) is not tabular.
             row[column] = section.get(key) if isinstance(section, Mapping) else None
-    row |= dict(zip(_TRIVIAL_COLUMNS, _strongest_trivial(record.task), strict=True))
+    row |= dict(zip(_TRIVIAL_COLUMNS, _strongest_trivial(record), strict=True))
     for column in _PROVENANCE_COLUMNS:
         name, _, key = column.partition(".")
         section = getattr(record, name, None)
@@ -87,20 +89,16 @@ def _row(record: CellRecord) -> dict[str, object]:
     return row
 
 
-def _strongest_trivial(task: object) -> tuple[str | None, str | None, float | None]:
-    """The strongest trivial baseline a record's task carries: the highest accuracy where it has accuracies (a
-    classifier's), else the lowest loss; ``(None, None, None)`` where it carries none."""
-    baselines = task.get("trivial_baselines") if isinstance(task, Mapping) else None
-    if not isinstance(baselines, Mapping):
-        return None, None, None
-    found = [(name, entry["metric"], entry["value"]) for name, entry in sorted(baselines.items())
-             if isinstance(entry, Mapping) and entry.get("metric") in ("accuracy", "loss")
-             and isinstance(entry.get("value"), (int, float)) and math.isfinite(entry["value"])]
-    accuracies = [entry for entry in found if entry[1] == "accuracy"]
-    if accuracies:
-        return max(accuracies, key=lambda entry: entry[2])
-    losses = [entry for entry in found if entry[1] == "loss"]
-    return min(losses, key=lambda entry: entry[2]) if losses else (None, None, None)
+def _strongest_trivial(record: CellRecord) -> tuple[str | None, str | None, float | None]:
+    """The strongest trivial baseline a record's task carries (:func:`gradeff.analysis.trivial.strongest_baseline`):
+    on test accuracy where it has accuracies (a classifier's), else on test loss; its value as the record keeps it
+    (an accuracy a fraction); ``(None, None, None)`` where it carries none."""
+    for metric in ("heldout_accuracy", "test_loss"):
+        baseline = strongest_baseline([record], METRICS[metric])
+        if baseline is not None:
+            entry = record.task["trivial_baselines"][baseline.name]
+            return baseline.name, entry["metric"], entry["value"]
+    return None, None, None
 
 
 def _cell_text(value: object) -> str:
