@@ -23,7 +23,11 @@ from gradeff.records.curve import CurvePoint
 if TYPE_CHECKING:
     from gradeff.cell.metering import EpochMetering
 
-__all__ = ["CellEvaluation", "Evaluation", "evaluate"]
+__all__ = ["EVAL_BATCHES", "CellEvaluation", "Evaluation", "evaluate", "scoring"]
+
+# Evaluation keeps no activations for backward, so it runs in batches this many times the training
+# batch: fewer, larger passes cost less per sample (the memory the training step needed is the bound).
+EVAL_BATCHES = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +97,17 @@ def evaluate(model: torch.nn.Module, data: Dataset, *, batch_size: int, device: 
     hits_of = scored_total if accuracy == "token" else len(data)
     return Evaluation(loss=loss_sum / targets, accuracy=correct / max(hits_of, 1) if accuracy else None,
                       samples=len(data), seconds=time.perf_counter() - start)
+
+
+def scoring(kind: str, info: dict) -> bool | str:
+    """What :func:`evaluate` scores besides the loss on a task of ``kind`` whose dataset says ``info``.
+
+    Classification counts top-1 hits (micro- and macro-F1 for a multi-label one); real text its next-token
+    top-1; synthetic text is judged by its loss against the floor alone.
+    """
+    if kind == "image_classification":
+        return "multilabel" if info.get("multi_label") else True
+    return "token" if kind == "causal_lm" and info.get("real") else False
 
 
 def _f1(counts: torch.Tensor) -> dict:

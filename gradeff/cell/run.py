@@ -22,7 +22,7 @@ from gradeff.cell import stop
 from gradeff.cell.config import EpochTimer, MemoryBudgetExceeded, RunConfig
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.distributed import run_sharded
-from gradeff.cell.evaluation import CellEvaluation, Evaluation
+from gradeff.cell.evaluation import EVAL_BATCHES, CellEvaluation, Evaluation, scoring
 from gradeff.cell.execute import run_isolated, run_tuned
 from gradeff.cell.inference import InferenceCost, measure_inference
 from gradeff.cell.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
@@ -50,11 +50,6 @@ __all__ = ["Built", "build_cell", "model_flops", "prepare_state", "run_cell", "t
 
 # A cell ends ``oom`` on any of these: the device ran out, or the budget says it would.
 _OUT_OF_MEMORY = (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded, BudgetUnreachable)
-
-
-# Evaluation keeps no activations for backward, so it runs in batches this many times the training
-# batch: fewer, larger passes cost less per sample (the memory the training step needed is the bound).
-_EVAL_BATCHES = 4
 
 
 def _loop_timer(epoch_fn: Callable[[], object], rounds: int, after_epoch: Callable[[], object]) -> None:
@@ -480,12 +475,9 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
     # A tuning trial is scored on the validation split: the test split is not handed to it at all.
     test = None if config.trial else state.dataset.heldout
     classification = TASKS[cell.dataset].kind == "image_classification"
-    # Real text is scored by next-token top-1 too; synthetic text by its loss against the floor alone.
-    scored = "token" if TASKS[cell.dataset].kind == "causal_lm" and state.dataset.info.get("real") else classification
-    if classification and state.dataset.info.get("multi_label"):
-        scored = "multilabel"
     progress.evaluation = CellEvaluation(state=state, test=test, validation=state.dataset.validation,
-                                         batch_size=_EVAL_BATCHES * hp.batch_size, accuracy=scored,
+                                         batch_size=EVAL_BATCHES * hp.batch_size,
+                                         accuracy=scoring(TASKS[cell.dataset].kind, state.dataset.info),
                                          every=hp.eval_every, total_epochs=hp.epochs)
     progress.evaluation.untrained()
     if METHODS[cell.method].trains:
