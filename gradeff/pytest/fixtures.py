@@ -19,6 +19,11 @@ results file, so it is in the session's summary, the report and the gate::
                         log.step(loss.item(), samples=len(batch["labels"]))
         assert gradeff_meters.record.status == "ok"
 
+That is a complete record: around the epochs, outside their clocks and meters, the test split is evaluated as a
+grid cell's is (before training, where time to target starts, and after each epoch), and after the last epoch one
+standard step is measured under the memory meters, unless the benchmark reports its own (``log.evaluated``,
+``meters.measure_step``).
+
 A benchmark's record is a cell of the ``custom`` grid whose strategy is the test's name (``my_step``
 for ``test_my_step``): id ``llm-adam-my_step``, a column of its own beside the memory strategies.
 Unparametrized, the optimizer is AdamW, the method ``full`` and the data the model's own task;
@@ -247,6 +252,7 @@ class BenchData:
     epochs: int
     seed: int
     device: Any
+    kind: str = ""
 
     @property
     def heldout(self):
@@ -256,12 +262,34 @@ class BenchData:
         return len(self.dataset)
 
     def batches(self, epoch: int) -> Iterator[dict]:
-        """The epoch's batches, as model inputs on the device (the order the grid's cells see)."""
+        """The epoch's batches, as model inputs on the device (the order the grid's cells see): a dict of the
+        task kind's :data:`gradeff.data.BATCH_KEYS`, for ``model(**batch)``."""
         from gradeff.cell.loop import move_batch
         from gradeff.data.dataset import epoch_order
 
         for indices in epoch_order(len(self.dataset), self.seed, epoch).split(self.batch_size):
             yield move_batch(self.dataset.batch(indices), self.device)
+
+    def heldout_batches(self) -> Iterator[dict]:
+        """The test split's batches in order, as model inputs on the device (none without a test split)."""
+        import torch
+
+        from gradeff.cell.loop import move_batch
+
+        if self.heldout is not None:
+            for indices in torch.arange(len(self.heldout)).split(self.batch_size):
+                yield move_batch(self.heldout.batch(indices), self.device)
+
+    def evaluate(self, model):
+        """``model`` on the test split as a grid cell evaluates it (no gradients, evaluation mode, then back):
+        a :class:`gradeff.cell.evaluation.Evaluation` with the mean loss per target, the accuracy where the task
+        scores one, the samples and the seconds; ``None`` without a test split."""
+        from gradeff.cell.evaluation import EVAL_BATCHES, evaluate, scoring
+
+        if self.heldout is None:
+            return None
+        return evaluate(model, self.heldout, batch_size=EVAL_BATCHES * self.batch_size, device=self.device,
+                        accuracy=scoring(self.kind, self.dataset.info))
 
 
 @pytest.fixture
@@ -271,6 +299,8 @@ def gradeff_data(_gradeff_setup: _Setup) -> BenchData:
     Built once per session for each task, sizes and seed, and shared with the grid's cells. In a grid test, the
     cell's data (``None`` where the runner builds its own: see ``gradeff_model``).
     """
+    from gradeff.data import TASKS
+
     setup = _gradeff_setup
     if setup.grid:
         state = setup.train_state()
@@ -280,7 +310,7 @@ def gradeff_data(_gradeff_setup: _Setup) -> BenchData:
     else:
         dataset = setup.data()
     return BenchData(dataset=dataset, batch_size=setup.hp.batch_size, epochs=setup.hp.epochs,
-                     seed=setup.config.seed, device=setup.device)
+                     seed=setup.config.seed, device=setup.device, kind=TASKS[setup.cell.dataset].kind)
 
 
 @pytest.fixture
@@ -350,6 +380,7 @@ class BenchMeters:
         self._metering = None
         self._epochs: list = []
         self._started = 0.0
+        self._untrained = None
         self.record = None
         self.meters: dict = {}
         self.memory: dict = {}
@@ -372,12 +403,31 @@ class BenchMeters:
     def __enter__(self) -> BenchMeters:
         self._new_metering()
         self._started = time.time()
+        # The untrained model's test evaluation, before the meters open: where time to target starts.
+        self._untrained = self._evaluate()
         self._metering.__enter__()
         return self
 
+    def _evaluate(self):
+        """The test split's evaluation of ``gradeff_model`` as a grid cell's (``None`` where the benchmark trains
+        no ``gradeff_model`` or its data has no test split)."""
+        from gradeff.data import TASKS
+
+        setup = self._setup
+        if setup.grid or setup.state is None or setup.dataset is None:
+            return None
+        data = BenchData(dataset=setup.dataset, batch_size=setup.hp.batch_size, epochs=setup.hp.epochs,
+                         seed=setup.config.seed, device=setup.device, kind=TASKS[setup.cell.dataset].kind)
+        return data.evaluate(setup.state.model)
+
     @contextmanager
-    def epoch(self) -> Iterator[EpochLog]:
-        """One epoch, timed and metered as one segment; ``step()`` the log once per optimizer step."""
+    def epoch(self, *, evaluate: bool = True) -> Iterator[EpochLog]:
+        """One epoch, timed and metered as one segment; ``step()`` the log once per optimizer step.
+
+        After the segment, outside its clock and meters, the test split is evaluated as a grid cell's is, unless
+        the epoch reported its own (``log.evaluated``) or ``evaluate=False``: the record's test quality and time to
+        target (at the epochs' ends) come from these evaluations.
+        """
         from gradeff.cell.loop import sync
 
         log = EpochLog()
@@ -386,6 +436,10 @@ class BenchMeters:
             yield log
             sync(self._setup.device)
         self._epochs.append((log, time.perf_counter() - started))
+        if evaluate and not log.heldout:
+            found = self._evaluate()
+            if found is not None:
+                log.evaluated(loss=found.loss, accuracy=found.accuracy, seconds=found.seconds)
 
     def measure_step(self, step) -> dict:
         """Parameter, gradient, optimizer-state and activation bytes of one call of ``step`` (a training step),
@@ -393,12 +447,26 @@ class BenchMeters:
         from gradeff.cell.metering import memory_breakdown
 
         state = self._setup.train_state()
-        self.memory = memory_breakdown(state.model, state.optimizer, step)
+        self.memory = memory_breakdown(state.model, state.optimizer, step) | {"step": "the benchmark's own"}
         return self.memory
+
+    def _standard_step_memory(self) -> None:
+        """Where the benchmark measured no step of its own, one standard step of ``gradeff_model`` and
+        ``gradeff_optimizer`` after the epochs, under the memory meters, as a grid cell measures its own."""
+        from gradeff.cell.loop import optimizer_step
+        from gradeff.cell.metering import memory_breakdown
+
+        state = self._setup.state
+        if self.memory or self._setup.grid or state is None or state.optimizer is None or not self._epochs:
+            return
+        self.memory = memory_breakdown(state.model, state.optimizer,
+                                       lambda: optimizer_step(state, state.step_groups(0)[0])) \
+            | {"step": "a standard step after the epochs"}
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._metering.__exit__(exc_type, exc, tb)
         if exc_type is None:
+            self._standard_step_memory()
             status, detail = "ok", ""
         elif issubclass(exc_type, KeyboardInterrupt):
             from gradeff.cell import stop
@@ -462,7 +530,7 @@ class BenchMeters:
             model=setup.state.model if setup.state is not None else None, weights=setup.weights,
             cell=_bench_id(cell.model, cell.optimizer, setup.bench, cell.method, cell.dataset), grid=CUSTOM_GRID,
             strategy=setup.bench, status=status, detail=detail, epochs=epochs,
-            summary=Summary.of(list(epochs), finished - self._started, untrained=None,
+            summary=Summary.of(list(epochs), finished - self._started, untrained=self._untrained,
                                floor=heldout.loss_floor if heldout is not None else None),
             hparams=hparams_record(setup.planned, config,
                                    setup.state.optimizer if setup.state is not None else None),
