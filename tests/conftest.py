@@ -3,11 +3,14 @@
 # C extensions cannot be loaded twice in one process. An in-process pytester run (``runpytest``) restores
 # sys.modules afterwards, dropping whatever it imported first; numpy imported there for the first time
 # would then fail to import again in a later test ("cannot load module more than once per process").
-# Importing these before any pytester run keeps them in every snapshot.
+# Importing these before any pytester run keeps them in every snapshot. The Llama decoder's modules too: a model a
+# test's conftest registers is built (on meta) while that session configures, and transformers' lazy module would
+# be left pointing at the submodules the restore dropped.
 import matplotlib.figure  # noqa: F401
 import numpy  # noqa: F401
 import pytest
 
+import gradeff.models.llm  # noqa: F401
 from gradeff.records.results import CellRecord, EpochRecord, Summary
 
 pytest_plugins = ["pytester"]

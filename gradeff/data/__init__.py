@@ -26,8 +26,19 @@ if TYPE_CHECKING:
     from gradeff.data.dataset import Dataset
     from gradeff.specs.profiles import HParams
 
-__all__ = ["IGNORE_INDEX", "SPECIAL_TOKENS", "TASKS", "Dataset", "TaskSpec", "data_sizes", "epoch_order",
+__all__ = ["BATCH_KEYS", "IGNORE_INDEX", "SPECIAL_TOKENS", "TASKS", "Dataset", "TaskSpec", "data_sizes", "epoch_order",
            "make_dataset"]
+
+# The tensors of a batch of each task kind (``TaskSpec.kind``), which every cell passes as ``model(**batch)``: the
+# arguments a model's ``forward`` takes (or a ``**kwargs`` that holds them). ``pixel_values`` are float images of
+# shape (batch, 3, image_size, image_size); ``input_ids`` token ids (batch, seq_len); ``labels`` class ids (batch,)
+# for classification, else token ids with -100 where no loss is taken; ``attention_mask`` 1 where a token is read.
+BATCH_KEYS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
+    "image_classification": ("pixel_values", "labels"),
+    "causal_lm": ("input_ids", "labels"),
+    "masked_lm": ("input_ids", "attention_mask", "labels"),
+    "image_captioning": ("pixel_values", "input_ids", "labels"),
+})
 
 # Re-exported from gradeff.data.dataset on first use (PEP 562), so importing the registry stays light.
 _LAZY = {"IGNORE_INDEX", "SPECIAL_TOKENS", "Dataset", "epoch_order"}

@@ -39,6 +39,7 @@ from gradeff.models import MODELS, ModelSpec
 from gradeff.optim import OPTIMIZERS, OptimizerSpec
 from gradeff.specs.registry import Registry, open_for_registration, validate_key
 from gradeff.strategies import STRATEGIES, StrategySpec
+from gradeff.studies.spec_check import check_against_model
 
 __all__ = ["ENTRY_POINT_GROUPS", "AxisRegistry", "Registries", "add_options", "check_state_law", "dump_registered",
            "load_registered", "model_path_spec", "register_all", "reset"]
@@ -111,6 +112,9 @@ def _check_model(spec: ModelSpec) -> None:
             task_default(spec.task, "tiny")
         except KeyError as exc:
             raise RegistrationError(str(exc.args[0])) from None
+    # A folder's model is a transformers class of the task's own architecture, with no LoRA targets of its own.
+    if not (isinstance(spec.builder, functools.partial) and spec.builder.func is _load_folder):
+        check_against_model(spec)
 
 
 def _check_optimizer(spec: OptimizerSpec) -> None:
