@@ -68,7 +68,8 @@ class AnswerLine:
     Attributes:
         study: the study's key (:data:`gradeff.analysis.scope.STUDIES`).
         subject: the group's key (``llm``, ``vit_s · cifar100``).
-        title: what ran, in words (``ViT-S/16 on CIFAR-100 (synthetic, 100 classes): pretrained here ...``).
+        title: what ran, in words (``ViT-S/16-shaped, pretrained here ... · CIFAR-100-like (synthetic), 100 classes,
+            32 px``).
         verdicts: objective → :class:`~gradeff.analysis.verdicts.Verdict`.
         labels: cell id → the cell's label within the line (``adam/standard``).
         choice: the cell to use and why.

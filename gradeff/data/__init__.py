@@ -134,19 +134,19 @@ TASKS: Registry[TaskSpec] = Registry(
         # docstring; in short, each is learnable *and generalises* within the tiny profile's seconds per cell:
         # enough training samples (drawn once, the same every epoch) that no model memorises them in its steps,
         # and structure a tiny model picks up early.
-        TaskSpec(key="causal_lm", name="Topic text (next token)",
+        TaskSpec(key="causal_lm", name="Topic text (synthetic, next token)",
                  description="next token of text whose tokens each sequence draws from one of 16 topics",
                  builder=f"{_TEXT}:causal_lm", fields=("num_states", "seq_len", *_SPLITS), kind="causal_lm",
                  options=_TOPICS),
-        TaskSpec(key="masked_lm", name="Topic text (masked)",
+        TaskSpec(key="masked_lm", name="Topic text (synthetic, masked)",
                  description="30 % masked tokens of text whose tokens each sequence draws from one of 16 topics",
                  builder=f"{_TEXT}:masked_lm", fields=("num_states", "seq_len", *_SPLITS), kind="masked_lm",
                  options=_MASKED_LM),
-        TaskSpec(key="image_classification", name="Bags of motifs",
+        TaskSpec(key="image_classification", name="Bags of motifs (synthetic)",
                  description="class of an image whose blocks show motifs drawn from the class's own mixture",
                  builder=f"{_IMAGES}:motif_classification", fields=_CLASSIFICATION_FIELDS,
                  kind="image_classification", options=_MOTIFS),
-        TaskSpec(key="image_captioning", name="Motif captions",
+        TaskSpec(key="image_captioning", name="Motif captions (synthetic)",
                  description="caption of a bag-of-motifs image: words of its class's own topic",
                  builder=f"{_IMAGES}:image_captioning",
                  fields=("num_classes", "image_size", "caption_len", "num_states", *_SPLITS),
@@ -158,7 +158,7 @@ TASKS: Registry[TaskSpec] = Registry(
         # baseline, a 1-nearest-neighbour classifier on pixels, is recorded with every cell); the Bayes
         # classifier is exact, so the ceiling shown is what it reaches on the very split. Each has its own
         # classes (the salt) for the same seed.
-        TaskSpec(key="cifar100", name="CIFAR-100 (synthetic, 100 classes)",
+        TaskSpec(key="cifar100", name="CIFAR-100-like (synthetic)",
                  description="100 object classes at a random position, rotation and scale over clutter, "
                              "stratified test and validation splits",
                  builder=f"{_STANDINS}:objects", fields=_CLASSIFICATION_FIELDS, kind="image_classification",
@@ -168,7 +168,7 @@ TASKS: Registry[TaskSpec] = Registry(
                  sizes={"tiny": {"num_classes": 100}, "small": {"num_classes": 100},
                         "paper": dict(num_classes=100, train_samples=49_920, heldout_samples=10_000,
                                       validation_samples=5_000)}),
-        TaskSpec(key="dtd", name="DTD (synthetic, 47 textures)",
+        TaskSpec(key="dtd", name="DTD-like (synthetic textures)",
                  description="47 texture classes (random fields of their own spectra) at a random rotation, "
                              "scale and phase, stratified test and validation splits",
                  builder=f"{_STANDINS}:textures", fields=_CLASSIFICATION_FIELDS, kind="image_classification",

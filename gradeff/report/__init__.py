@@ -31,7 +31,6 @@ from gradeff.analysis import group_by_model, naming, scope
 from gradeff.analysis import memory as memory_analysis
 from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.answer import AnswerOptions
-from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord, record_field
@@ -102,14 +101,15 @@ def build_view(
     optimizers_of = {m: analysis.order_keys((r.optimizer for r in groups[m]), OPTIMIZERS) for m in models}
     model_views = []
     for index, model in enumerate(models):
-        slug, name, runs = html_id(model, index), display_name(MODELS, model), runs_by_model[model]
+        # What ran, not what it stands for: "Llama-3.2-1B-shaped, random init, 0.08 M params".
+        slug, name, runs = html_id(model, index), naming.what_ran(groups[model][0]), runs_by_model[model]
         pareto, front = figures.pareto_figure(slug, name, runs, optimizers, strategies)
         counts = Counter(r.status for r in groups[model])
         seeds = f", {len(groups[model])} runs over seeds" if len(groups[model]) > len(runs) else ""
         model_views.append(ModelView(
             key=model, name=name, slug=slug,
             summary=f"{len(runs)} cells{seeds}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-                    + f"; {naming.what_ran(groups[model][0])}",
+                    + f"; trained on {naming.dataset_title(groups[model][0])}",
             tables=(*(tables.grid_table(slug, name, tables.resolve(k, groups[model]), runs, optimizers_of[model],
                                         strategies) for k in tables.grid_metrics_for(groups[model])),
                     tables.target_table(slug, runs, optimizers_of[model], strategies)),
@@ -156,7 +156,7 @@ def _overview(records: Sequence[CellRecord], sources: Sequence[str], superseded:
         ("cells", f"{cells}{repeats}"),
         ("statuses", ", ".join(f"{n} {s}" for s, n in counts.items()) or NA),
         ("grids", _grids_text(records)),
-        ("models", ", ".join(dict.fromkeys(display_name(MODELS, r.model) for r in records)) or NA),
+        ("models", "; ".join(naming.what_ran(first) for first in _first_of_each_model(records)) or NA),
         ("profile", distinct_text(r.profile for r in records) if records else NA),
         ("seed", distinct_text(r.seed for r in sorted(records, key=lambda r: r.seed)) if records else NA),
         ("device", distinct_text(r.device for r in records) if records else NA),
@@ -203,6 +203,14 @@ def _hparams_tables(records: Sequence[CellRecord]) -> tuple[Table, ...]:
         tables.append(context.hparams_table(list(groups), groups, grid=grid,
                                             table_id=html_id(grid, index, prefix="hparams-")))
     return tuple(tables)
+
+
+def _first_of_each_model(records: Sequence[CellRecord]) -> list[CellRecord]:
+    """The first record of each model, in the records' order: what ran, once per model."""
+    first: dict[str, CellRecord] = {}
+    for record in records:
+        first.setdefault(record.model, record)
+    return list(first.values())
 
 
 def _grids_text(records: Sequence[CellRecord]) -> str:

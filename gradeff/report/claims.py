@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gradeff.analysis import scope
+from gradeff.analysis import naming, scope
 from gradeff.analysis.claims import VERDICTS, ClaimResult, evaluate_claims
 from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord
@@ -112,7 +112,8 @@ def build_claims_view(records: Sequence[CellRecord]) -> ClaimsView:
     return ClaimsView(
         summary=_counts(shown),
         groups=tuple(ClaimGroupView(id=f"claims-{study}-group", title=STUDY_TITLES.get(study, study),
-                                    table=claims_table(study, group, present=present.get(study, True)))
+                                    table=claims_table(study, group, present=present.get(study, True)),
+                                    scale_note=naming.scale_note(studies.get(study, ())))
                      for study, group in by_study.items() if group),
         rules=CLAIM_RULES,
         verdicts=tuple((verdict, verdict_css(verdict), VERDICT_MEANINGS.get(verdict, "")) for verdict in VERDICTS))

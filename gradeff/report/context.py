@@ -314,8 +314,9 @@ def methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]:
                    "stand-in model, an estimated energy, a vocabulary-dependent loss). A tie is never a win. Each "
                    "row states its rule; a verdict on a CPU profile carries a scale caveat."),
         ("Names", "A model's name is what ran: a tiny model from random weights, or pretrained here on a synthetic "
-                  "task, is '<family>-shaped' with its size ('CLIP-shaped, random init, 0.26 M'); the named model's "
-                  "own name only where its real weights were loaded."),
+                  "task, is '<family>-shaped' with its size ('CLIP-shaped, random init, 0.26 M params'); the named "
+                  "model's own name only where its real weights were loaded. A dataset's name carries the sizes it "
+                  "was trained at (classes and image side, or token types and sequence length)."),
         ("Status", "ok: trained every epoch; diverged: NaN/Inf loss (with the optimizer step); oom: out of "
                    "memory; error: another exception; skipped: the cell is incompatible. Only ok cells compete."),
     )

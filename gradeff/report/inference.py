@@ -91,8 +91,8 @@ def format_score(score: Score | None) -> Cell:
 
 
 def cell_label(record: CellRecord) -> str:
-    """``ViT-S/16 · QLoRA + standard`` for a fine-tuning cell, ``CLIP-shaped, random init, 0.26 M · baseline`` for
-    a baseline (what ran: see :func:`gradeff.analysis.naming.what_ran`): one line, for rankings."""
+    """``ViT-S/16 · QLoRA + standard`` for a fine-tuning cell, ``CLIP-shaped, random init, 0.26 M params · baseline``
+    for a baseline (what ran: see :func:`gradeff.analysis.naming.what_ran`): one line, for rankings."""
     if peft.is_baseline(record):
         return f"{naming.what_ran(record)} · baseline"
     return f"{display_name(MODELS, record.model)} · {_short_method(record)} + {record.strategy}"
@@ -185,7 +185,7 @@ def inference_table(slug: str, title: str, records: Sequence[CellRecord]) -> Tab
 
     Args:
         slug: the group's HTML id prefix (the table is ``{slug}-inference``).
-        title: the group's heading (``ViT-S/16 on CIFAR-100 (synthetic, 100 classes)``).
+        title: the group's heading (``ViT-S/16 on CIFAR-100-like (synthetic)``).
         records: the group's records, in study order.
     """
     caption = f"{title}: inference cost and NetScore family"

@@ -97,7 +97,7 @@ def _group_title(model: str, dataset: str, runs: Mapping[str, CellRuns] | None =
 
 
 def _group_label(model: str, dataset: str) -> str:
-    # "CIFAR-100 (synthetic, 100 classes)" → "CIFAR-100": row headers stay one line.
+    # "CIFAR-100-like (synthetic)" → "CIFAR-100-like": row headers stay one line.
     return f"{display_name(MODELS, model)} · {first_word(display_name(TASKS, dataset))}"
 
 
@@ -432,4 +432,5 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
                      for key, group in baseline_groups.items())),
         ranking=inference.ranking_tables(records),
         ranking_note=inference.RANKING_NOTE,
+        scale_note=naming.scale_note(tuned),
     )

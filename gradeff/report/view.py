@@ -189,6 +189,8 @@ class PeftView:
     inference: tuple[Table, ...]
     ranking: tuple[Table, ...]
     ranking_note: str
+    # At which profile and device the study's cost figures were measured, and why the papers' scale can differ.
+    scale_note: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +200,7 @@ class ClaimGroupView:
     id: str
     title: str
     table: Table
+    scale_note: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

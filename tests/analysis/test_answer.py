@@ -143,22 +143,47 @@ def test_names_say_what_ran():
     clip = run("clip-zero_shot-cifar100", grid="baselines", model="clip", method="zero_shot", strategy="standard",
                optimizer="adamw", dataset="cifar100", parameters={"total": 260_000},
                weights={"source": "random"})
-    assert naming.what_ran(clip) == "CLIP-shaped, random init, 0.26 M"
+    assert naming.what_ran(clip) == "CLIP-shaped, random init, 0.26 M params"
     pretrained = run("dinov2-linear_probe-cifar100", grid="baselines", model="dinov2", method="linear_probe",
                      strategy="standard", optimizer="adamw", dataset="cifar100", parameters={"total": 227_000},
                      weights={"source": "pretrained"})
-    assert naming.what_ran(pretrained) == "DINOv2-shaped, pretrained here on a synthetic task, 0.23 M"
+    assert naming.what_ran(pretrained) == "DINOv2-shaped, pretrained here on a synthetic task, 0.23 M params"
     real = run("dinov2-linear_probe-cifar100", grid="baselines", model="dinov2", method="linear_probe",
                strategy="standard", optimizer="adamw", dataset="cifar100", weights={"source": "local", "path": "/m"})
     assert naming.what_ran(real) == "DINOv2 ViT-B/14 (linear probe)" and naming.real_weights(real)
     assert not naming.real_weights(run(weights={"source": "local", "real": False}))
     assert naming.real_weights(run(weights={"source": "pretrained", "real": True}))
     big = run(parameters={"total": 1.24e9}, weights={})
-    assert naming.what_ran(big) == "Llama-3.2-1B-shaped, 1240 M" and naming.weights_source(big) is None
+    assert naming.what_ran(big) == "Llama-3.2-1B-shaped, 1240 M params" and naming.weights_source(big) is None
     assert naming.what_ran(run("mystery-adam-standard", grid="elsewhere", weights=[])) == "mystery-shaped"
     vim = run("vim_s-lora-standard-cifar100", grid="peft", weights={"source": "pretrained"}, parameters={})
     assert naming.what_ran(vim) == "Vision Mamba-shaped, pretrained here on a synthetic task"
-    assert naming.group_title([]) == "" and naming.group_title([clip]).endswith("· CIFAR-100 (synthetic, 100 classes)")
+    assert naming.group_title([]) == ""
+    assert naming.group_title([clip]) == "CLIP-shaped, random init, 0.26 M params · CIFAR-100-like (synthetic)"
+
+
+def test_dataset_titles_carry_the_sizes_their_kind_reads():
+    """Images: classes and side; text: token types and sequence length; captions: side, tokens and length. A size the
+    kind does not read, or the record lacks, is left out."""
+    images = run("vit_s-lora-standard-cifar100", grid="peft", model="vit_s", dataset="cifar100",
+                 hparams={"num_classes": 100, "image_size": 32, "seq_len": 7})
+    assert naming.dataset_title(images) == "CIFAR-100-like (synthetic), 100 classes, 32 px"
+    text = run(dataset="causal_lm", hparams={"num_states": 124, "seq_len": 32, "image_size": None})
+    assert naming.dataset_title(text) == "Topic text (synthetic, next token), 124 token types, sequences of 32"
+    captions = run("vlm-adam-standard", model="vlm", dataset="image_captioning",
+                   hparams={"num_classes": 10, "image_size": 32, "num_states": 124, "caption_len": 8})
+    assert naming.dataset_title(captions) == "Motif captions (synthetic), 32 px, 124 token types, captions of 8"
+    assert naming.dataset_title(run(grid="elsewhere", dataset="mine", hparams={"image_size": 32})) == "mine"
+
+
+def test_the_scale_note_names_profile_device_and_sizes():
+    small = [run(parameters={"total": 80_000}), run("vit-adam-standard", model="vit", parameters={"total": 660_000})]
+    note = naming.scale_note(small)
+    assert note.startswith("Measured at profile tiny on cpu, models of 0.08–0.66 M params. At the papers' scale")
+    assert naming.scale_note(small[:1]).startswith("Measured at profile tiny on cpu, models of 0.08 M params.")
+    paper = [run(profile="paper", device="cuda:0", parameters={"total": 1.24e9})]
+    assert naming.scale_note(paper) == "Measured at profile paper on cuda, models of 1240 M params."
+    assert naming.scale_note([]) == ""
 
 
 def test_a_dataset_without_the_checkpointing_cells_says_where_they_ran():

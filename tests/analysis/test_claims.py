@@ -223,7 +223,8 @@ def test_a_stand_in_dinov2_is_not_measurable():
     """The suite's own 0.23 M pretraining is not DINOv2: no verdict either way."""
     result = _claim([*_probe(0.99, 1.0, {"source": "pretrained"}), *_tuned()], "dinov2")
     assert result.verdict == NOT_MEASURABLE and result.measured == "n/a"
-    assert result.why == ("DINOv2 ran as DINOv2-shaped, pretrained here on a synthetic task, 0.23 M: a stand-in, "
+    assert result.why == ("DINOv2 ran as DINOv2-shaped, pretrained here on a synthetic task, 0.23 M params: "
+                          "a stand-in, "
                           "not the named model's weights (give them with --gradeff-weights)")
     assert _claim(_tuned(), "dinov2").why == "needs an ok dinov2 cell and fine-tuned cells on cifar100"
     assert _claim(_probe(0.9, 1.0, REAL), "dinov2").verdict == NOT_MEASURABLE
@@ -253,7 +254,8 @@ def test_prompted_vlms():
     random = _probe(0.01, 1.0, {"source": "random"}, model="smolvlm", method="zero_shot")
     result = _claim([*random, *_tuned()], "prompted_vlms")
     assert result.verdict == NOT_MEASURABLE and result.why == (
-        "the prompted VLMs ran as SmolVLM-shaped, random init, 0.23 M: a stand-in, not the named model's weights "
+        "the prompted VLMs ran as SmolVLM-shaped, random init, 0.23 M params: a stand-in, not the named model's "
+        "weights "
         "(give them with --gradeff-weights)")
     for accuracy, verdict in ((0.50, REPRODUCED), (0.90, CONTRADICTED), (0.75, NOT_REPRODUCED)):
         real = _probe(accuracy, 1.0, REAL, model="vlm_prompt", method="zero_shot", seeds=2)

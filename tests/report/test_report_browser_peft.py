@@ -140,8 +140,8 @@ def test_peft_section_renders_inference_netscore_and_claims_in_chromium(run_reco
 
     baselines = {label: cells for label, cells in parsed.tables["peft-baselines-0-dtd-table"]}
     # What ran: CLIP from random weights is a CLIP-shaped stand-in; DINOv2 from a local folder keeps its name.
-    assert list(baselines) == ["CLIP-shaped, random init, 0.26 M", "DINOv2 ViT-B/14 (linear probe)", "ViT-S/16"]
-    assert "at chance by construction" in baselines["CLIP-shaped, random init, 0.26 M"][2][1]
+    assert list(baselines) == ["CLIP-shaped, random init, 0.26 M params", "DINOv2 ViT-B/14 (linear probe)", "ViT-S/16"]
+    assert "at chance by construction" in baselines["CLIP-shaped, random init, 0.26 M params"][2][1]
     assert baselines["DINOv2 ViT-B/14 (linear probe)"][1][0] == "local"
     assert "give real weights with --gradeff-weights clip=PATH" in dom
 

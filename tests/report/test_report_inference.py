@@ -156,19 +156,20 @@ def test_netscore_ranking_orders_each_score_top_first(tuned, baseline):
     columns = list(zip(*(row.cells for row in table.rows), strict=True))
     netscore = [c.text for c in columns[0]]
     assert netscore == ["ViT-S/16 · LoRA + standard", "TinyViT · LoRA + standard",
-                        "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M · baseline",
+                        "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M params · baseline",
                         "ViT-S/16 · Full fine-tuning + standard"]
     values = [float(c.sub.split(" dB")[0]) for c in columns[0]]
     assert values == sorted(values, reverse=True)
     # NS-E needs a power: TinyViT without a meter is not ranked there, and the padding cell is empty, not 0.
     assert [c.text for c in columns[1]] == ["ViT-S/16 · LoRA + standard",
-                                            "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M · baseline",
+                                            "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M params"
+                                            " · baseline",
                                             "ViT-S/16 · Full fine-tuning + standard", ""]
     assert all(c.sub.endswith(f"dB {ESTIMATED}") for c in columns[1][:3]) and columns[1][3].css == "empty"
     assert ESTIMATED not in columns[0][0].sub and ESTIMATED not in columns[2][0].sub
     assert [row.label for row in table.rows] == ["1", "2", "3", "4"]
     assert "No NS-E (an input not measured): TinyViT · LoRA + standard." in table.note
-    assert ("Left out, random weights (at chance by construction): CLIP-shaped, random init, 0.10 M · baseline."
+    assert ("Left out, random weights (at chance by construction): CLIP-shaped, random init, 0.10 M params · baseline."
             in table.note)
     assert "Left out, no seed ended ok: vit_s-bitfit-standard-cifar100." in table.note
     assert not any("CLIP" in c.text for c in columns[0])
@@ -194,19 +195,19 @@ def test_baselines_stand_apart_from_the_fine_tuning_tables(tuned, baseline):
     view = build_view(records)
     peft = view.peft
     assert [g.title.split(",")[0] for g in peft.groups] == ["ViT-S/16-shaped", "TinyViT-shaped"]
-    assert [row.label for row in peft.pick.rows] == ["ViT-S/16 · CIFAR-100", "TinyViT · CIFAR-100"]
+    assert [row.label for row in peft.pick.rows] == ["ViT-S/16 · CIFAR-100-like", "TinyViT · CIFAR-100-like"]
     assert [t.id for t in peft.inference] == ["p0-vit_s-cifar100-inference", "p1-tinyvit-cifar100-inference",
                                               "b0-clip-cifar100-inference", "b1-siglip-dtd-inference",
                                               "b2-dinov2-cifar100-inference"]
-    assert [b.title for b in peft.baselines] == ["CIFAR-100 (synthetic, 100 classes)", "DTD (synthetic, 47 textures)"]
+    assert [b.title for b in peft.baselines] == ["CIFAR-100-like (synthetic)", "DTD-like (synthetic textures)"]
     cifar = peft.baselines[0]
     rows = _rows(cifar.table)
-    assert list(rows) == ["CLIP-shaped, random init, 0.10 M",
-                          "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M", "ViT-S/16", "TinyViT"]
+    assert list(rows) == ["CLIP-shaped, random init, 0.10 M params",
+                          "DINOv2-shaped, pretrained here on a synthetic task, 0.10 M params", "ViT-S/16", "TinyViT"]
     assert cifar.table.header[:6] == ("model", "kind", "starting weights", "held-out accuracy",
                                       "training / probe time", "training energy")
-    clip, dinov2, vit = (rows["CLIP-shaped, random init, 0.10 M"],
-                         rows["DINOv2-shaped, pretrained here on a synthetic task, 0.10 M"], rows["ViT-S/16"])
+    clip, dinov2, vit = (rows["CLIP-shaped, random init, 0.10 M params"],
+                         rows["DINOv2-shaped, pretrained here on a synthetic task, 0.10 M params"], rows["ViT-S/16"])
     assert [c.text for c in clip[:5]] == ["baseline: zero-shot", "random", "1.0 %", "none", "none"]
     assert clip[2].css == "random" and "at chance by construction, not a finding" in clip[2].sub
     assert clip[8].css.endswith("random") and clip[8].sub == "random weights"
@@ -214,10 +215,11 @@ def test_baselines_stand_apart_from_the_fine_tuning_tables(tuned, baseline):
                                             f"10.0 J {ESTIMATED}"]
     assert dinov2[2].css == "" and dinov2[3].sub == "2 epochs"
     assert vit[0].text == "best fine-tuned: LoRA + standard" and vit[2].text == "70.0 %"
-    assert cifar.weights[0] == ("CLIP-shaped, random init, 0.10 M: random weights, so it scores at chance by "
+    assert cifar.weights[0] == ("CLIP-shaped, random init, 0.10 M params: random weights, so it scores at chance by "
                                 "construction; "
                                 "its accuracy is not a finding; give real weights with --gradeff-weights clip=PATH.")
-    assert cifar.weights[1].startswith("DINOv2-shaped, pretrained here on a synthetic task, 0.10 M: the suite's own "
+    assert cifar.weights[1].startswith("DINOv2-shaped, pretrained here on a synthetic task, 0.10 M params: "
+                                       "the suite's own "
                                        "pretraining on a synthetic "
                                        "source task (cached; 256 steps, source-task held-out accuracy 91.0 %)")
     dtd = peft.baselines[1]
@@ -235,7 +237,7 @@ def test_a_random_linear_probe_is_not_called_a_finding(baseline, tuned):
     view = build_peft_view([tuned(), baseline(model="dinov2", method="linear_probe", accuracy=0.3)])
     (line,) = view.baselines[0].weights
     assert "random weights: the probe reads random features" in line and "--gradeff-weights dinov2=PATH" in line
-    accuracy = _rows(view.baselines[0].table)["DINOv2-shaped, random init, 0.10 M"][2]
+    accuracy = _rows(view.baselines[0].table)["DINOv2-shaped, random init, 0.10 M params"][2]
     assert accuracy.css == "random" and "a probe of random features, not a finding" in accuracy.sub
 
 

@@ -104,7 +104,7 @@ def test_split_is_three_way(make_record, make_peft_record, llm_cells):
     loss = next(t for t in view.models[1].tables if t.id.endswith("-final_loss"))
     assert [row.label for row in loss.rows] == ["Adam"] and loss.header == ("optimizer", "standard")
     assert [g.title for g in view.peft.groups] == [
-        "ViT-S/16-shaped, random init, 0.10 M · CIFAR-100 (synthetic, 100 classes)"]
+        "ViT-S/16-shaped, random init, 0.10 M params · CIFAR-100-like (synthetic)"]
     assert [g.title for g in view.memory_strategies.groups] == ["Llama-3.2-1B-style decoder"]
     only_memory = build_view(llm_cells)
     assert only_memory.main_note == MAIN_MISSING_NOTE and only_memory.models == ()

@@ -73,7 +73,7 @@ def test_sections_split_by_grid(make_record, peft_cells):
     assert [m.key for m in view.models] == ["vit", "llm"]  # an unknown grid reads as the main study
     assert view.main_note == "" and view.peft.missing_note == ""
     assert [g.title for g in view.peft.groups] == [
-        "ViT-S/16-shaped, random init, 0.10 M · CIFAR-100 (synthetic, 100 classes)"]
+        "ViT-S/16-shaped, random init, 0.10 M params · CIFAR-100-like (synthetic)"]
     assert [row.label for row in view.recommendations.rows] == ["ViT (ViT-B/16 style)", "Llama-3.2-1B-style decoder"]
     assert dict(view.overview)["grids"] == ("main: 1 cell, Optimizers × memory strategies (main study); "
                                             "peft: 5 cells, Fine-tuning methods × checkpointing (PEFT study); "
@@ -158,7 +158,7 @@ def test_pick_is_the_answers_verdicts_per_backbone_and_dataset(peft_cells, peft_
     assert pick.header == ("backbone · dataset", "Best quality", "Fastest to target", "Least memory",
                            "Least energy to target")
     (row,) = pick.rows
-    assert row.label == "ViT-S/16 · CIFAR-100"
+    assert row.label == "ViT-S/16 · CIFAR-100-like"
     assert [c.text for c in row.cells] == [
         "open: lora/standard ≡ lora/checkpoint (identical) 72.0 % against full/standard; bitfit/standard (n=1; one "
         "seed cannot be tested)", NA,
