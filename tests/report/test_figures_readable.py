@@ -38,9 +38,16 @@ def series_per_axes(svg: str) -> list[int]:
     return counts
 
 
-def _style(element) -> dict[str, str]:
-    pairs = (part.split(":", 1) for part in (element.get("style") or "").split(";") if ":" in part)
+def _style(element, rules: dict[str, str]) -> dict[str, str]:
+    """The element's style: its inline one, else its class's rule in the SVG's <style>."""
+    declared = element.get("style") or rules.get(element.get("class") or "", "")
+    pairs = (part.split(":", 1) for part in declared.split(";") if ":" in part)
     return {key.strip(): value.strip() for key, value in pairs}
+
+
+def _class_rules(root) -> dict[str, str]:
+    css = "".join("".join(style.itertext()) for style in root.iter(f"{SVG}style"))
+    return dict(re.findall(r"\.([\w-]+)\{([^}]*)\}", css))
 
 
 def text_boxes(svg: str) -> list[tuple[str, tuple[float, float, float, float]]]:
@@ -51,11 +58,13 @@ def text_boxes(svg: str) -> list[tuple[str, tuple[float, float, float, float]]]:
 
     measure = TextToPath()
     boxes = []
-    for element in ET.fromstring(svg).iter(f"{SVG}text"):
+    root = ET.fromstring(svg)
+    rules = _class_rules(root)
+    for element in root.iter(f"{SVG}text"):
         text = "".join(element.itertext())
         if not text.strip():
             continue
-        style = _style(element)
+        style = _style(element, rules)
         size = float(style["font-size"].removesuffix("px"))
         width, height, descent = measure.get_text_width_height_descent(
             text, FontProperties(family="DejaVu Sans", size=size), ismath=False)
@@ -152,8 +161,10 @@ def test_series_counter_counts_untagged_artists():
 def _y_ticks(svg: str) -> list[float]:
     # The y axis's tick labels: texts anchored at their end (right-aligned, left of the axes).
     values = []
-    for element in ET.fromstring(svg).iter(f"{SVG}text"):
-        if _style(element).get("text-anchor") != "end":
+    root = ET.fromstring(svg)
+    rules = _class_rules(root)
+    for element in root.iter(f"{SVG}text"):
+        if _style(element, rules).get("text-anchor") != "end":
             continue
         try:
             values.append(float("".join(element.itertext()).replace("\u2212", "-")))
