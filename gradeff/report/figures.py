@@ -51,20 +51,29 @@ def loss_curves_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optim
     Returns:
         The figure; its note names cells without a completed epoch.
     """
-    series, empty = [], []
+    drawn: dict[tuple, list[CellRuns]] = {}  # (panel, epochs, losses, failed) → the cells drawing that very curve
+    empty = []
     for cell_runs in runs.values():
         record = cell_runs.first
         points = cell_runs.mean_series(lambda e: e.loss)
         if not points:
             empty.append(f"{short_label(record)} ({cell_runs.status})")
             continue
-        failed = not cell_runs.ok
+        failed = not cell_runs.ok and record.status in FAILED_STATUSES
+        key = (display_name(OPTIMIZERS, record.optimizer), tuple(float(e + 1) for e, _ in points),
+               tuple(float(v) for _, v in points), failed)
+        drawn.setdefault(key, []).append(cell_runs)
+    # Strategies that train the same steps (checkpointing recomputes, it does not change the loss) give the very
+    # same curve: drawn once, labelled "standard ≡ checkpoint", in a style of its own.
+    merged = list(dict.fromkeys(" ≡ ".join(c.first.strategy for c in cells) for cells in drawn.values()
+                                if len(cells) > 1))
+    series = []
+    for (panel, epochs, losses, failed), cells in drawn.items():
+        label = " ≡ ".join(c.first.strategy for c in cells)
+        style = strategies.index(cells[0].first.strategy) if len(cells) == 1 else len(strategies) + merged.index(label)
         # A panel per optimizer, a curve per strategy: the legend names strategies once for every panel.
-        series.append(plots.Series(
-            label=record.strategy, color_index=optimizers.index(record.optimizer),
-            style_index=strategies.index(record.strategy), epochs=tuple(float(e + 1) for e, _ in points),
-            losses=tuple(float(v) for _, v in points), failed=failed and record.status in FAILED_STATUSES,
-            panel=display_name(OPTIMIZERS, record.optimizer)))
+        series.append(plots.Series(label=label, color_index=optimizers.index(cells[0].first.optimizer),
+                                   style_index=style, epochs=epochs, losses=losses, failed=failed, panel=panel))
     records = [r for cell_runs in runs.values() for r in cell_runs.runs]
     floors = sorted({f for f in (as_number(r.loss_floor) for r in records) if f is not None})
     floor = floors[0] if len(floors) == 1 else None
@@ -76,6 +85,8 @@ def loss_curves_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optim
         notes.append("The seeds disagree on the loss floor (each draws its own data): no floor drawn.")
     else:
         notes.append("Loss floor unknown for this task: no floor drawn.")
+    if merged:
+        notes.append("'a ≡ b': those strategies' curves are identical to the last digit, so drawn once.")
     if empty:
         notes.append("No completed epoch: " + ", ".join(empty) + ".")
     caption = f"{name}: training loss per epoch, a panel per optimizer, a line per strategy"
@@ -109,18 +120,19 @@ def pareto_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optimizers
         if x is None or y is None:
             left_out.append(f"{short_label(record)} ({cell_runs.status})")
             continue
-        # The front minimises both axes: an accuracy (to maximise) is drawn negated.
+        # Drawn in its own units, up or down as the metric reads: the staircase joins the front either way.
         points.append(plots.Point(label=short_label(record), color_index=optimizers.index(record.optimizer),
-                                  style_index=strategies.index(record.strategy), x=x,
-                                  y=y if quality.goal == "min" else -y, on_front=record.cell in front))
-    axis = quality.label.lower() if quality.goal == "min" else f"minus {quality.label.lower()}"
-    caption = f"{name}: {axis} vs time per epoch (means over seeds)"
+                                  style_index=strategies.index(record.strategy), x=x, y=y,
+                                  on_front=record.cell in front))
+    unit = {"percent": " (%)", "loss": " (cross-entropy per target)"}.get(quality.unit, "")
+    better = "higher" if quality.goal == "max" else "lower"
+    axis = f"{quality.label.lower()}{unit}, {better} is better"
+    caption = f"{name}: {quality.label.lower()} vs time per epoch (means over seeds)"
     svg = plots.pareto_svg(points, title=caption, uid=f"{slug}-pareto", ylabel=axis,
                            colors_named=[display_name(OPTIMIZERS, o) for o in optimizers],
                            markers_named=list(strategies)) if points else None
     note = ("Ringed points joined by the staircase are Pareto-optimal: no other cell is both faster per epoch and "
-            "better on the test split." + (" Accuracy is drawn negated, so lower is better on both axes."
-                                           if quality.goal == "max" else ""))
+            f"better on the test split. Better is to the left and {'up' if quality.goal == 'max' else 'down'}.")
     if left_out:
         note += " Not plotted (failed or unmeasured): " + ", ".join(left_out) + "."
     front_text = tuple(

@@ -397,7 +397,7 @@ def _small_multiples(items: Sequence, panel_of) -> list[tuple[str, list]]:
 
 def pareto_svg(points: Sequence[Point], *, title: str, uid: str, ylabel: str = "final loss",
                colors_named: Sequence[str] = (), markers_named: Sequence[str] = ()) -> str:
-    """A quality (lower is better) against time per epoch, Pareto-optimal cells ringed and joined (paper Figure 4).
+    """A quality against time per epoch in their own units, Pareto-optimal cells ringed and joined (paper Figure 4).
 
     One marker series per strategy (a point's colour is its optimizer), so the plot holds a few series whatever
     the number of optimizers; the legend names colours and markers once. Only the Pareto-optimal points are
