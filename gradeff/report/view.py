@@ -167,6 +167,7 @@ class PeftView:
         ratios: checkpoint / standard ratios per backbone × method.
         budget_ratios: budget / standard ratios the same way (empty when no cell used the ``budget`` strategy).
         curves: held-out accuracy per epoch.
+        costs: accuracy against trainable parameters and against energy.
         pretraining: the one-off pretraining of each backbone.
         baselines: per dataset, the foundation-model baselines against the best fine-tuned cells.
         baselines_note: what the baselines are, or why there are none.
@@ -183,6 +184,7 @@ class PeftView:
     ratios: tuple[Table, ...]
     budget_ratios: tuple[Table, ...]
     curves: FigureView
+    costs: FigureView
     pretraining: Table
     baselines: tuple[BaselinesView, ...]
     baselines_note: str
