@@ -38,6 +38,7 @@ from gradeff.report import context, figures, tables
 from gradeff.report.answer import build_answer_view, build_real_view
 from gradeff.report.claims import build_claims_view
 from gradeff.report.memory import build_memory_view
+from gradeff.report.papers import PAPERS
 from gradeff.report.peft import build_peft_view
 from gradeff.report.render import TEMPLATE, jinja_environment, render_html
 from gradeff.report.view import (
@@ -71,6 +72,7 @@ def build_view(
     title: str = "gradeff report",
     generated_at: str | None = None,
     answer_options: AnswerOptions | None = None,
+    export: str = "",
 ) -> ReportView:
     """Turn records into the report's view model: a function of the *set* of records.
 
@@ -85,6 +87,8 @@ def build_view(
         sources: the results files read (for the overview).
         title: page title.
         generated_at: timestamp text; defaults to now (UTC).
+        export: the file name of the flat table written next to the page, which the appendix links to
+            (``""``: none; the appendix says how to write one).
 
     Returns:
         The view model, ready for :func:`render_html`.
@@ -121,6 +125,7 @@ def build_view(
     return ReportView(
         title=title,
         generated_at=generated_at or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        papers=PAPERS, export=export,
         sections=SECTIONS, section_by_id={section.id: section for section in SECTIONS},
         section_cells={section.id: tuple(r.cell for r in cells.values() if not section.studies
                                          or scope.study_of(r.first) in section.studies) for section in SECTIONS},
@@ -262,6 +267,9 @@ def write_report(
 ) -> Path:
     """Write the HTML report of ``records`` to ``path`` (a CSV table instead when ``path`` ends in ``.csv``).
 
+    Next to an HTML page goes its flat table of every cell, the page's name with ``.cells.csv``
+    (``report.cells.csv`` beside ``report.html``), linked from the page's appendix.
+
     This is what the pytest plugin calls at session end (``--gradeff-report PATH``) and what
     ``gradeff report`` runs.
 
@@ -288,6 +296,16 @@ def write_report(
         from gradeff.report.csv_export import write_csv
 
         return write_with(path, lambda handle: write_csv(records, handle))
+    records = list(records)
+    # Every cell's numbers go in a flat table beside the page, which the page links to: the page itself keeps the
+    # figures and the tables a reader looks at (under 500 KB for the default run, where every table inline was
+    # 1.4 MB). Named after the page with a suffix of its own, so that it never takes the name of a table the user
+    # keeps beside it (results.html, results.csv). The page first: a path that cannot be written is the one asked for.
+    export = Path(path).with_name(Path(path).stem + ".cells.csv")
     view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title,
-                      answer_options=answer_options)
-    return write_text(path, render_html(view, templates=templates))
+                      answer_options=answer_options, export=export.name)
+    written = write_text(path, render_html(view, templates=templates))
+    from gradeff.report.csv_export import write_csv
+
+    write_with(export, lambda handle: write_csv(records, handle))
+    return written

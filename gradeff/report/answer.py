@@ -10,6 +10,7 @@ marked where the best cell does not beat it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from gradeff.analysis import scope
@@ -43,6 +44,18 @@ ANSWER_RULES = (
 _REAL_METRICS = ("quality", "final_loss", "seconds_to_target", "epoch_seconds", "peak", "energy")
 
 
+# "against a; b; c; ..." (or "a, b, c"): the cells a verdict was held against. On a grid of 18 cells that list made
+# the Answer's table four screens tall; the page names how many, and the cell's tooltip keeps every name.
+_AGAINST = re.compile(r"against ((?:[^;,()]+?(?: \(identical\))?[;,] ){3,}[^;,()]+?(?: \(identical\))?)(?= \(|;|$)")
+_ITEM = re.compile(r"[;,] ")
+
+
+def _brief(text: str, css: str, sub: str = "") -> Cell:
+    """A verdict's cell: a list of more than three cells held against is counted, the full text in the tooltip."""
+    short = _AGAINST.sub(lambda m: f"against {len(_ITEM.split(m.group(1)))} other cells", text)
+    return Cell(text=short, sub=sub, css=css, title=text if short != text else "")
+
+
 def _row(line: AnswerLine) -> Row:
     cells = []
     for objective in ANSWER_OBJECTIVES:
@@ -52,9 +65,8 @@ def _row(line: AnswerLine) -> Row:
             continue
         outcome = found.ranking.outcome
         css = "text" + (" open" if outcome == OPEN else " equivalent" if outcome == EQUIVALENT else " best")
-        cells.append(Cell(text=verdict_text(found, line.labels), sub=found.metric.label, css=css))
-    use = Cell(text=use_text(line), css="text " + ("flag" if line.flagged else "best" if line.choice.decided
-                                                   else "open"))
+        cells.append(_brief(verdict_text(found, line.labels), css, sub=found.metric.label))
+    use = _brief(use_text(line), "text " + ("flag" if line.flagged else "best" if line.choice.decided else "open"))
     return Row(label=f"{line.subject}", cells=(Cell(text=line.title, css="text"), use, cells[0], _trivial_cell(line),
                                                *cells[1:], Cell(text="; ".join(line.notes) or "", css="text")))
 

@@ -81,6 +81,10 @@ def _row(record: CellRecord) -> dict[str, object]:
         if name in ("task", "parameters", "weights"):
             # Only the named fields: the rest of these mappings (task info, pretraining) is not tabular.
             row[column] = section.get(key) if isinstance(section, Mapping) else None
+    if isinstance(record.inference, Mapping):
+        # What the trained classifier costs to use and its NetScore family: the page's per-cell inference tables
+        # live here (its appendix links to this table), one column per field.
+        flatten("inference", record.inference, row)
     row |= dict(zip(_TRIVIAL_COLUMNS, _strongest_trivial(record), strict=True))
     for column in _PROVENANCE_COLUMNS:
         name, _, key = column.partition(".")

@@ -23,11 +23,11 @@ from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import as_number, format_loss, format_percent, format_value
 from gradeff.records.results import FAILED_STATUSES
-from gradeff.report import plots
+from gradeff.report import heat_noise, plots, scatter_plots
 from gradeff.report.view import FigureView, config_label, display_name, first_word, short_label
 
 __all__ = ["accuracy_curves_figure", "heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure",
-           "tradeoff_figure"]
+           "peft_costs_figure", "tradeoff_figure"]
 
 # The memory study's figure: colour and marker index per kind of strategy; other strategies follow.
 _STANDARD_STYLE, _KIND_STYLES = 0, {ma.ADAPTIVE: 3, ma.COMPILER: 4}
@@ -51,20 +51,29 @@ def loss_curves_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optim
     Returns:
         The figure; its note names cells without a completed epoch.
     """
-    series, empty = [], []
+    drawn: dict[tuple, list[CellRuns]] = {}  # (panel, epochs, losses, failed) → the cells drawing that very curve
+    empty = []
     for cell_runs in runs.values():
         record = cell_runs.first
         points = cell_runs.mean_series(lambda e: e.loss)
         if not points:
             empty.append(f"{short_label(record)} ({cell_runs.status})")
             continue
-        failed = not cell_runs.ok
+        failed = not cell_runs.ok and record.status in FAILED_STATUSES
+        key = (display_name(OPTIMIZERS, record.optimizer), tuple(float(e + 1) for e, _ in points),
+               tuple(float(v) for _, v in points), failed)
+        drawn.setdefault(key, []).append(cell_runs)
+    # Strategies that train the same steps (checkpointing recomputes, it does not change the loss) give the very
+    # same curve: drawn once, labelled "standard ≡ checkpoint", in a style of its own.
+    merged = list(dict.fromkeys(" ≡ ".join(c.first.strategy for c in cells) for cells in drawn.values()
+                                if len(cells) > 1))
+    series = []
+    for (panel, epochs, losses, failed), cells in drawn.items():
+        label = " ≡ ".join(c.first.strategy for c in cells)
+        style = strategies.index(cells[0].first.strategy) if len(cells) == 1 else len(strategies) + merged.index(label)
         # A panel per optimizer, a curve per strategy: the legend names strategies once for every panel.
-        series.append(plots.Series(
-            label=record.strategy, color_index=optimizers.index(record.optimizer),
-            style_index=strategies.index(record.strategy), epochs=tuple(float(e + 1) for e, _ in points),
-            losses=tuple(float(v) for _, v in points), failed=failed and record.status in FAILED_STATUSES,
-            panel=display_name(OPTIMIZERS, record.optimizer)))
+        series.append(plots.Series(label=label, color_index=optimizers.index(cells[0].first.optimizer),
+                                   style_index=style, epochs=epochs, losses=losses, failed=failed, panel=panel))
     records = [r for cell_runs in runs.values() for r in cell_runs.runs]
     floors = sorted({f for f in (as_number(r.loss_floor) for r in records) if f is not None})
     floor = floors[0] if len(floors) == 1 else None
@@ -76,6 +85,8 @@ def loss_curves_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optim
         notes.append("The seeds disagree on the loss floor (each draws its own data): no floor drawn.")
     else:
         notes.append("Loss floor unknown for this task: no floor drawn.")
+    if merged:
+        notes.append("'a ≡ b': those strategies' curves are identical to the last digit, so drawn once.")
     if empty:
         notes.append("No completed epoch: " + ", ".join(empty) + ".")
     caption = f"{name}: training loss per epoch, a panel per optimizer, a line per strategy"
@@ -109,18 +120,19 @@ def pareto_figure(slug: str, name: str, runs: Mapping[str, CellRuns], optimizers
         if x is None or y is None:
             left_out.append(f"{short_label(record)} ({cell_runs.status})")
             continue
-        # The front minimises both axes: an accuracy (to maximise) is drawn negated.
+        # Drawn in its own units, up or down as the metric reads: the staircase joins the front either way.
         points.append(plots.Point(label=short_label(record), color_index=optimizers.index(record.optimizer),
-                                  style_index=strategies.index(record.strategy), x=x,
-                                  y=y if quality.goal == "min" else -y, on_front=record.cell in front))
-    axis = quality.label.lower() if quality.goal == "min" else f"minus {quality.label.lower()}"
-    caption = f"{name}: {axis} vs time per epoch (means over seeds)"
+                                  style_index=strategies.index(record.strategy), x=x, y=y,
+                                  on_front=record.cell in front))
+    unit = {"percent": " (%)", "loss": " (cross-entropy per target)"}.get(quality.unit, "")
+    better = "higher" if quality.goal == "max" else "lower"
+    axis = f"{quality.label.lower()}{unit}, {better} is better"
+    caption = f"{name}: {quality.label.lower()} vs time per epoch (means over seeds)"
     svg = plots.pareto_svg(points, title=caption, uid=f"{slug}-pareto", ylabel=axis,
                            colors_named=[display_name(OPTIMIZERS, o) for o in optimizers],
                            markers_named=list(strategies)) if points else None
     note = ("Ringed points joined by the staircase are Pareto-optimal: no other cell is both faster per epoch and "
-            "better on the test split." + (" Accuracy is drawn negated, so lower is better on both axes."
-                                           if quality.goal == "max" else ""))
+            f"better on the test split. Better is to the left and {'up' if quality.goal == 'max' else 'down'}.")
     if left_out:
         note += " Not plotted (failed or unmeasured): " + ", ".join(left_out) + "."
     front_text = tuple(
@@ -172,15 +184,18 @@ def heatmap_figure(models: Sequence[str], runs_by_model: Mapping[str, Mapping[st
     measured = [k for k in _HEAT_METRICS if any(analysis.metric_value(r, k) is not None for r in records)]
     unmeasured = [METRICS[k].label for k in _HEAT_METRICS if k not in measured]
     note = ("Colour scaled per panel; darker is better (more utilization, less memory). Grey: n/a "
-            "(not run, not measured, or the cell failed). Means over seeds.")
+            "(not run, not measured, or the cell failed). Means over seeds. A panel is drawn only where its best "
+            f"and worst cells differ by more than the metric's noise: {heat_noise.noise_margin(METRICS['peak']).text} "
+            f"for memory, {heat_noise.noise_margin(METRICS['gpu_util']).text} for utilization (the Answer's margins).")
     if unmeasured:
         note += " Not measured in any cell, so not drawn: " + ", ".join(unmeasured) + "."
     caption = "Optimizer × strategy grid per model"
     if not measured:
         return FigureView(id="heatmap-grid", caption=caption, svg=None, note=note)
-    panels = []
+    panels, quiet = [], []
     for model in models:
         by_cell = {(r.first.optimizer, r.first.strategy): r for r in runs_by_model[model].values()}
+        model_records = [r for cell_runs in runs_by_model[model].values() for r in cell_runs.runs]
         row = []
         for key in measured:
             metric = METRICS[key]
@@ -190,11 +205,21 @@ def heatmap_figure(models: Sequence[str], runs_by_model: Mapping[str, Mapping[st
                 vals = [c.mean(metric) if c is not None and c.ok else None for c in cells]
                 values.append(tuple(vals))
                 texts.append(tuple(_heat_text(c, v, metric) for c, v in zip(cells, vals, strict=True)))
-            row.append(plots.HeatPanel(
-                title=f"{_shorten(first_word(display_name(MODELS, model)))}: {_HEAT_METRICS[key]}",
-                rows=tuple(optimizers_of[model]), columns=tuple(strategies), values=tuple(values), texts=tuple(texts),
-                higher_is_better=metric.goal == "max"))
-        panels.append(row)
+            title = f"{_shorten(first_word(display_name(MODELS, model)))}: {_HEAT_METRICS[key]}"
+            why = heat_noise.within_noise(metric, [v for row_values in values for v in row_values], model_records)
+            if why:
+                quiet.append(f"{title} ({why})")
+                continue
+            row.append(plots.HeatPanel(title=title, rows=tuple(optimizers_of[model]), columns=tuple(strategies),
+                                       values=tuple(values), texts=tuple(texts),
+                                       higher_is_better=metric.goal == "max"))
+        if row:
+            panels.append(row)
+    if quiet:
+        note += (" Not drawn, the differences being noise (their numbers are in the flat table of every cell): "
+                 + "; ".join(quiet) + ".")
+    if not panels:
+        return FigureView(id="heatmap-grid", caption=caption, svg=None, note=note)
     svg = plots.heatmap_grid_svg(panels, uid="heatmap-grid", title=caption)
     return FigureView(id="heatmap-grid", caption=caption, svg=Markup(svg), note=note)
 
@@ -251,6 +276,58 @@ def accuracy_curves_figure(groups: Mapping[tuple[str, str], Mapping[str, CellRun
         notes.append("No test accuracy: " + ", ".join(undrawn) + ".")
     svg = plots.accuracy_panels_svg(panels, title=caption, uid="peft-curves") if drawn else None
     return FigureView(id="peft-curves", caption=caption, svg=Markup(svg) if svg else None, note=" ".join(notes))
+
+
+def peft_costs_figure(groups: Mapping[tuple[str, str], Mapping[str, CellRuns]],
+                      strategy: str = "standard") -> FigureView:
+    """Test accuracy against trainable parameters and against energy (the PEFT paper's trade-offs): a row per
+    dataset, a point per backbone and method (colour: method, marker: backbone), means over seeds.
+
+    Args:
+        groups: ``(backbone, dataset)`` → its cells over their seeds.
+        strategy: the strategy whose cells are drawn (the others train the same parameters, more slowly).
+
+    Returns:
+        The figure; its note names the cells it could not place.
+    """
+    accuracy, energy = METRICS["heldout_accuracy"], METRICS["energy"]
+    models = analysis.order_keys((m for m, _ in groups), MODELS)
+    datasets = analysis.order_keys((d for _, d in groups), TASKS)
+    methods = analysis.order_keys((r.first.method for runs in groups.values() for r in runs.values()), METHODS)
+    rows, unplaced = [], []
+    for dataset in datasets:
+        by_params, by_energy = [], []
+        for model in models:
+            for cell_runs in groups.get((model, dataset), {}).values():
+                record = cell_runs.first
+                if record.strategy != strategy:
+                    continue
+                y = cell_runs.mean(accuracy)
+                params, joules = cell_runs.mean(peft_analysis.TRAINABLE), cell_runs.mean(energy)
+                if y is None or params is None or joules is None:
+                    unplaced.append(f"{record.cell} ({cell_runs.status})")
+                    continue
+                style = dict(y=y, color_index=methods.index(record.method), marker_index=models.index(model))
+                by_params.append(scatter_plots.ScatterPoint(x=params, **style))
+                by_energy.append(scatter_plots.ScatterPoint(x=joules, **style))
+        name = first_word(display_name(TASKS, dataset))
+        rows.append((scatter_plots.ScatterPanel(title=f"{name}: accuracy vs trainable parameters",
+                                                xlabel="trainable parameters", ylabel="test top-1 accuracy (%)",
+                                                points=tuple(by_params), log_x=True),
+                     scatter_plots.ScatterPanel(title=f"{name}: accuracy vs energy", xlabel="energy of the epochs (J)",
+                                                ylabel="test top-1 accuracy (%)", points=tuple(by_energy))))
+    caption = (f"Test top-1 accuracy against trainable parameters and against energy, strategy {strategy}: "
+               "a point per backbone and method (mean over seeds)")
+    drawn = any(panel.points for row in rows for panel in row)
+    svg = scatter_plots.scatter_panels_svg(
+        rows, title=caption, uid="peft-costs", colors_named=[display_name(METHODS, m) for m in methods],
+        markers_named=[display_name(MODELS, m) for m in models]) if drawn else None
+    note = ("Up and to the left is better: more accuracy for fewer trainable parameters or less energy. Colour: "
+            "the method; marker: the backbone. Energy as the records' meter gave it (see 'How each number was "
+            "measured').")
+    if unplaced:
+        note += " Not placed (no accuracy, parameter count or energy): " + ", ".join(unplaced) + "."
+    return FigureView(id="peft-costs", caption=caption, svg=Markup(svg) if svg else None, note=note)
 
 
 def _tradeoff_point(runs: CellRuns, reference: CellRuns) -> tuple[float, float] | None:

@@ -399,6 +399,7 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
         empty = Table(id="peft-pick-table", caption="", header=(), rows=())
         return PeftView(missing_note=MISSING_NOTE, tuned_note="", pick=empty, versus_full=(), groups=(), ratios=(),
                         budget_ratios=(), curves=FigureView(id="peft-curves", caption="", svg=None),
+                        costs=FigureView(id="peft-costs", caption="", svg=None),
                         pretraining=empty, baselines=(), baselines_note="", inference=(), ranking=(),
                         ranking_note="")
     records = peft.sort_peft(records)
@@ -423,6 +424,7 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
         budget_ratios=_ratio_tables(groups, tuned, "budget") if any(r.strategy == "budget" for r in tuned)
         else (),
         curves=figures.accuracy_curves_figure(groups),
+        costs=figures.peft_costs_figure(groups),
         pretraining=_pretraining_table(records),
         baselines=inference.baselines_views(tuned, baselines),
         baselines_note=BASELINES_NOTE if baselines else inference.BASELINES_MISSING_NOTE,

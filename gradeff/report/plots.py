@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from gradeff.report.svg_compact import compact_svg
+
 __all__ = [
     "Bar", "Curve", "CurvePanel", "DECADES_FOR_LOG", "HeatPanel", "MAX_SERIES", "Point", "Series", "TradeoffSeries",
     "TrendLevel", "TrendPoint", "accuracy_panels_svg", "heatmap_grid_svg", "loss_curves_svg", "memory_bars_svg",
@@ -395,7 +397,7 @@ def _small_multiples(items: Sequence, panel_of) -> list[tuple[str, list]]:
 
 def pareto_svg(points: Sequence[Point], *, title: str, uid: str, ylabel: str = "final loss",
                colors_named: Sequence[str] = (), markers_named: Sequence[str] = ()) -> str:
-    """A quality (lower is better) against time per epoch, Pareto-optimal cells ringed and joined (paper Figure 4).
+    """A quality against time per epoch in their own units, Pareto-optimal cells ringed and joined (paper Figure 4).
 
     One marker series per strategy (a point's colour is its optimizer), so the plot holds a few series whatever
     the number of optimizers; the legend names colours and markers once. Only the Pareto-optimal points are
@@ -690,6 +692,6 @@ def _to_svg(fig, uid: str, title: str) -> str:
     svg = _PROLOG.sub("", buffer.getvalue(), count=1)  # drop <?xml …?> and the DOCTYPE: invalid inside HTML
     # matplotlib numbers ids per figure (figure_1, axes_1, clip paths): prefix them so that several
     # figures in one page neither share nor clash.
-    svg = _ID_REFERENCES.sub(lambda m: f"{m.group(1)}{uid}-{m.group(2)}", svg)
+    svg = compact_svg(_ID_REFERENCES.sub(lambda m: f"{m.group(1)}{uid}-{m.group(2)}", svg))
     label = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     return svg.replace("<svg ", f'<svg role="img" aria-label="{label}" class="figure" ', 1)

@@ -26,6 +26,7 @@ from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import NA, as_number, format_loss, format_ratio, format_value
 from gradeff.records.results import SELF_TUNED, CellRecord, meter_field, record_field
+from gradeff.report.papers import cite
 from gradeff.report.view import (
     Cell,
     Row,
@@ -190,7 +191,7 @@ def grid_table(model_slug: str, name: str, metric: Metric, runs: Mapping[str, Ce
     """
     records = [r for cell_runs in runs.values() for r in cell_runs.runs]
     by_cell = {(r.first.optimizer, r.first.strategy): r for r in runs.values()}
-    paper = f" (paper {metric.paper})" if metric.paper else ""
+    paper = f" ({cite(metric.paper)})" if metric.paper else ""
     caption = f"{metric.label}{paper}"  # the model is the heading above
     table_id = f"{model_slug}-{metric.key}"
     if not any(analysis.metric_value(r, metric) is not None for r in records):
@@ -406,7 +407,7 @@ def ratio_tables(models: Sequence[str], optimizers: Sequence[str],
                 rows.append(Row(label=display_name(OPTIMIZERS, opt), cells=tuple(
                     ratio_cell(ratios.get((model, opt)), f"needs both {top} and {bottom} ok and measured on a seed")
                     for model in models)))
-            paper = " (paper Table 3)" if (top, key) == ("checkpoint", "final_loss") else ""
+            paper = f" ({cite('Table 3')})" if (top, key) == ("checkpoint", "final_loss") else ""
             caption = f"{label}: {display_name(STRATEGIES, top)} / {display_name(STRATEGIES, bottom)}{paper}"
             measured = any(r is not None for r in ratios.values())
             tables.append(Table(

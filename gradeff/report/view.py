@@ -17,6 +17,7 @@ from gradeff.analysis import meter_value
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord, meter_field
+from gradeff.report.papers import PEFT, Paper, cite
 from gradeff.specs.registry import Registry
 from gradeff.strategies import STRATEGIES
 
@@ -46,16 +47,19 @@ class Section:
 
 
 _MAIN = ("main",)
+# Figure-first: the Answer, then the figures a reader of the papers looks at first, open; every other section is
+# collapsed under its heading, and the full cell tables come last, in the appendix. The papers' Figure 1
+# (recommendations) is the Answer itself, so it has no section of its own.
 SECTIONS: tuple[Section, ...] = (
     Section("answer", "Answer", "", ("main", "peft", "real")),
+    Section("curves", "Training loss per epoch", cite("Figure 2"), _MAIN),
+    Section("pareto", "Test quality vs time: Pareto frontier", cite("Figure 4"), _MAIN),
+    Section("memory-time", "Memory vs time per strategy", cite("adaptive checkpointing", PEFT), ("memory",)),
+    Section("peft-figures", "Fine-tuning: accuracy vs cost", cite("PEFT methods", PEFT), ("peft",)),
     Section("overview", "Overview", ""),
-    Section("recommendations", "Recommendations", "Figure 1", _MAIN),
-    Section("best", "Best configuration per model", "Table 2", _MAIN),
-    Section("ratios", "Strategy ratios", "Table 3", _MAIN),
-    Section("tables", "Optimizer × strategy tables", "Tables 4–19", _MAIN),
-    Section("curves", "Loss curves", "Figure 2", _MAIN),
-    Section("heatmaps", "Utilization and memory heat maps", "Figure 3", _MAIN),
-    Section("pareto", "Test quality vs time per epoch: Pareto frontier", "Figure 4", _MAIN),
+    Section("best", "Best configuration per model", cite("Table 2"), _MAIN),
+    Section("ratios", "Strategy ratios", cite("Table 3"), _MAIN),
+    Section("heatmaps", "Utilization and memory heat maps", cite("Figure 3"), _MAIN),
     Section("memory", "Memory breakdown", "", _MAIN),
     Section("peft", "Fine-tuning methods (PEFT study)", "", ("peft", "baselines")),
     Section("memory-strategies", "Memory strategies (peak memory vs time)", "", ("memory", "peft")),
@@ -65,6 +69,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("skipped-lines", "Unreadable lines", ""),
     Section("environment", "Environment", ""),
     Section("methods", "How each number was measured", ""),
+    Section("tables", "Appendix: every cell", cite("Tables 4–19"), ("main", "peft", "baselines")),
 )
 
 
@@ -167,6 +172,7 @@ class PeftView:
         ratios: checkpoint / standard ratios per backbone × method.
         budget_ratios: budget / standard ratios the same way (empty when no cell used the ``budget`` strategy).
         curves: held-out accuracy per epoch.
+        costs: accuracy against trainable parameters and against energy.
         pretraining: the one-off pretraining of each backbone.
         baselines: per dataset, the foundation-model baselines against the best fine-tuned cells.
         baselines_note: what the baselines are, or why there are none.
@@ -183,6 +189,7 @@ class PeftView:
     ratios: tuple[Table, ...]
     budget_ratios: tuple[Table, ...]
     curves: FigureView
+    costs: FigureView
     pretraining: Table
     baselines: tuple[BaselinesView, ...]
     baselines_note: str
@@ -318,12 +325,16 @@ class ReportView:
     ``main_note`` is the one line the main study's sections show instead of their content when
     no record belongs to it (``""`` otherwise); ``peft`` is the PEFT study's section and
     ``memory_strategies`` the memory study's; ``real`` the real-data grid's; ``claims`` the papers' claims as
-    measured, per study; ``answer`` the first section. ``section_cells`` maps each section's id to the cells
-    whose records it was built from (its studies' only: see :attr:`Section.studies`).
+    measured, per study; ``answer`` the first section; ``papers`` the two papers reproduced (``main``, ``peft``);
+    ``export`` the name of the flat table of every cell written next to the page (``""``: none written).
+    ``section_cells`` maps each section's id to the cells whose records it was built from (its studies' only: see
+    :attr:`Section.studies`).
     """
 
     title: str
     generated_at: str
+    papers: Mapping[str, Paper]
+    export: str
     sections: tuple[Section, ...]
     section_by_id: Mapping[str, Section]
     section_cells: Mapping[str, tuple[str, ...]]

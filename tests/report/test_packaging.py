@@ -131,7 +131,7 @@ def test_wheel_ships_the_templates_and_renders_from_them(source_copy, results, t
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert Path(ran.stdout.strip()) == (unpacked / "gradeff" / "report" / "templates").resolve()
     html = out.read_text(encoding="utf-8")
-    assert html.startswith("<!DOCTYPE html>") and 'id="recommendations"' in html and "<svg" in html
+    assert html.startswith("<!DOCTYPE html>") and 'id="answer"' in html and "<svg" in html
     print(f"wheel built, unpacked and rendered in {time.perf_counter() - started:.1f} s")
 
 
@@ -157,7 +157,7 @@ def test_editable_install_renders_the_source_tree_templates(source_copy, results
                          env=_clean_env(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert Path(ran.stdout.strip()) == (source_copy / "reports" / "templates").resolve()
-    assert 'id="recommendations"' in out.read_text(encoding="utf-8")
+    assert 'id="answer"' in out.read_text(encoding="utf-8")
 
     # Another checkout run in place with that environment (its code first on sys.path) renders its own
     # templates, not those the editable install maps.

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gradeff.report import SECTIONS, write_report
+from tests.report.test_report_memory import llm_cells, memory_record  # noqa: F401  (fixtures)
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT_COPY = Path("/tmp/gradeff-report.png")
@@ -61,8 +62,8 @@ def test_report_loads_in_chromium_with_every_section(grid_records, make_record, 
     parsed.feed(dom)
     missing = {s.id for s in SECTIONS} - parsed.ids
     assert not missing, f"sections missing from the DOM: {missing}"
-    assert {"heatmap-grid", "m2-llm-curves", "m2-llm-pareto", "m2-llm-memory", "best-loss"} <= parsed.ids
-    assert parsed.svgs >= 13
+    assert {"heatmap-grid", "m2-llm-curves", "m2-llm-pareto", "best-loss"} <= parsed.ids
+    assert parsed.svgs >= 9
     assert "<script>alert" not in dom
     assert console == []
     assert _png_size(screenshot) == (1280, 4000) and screenshot.stat().st_size > 50_000
@@ -122,8 +123,13 @@ def test_hostile_names_and_non_finite_values_render_safely(grid_records, make_re
     layout = json.loads(re.search(r'<pre id="layout-probe">(.*?)</pre>', dom).group(1).replace("&quot;", '"'))
     assert layout["offscreen"] == 0 and layout["pageWidth"] <= layout["window"], layout
     assert re.search(r'<th scope="row" title="x{10000}[^"]*">', dom)  # the full name on hover
-    assert re.search(r'<td class="nonfinite" title="measured, but not a finite number[^"]*">NaN</td>', dom)
-    assert re.search(r'<td class="nonfinite" title="measured, but not a finite number[^"]*">inf</td>', dom)
+    # The per-model tables are the flat table's now (the page links it): the view still reads them "NaN" / "inf".
+    from gradeff.report import build_view
+
+    cells = [c for m in build_view(records).models for t in m.tables for row in t.rows for c in row.cells]
+    assert any(c.text == "NaN" and c.css == "nonfinite" and c.title.startswith("measured, but not a finite number")
+               for c in cells)
+    assert any(c.text == "inf" and c.css == "nonfinite" for c in cells)
 
 
 # Measures what a reader sees before scrolling or expanding anything: where the Answer's first table starts,
@@ -174,3 +180,106 @@ def test_first_screen_shows_the_answer_without_horizontal_overflow(grid_records,
                    capture_output=True, timeout=120, check=True)
     assert _png_size(shot) == (width, 900)
     shutil.copyfile(shot, Path(f"/tmp/gradeff-report-first-screen-{width}.png"))  # a stable place to look at it
+
+
+# What a reader gets before clicking anything: each figure shown (not in a closed <details>) with its size and
+# position, the tables shown outside the appendix, and, in every shown figure's SVG, the pairs of texts whose
+# rendered boxes overlap (the browser's own layout of the text, not a prediction of it).
+_FIGURES_PROBE = """<script>
+window.addEventListener('load', () => {
+  const figures = [...document.querySelectorAll('figure')].map((f) => {
+    const svg = f.querySelector('svg');
+    const box = svg ? svg.getBoundingClientRect() : null;
+    return {id: f.id, shown: f.checkVisibility(), top: box && box.top + window.scrollY, width: box && box.width,
+            height: box && box.height};
+  });
+  const appendix = document.getElementById('tables');
+  const tables = [...document.querySelectorAll('table')].filter((t) => !appendix.contains(t)).length;
+  const overlaps = [];
+  for (const svg of document.querySelectorAll('figure svg')) {
+    if (!svg.checkVisibility()) continue;
+    const boxes = [...svg.querySelectorAll('text')].filter((t) => t.textContent.trim())
+      .map((t) => [t.textContent, t.getBoundingClientRect()]);
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+      const [a, p] = boxes[i], [b, q] = boxes[j];
+      const x = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+      const y = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+      if (x > 1 && y > 1) overlaps.push([svg.closest('figure').id, a, b]);
+    }
+  }
+  const probe = document.createElement('pre');
+  probe.id = 'figures-probe';
+  probe.textContent = JSON.stringify({figures, tables, overlaps, screen: window.innerHeight});
+  document.body.appendChild(probe);
+});
+</script>"""
+
+# The default run's page was 1.40 MB with every table inline; the figure-first page must stay under this.
+MAX_PAGE_BYTES = 500_000
+# Tables in the page outside the collapsed appendix (the default run's page had 162 in all).
+MAX_PAGE_TABLES = 40
+
+
+def _probe_figures(page: Path, tmp_path: Path) -> dict:
+    import json
+    import re
+
+    probed = tmp_path / "figures-probe.html"
+    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", _FIGURES_PROBE + "</body>"),
+                      encoding="utf-8")
+    args = [str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'chromium-figures'}", "--enable-logging=stderr",
+            "--v=0", "--window-size=1280,900", "--dump-dom", probed.as_uri()]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not [line for line in proc.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    return json.loads(re.search(r'<pre id="figures-probe">(.*?)</pre>', proc.stdout).group(1).replace("&quot;", '"'))
+
+
+def _full_grid(grid_records, make_peft_record, memory_cells) -> list:
+    """Every cell of the default run: the main grid, the PEFT grid (4 backbones × 5 methods × 3 strategies × 2
+    datasets, accuracies and costs that differ by method) and the memory study."""
+    methods = {"full": (0.55, 0.70, 100_000, 12.0), "lora": (0.50, 0.66, 2_000, 10.0),
+               "adalora": (0.48, 0.65, 2_500, 10.5), "qlora": (0.47, 0.64, 2_000, 8.5),
+               "bitfit": (0.45, 0.61, 400, 8.0)}
+    peft = [make_peft_record(model=backbone, method=method, strategy=strategy, dataset=dataset,
+                             accuracies=(first - 0.03 * b, last - 0.03 * b), trainable=trainable * (b + 1),
+                             total=100_000 * (b + 1), joules=joules * (1.3 if strategy == "checkpoint" else 1.0))
+            for b, backbone in enumerate(("vit_s", "tinyvit", "vim_s", "mambavision_t"))
+            for method, (first, last, trainable, joules) in methods.items()
+            for strategy in ("standard", "checkpoint", "budget") for dataset in ("cifar100", "dtd")]
+    return [*grid_records, *peft, *memory_cells]
+
+
+def test_figures_are_open_and_the_page_is_small(grid_records, make_peft_record, llm_cells, tmp_path):  # noqa: F811
+    """The default run's full grid: the loss curves, Pareto fronts, memory vs time and PEFT cost figures are shown
+    without a click, right after the Answer and drawn at a readable size; no two texts of a shown figure overlap as
+    rendered; at most 40 tables outside the appendix; the page under 500 KB, its cells' numbers in the flat table
+    it links to."""
+    page = write_report(_full_grid(grid_records, make_peft_record, llm_cells), tmp_path / "report.html",
+                        sources=["results.jsonl"])
+    size = page.stat().st_size
+    assert size < MAX_PAGE_BYTES, size
+    assert (tmp_path / "report.cells.csv").stat().st_size > 10_000  # every cell's numbers, linked from the appendix
+    seen = _probe_figures(page, tmp_path)
+    shown = {f["id"]: f for f in seen["figures"] if f["shown"]}
+    first = {"m0-vit-curves", "m2-llm-curves", "m0-vit-pareto", "m3-vlm-pareto", "peft-costs", "peft-curves"}
+    assert first <= set(shown), sorted(shown)
+    assert any(key.endswith("-tradeoff") for key in shown), sorted(shown)
+    assert all(f["width"] > 400 and f["height"] > 150 for f in shown.values()), shown
+    # Shown first: every open figure comes before the first collapsed section's figures (the heat maps).
+    hidden = [f for f in seen["figures"] if not f["shown"]]
+    assert hidden and all(f["id"] == "heatmap-grid" for f in hidden), hidden
+    assert min(f["top"] for f in shown.values()) < 4 * seen["screen"], shown  # within the first screens
+    assert seen["overlaps"] == [], seen["overlaps"][:10]
+    assert 0 < seen["tables"] <= MAX_PAGE_TABLES, seen["tables"]
+
+
+def test_overlap_probe_catches_overprinted_svg_text(tmp_path):
+    """Control: two labels written at the same place in a shown figure are reported by the same probe."""
+    page = tmp_path / "overprinted.html"
+    page.write_text('<!DOCTYPE html><section id="tables"></section><figure id="f"><svg width="300" height="100">'
+                    '<text x="10" y="50">adam/standard</text><text x="14" y="52">sgd/checkpoint</text>'
+                    '<text x="200" y="90">apart</text></svg></figure></body>', encoding="utf-8")
+    seen = _probe_figures(page, tmp_path)
+    assert seen["overlaps"] == [["f", "adam/standard", "sgd/checkpoint"]]
+    assert [f["shown"] for f in seen["figures"]] == [True]

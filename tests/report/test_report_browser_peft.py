@@ -96,7 +96,8 @@ def run_records(tmp_path_factory):
 
 
 def test_peft_section_renders_inference_netscore_and_claims_in_chromium(run_records, tmp_path):
-    """The real run's report: inference, ranking, baselines and claims tables in the DOM, estimates labelled."""
+    """The real run's report: baselines and claims tables in the DOM; each cell's inference cost and ranking (the
+    view's tables, columns as the page would hide them; the page links them as its flat table) estimates labelled."""
     records, _ = run_records
     assert [r.status for r in records] == ["ok"] * 4, [r.detail for r in records]
     assert all(r.inference.get("scores") for r in records)
@@ -104,7 +105,15 @@ def test_peft_section_renders_inference_netscore_and_claims_in_chromium(run_reco
     dom, console = _open(page, tmp_path)
     assert console == []
     parsed = _Tables(dom)
-    assert {"peft", "claims", "peft-inference", "peft-ranking", "peft-baselines"} <= parsed.ids
+    assert {"peft", "claims", "peft-ranking", "peft-baselines"} <= parsed.ids
+    # Each cell's inference cost and ranking scores: out of the page (in the flat table it links), in the view.
+    from gradeff.report import build_view
+    from gradeff.report.columns import hide_unmeasured_everywhere
+
+    shown = hide_unmeasured_everywhere(build_view(records))
+    parsed.tables |= {t.id: [(r.label, [(c.text, c.sub, c.css) for c in r.cells]) for r in t.rows]
+                      for t in (*shown.peft.inference, *shown.peft.ranking)}
+    assert "p0-vit_s-dtd-inference" not in dom and "inference.scores" in dom
 
     by_label = {"Full fine-tuning + standard": records[0], "LoRA + standard": records[1],
                 "Linear probe (head only, frozen features)": records[2], "Zero-shot (no training)": records[3]}

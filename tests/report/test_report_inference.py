@@ -228,8 +228,10 @@ def test_baselines_stand_apart_from_the_fine_tuning_tables(tuned, baseline):
     html = render_html(view)
     section = html.split('<section class="top" id="peft">', 1)[1].split("</section>", 1)[0]
     assert 'id="peft-baselines-0-cifar100-table"' in section and "scores at chance by construction" in section
-    tables = section.split('id="peft-tables"', 1)[1]
-    assert "CLIP" not in tables and "Zero-shot" not in tables
+    appendix = html.split('<section class="top" id="tables">', 1)[1].split("</section>", 1)[0]
+    # The method × strategy tables are the fine-tuning cells' (in the flat table behind the appendix's link).
+    assert all("CLIP" not in row.label for group in peft.groups for t in group.tables for row in t.rows)
+    assert "CLIP" not in appendix and "Zero-shot" not in appendix
 
 
 def test_a_random_linear_probe_is_not_called_a_finding(baseline, tuned):
@@ -243,11 +245,20 @@ def test_a_random_linear_probe_is_not_called_a_finding(baseline, tuned):
 
 def test_only_baselines_render_without_fine_tuning_parts(baseline):
     """With baselines alone, the fine-tuning parts give one note and the baselines and scores still show."""
-    view = build_view([baseline(model="dinov2", method="linear_probe", accuracy=0.4, source="pretrained")])
+    records = [baseline(model="dinov2", method="linear_probe", accuracy=0.4, source="pretrained")]
+    view = build_view(records)
     assert view.peft.tuned_note and view.peft.groups == () and len(view.peft.baselines) == 1
+    from gradeff.report.csv_export import csv_table
+
+    header, rows = csv_table(records)  # the flat table the page links: each cell's inference cost and scores
+    latency = rows[0][header.index("inference.latency_s")]
+    assert latency == repr(records[0].inference["latency_s"]) and "inference.energy_per_image_j" in header
     html = render_html(view)
     assert view.peft.tuned_note in html and 'id="peft-pick-table"' not in html
-    assert 'id="b0-dinov2-cifar100-inference"' in html and 'id="peft-ranking-0-cifar100"' in html
+    # Each cell's inference cost and ranking scores are in the view, and in the page's flat table of every cell.
+    assert [t.id for t in view.peft.inference] == ["b0-dinov2-cifar100-inference"]
+    assert [t.id for t in view.peft.ranking][:1] == ["peft-ranking-0-cifar100"]
+    assert "inference.scores" in html and 'id="peft-baselines-0-cifar100-table"' in html
 
 
 def test_overview_and_methods_name_inference_netscore_and_claims(tuned):

@@ -400,12 +400,12 @@ def test_mixed_results_file_of_three_grids_renders(llm_cells, memory_record, mak
     self_contained_page(html)
     assert "<script" not in without_own_script(html).lower() and "&lt;script&gt;" in html
     assert "@import" not in html and "url(http" not in html and "<?xml" not in html
-    # The main study's 13 figures, the PEFT curves, and one per memory-study model with a standard cell (3).
-    assert html.count("<svg ") == 4 * 3 + 1 + 1 + 3
+    # The main study's 9 figures, the PEFT study's 2, and one per memory-study model with a standard cell (3).
+    assert html.count("<svg ") == 4 * 2 + 1 + 2 + 3
     memory = _section(html, "memory-strategies")
     assert "Llama-3.2-1B-style decoder" in memory and "ViT-S/16" in memory and "adaptive at 60 %" in memory
     assert "PEFT study: budget against standard" in memory and "ViT-S/16: adaptive (budget 10.0 MiB)" in memory
-    for section in ("tables", "pareto", "recommendations"):
+    for section in ("tables", "pareto", "curves"):
         assert "budget60" not in _section(html, section) and "compile_budget" not in _section(html, section)
     assert "budget60" not in _section(html, "peft")
     assert [s.id for s in SECTIONS].index("memory-strategies") == [s.id for s in SECTIONS].index("peft") + 1

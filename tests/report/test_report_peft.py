@@ -87,7 +87,7 @@ def test_only_peft_records_leave_main_sections_with_a_note(peft_cells):
     view = build_view(peft_cells)
     assert view.main_note == MAIN_MISSING_NOTE and view.models == ()
     html = render_html(view)
-    for section in ("recommendations", "best", "ratios", "tables", "curves", "heatmaps", "pareto", "memory"):
+    for section in ("best", "ratios", "curves", "heatmaps", "pareto", "memory"):
         body = html.split(f'<section class="top" id="{section}">', 1)[1].split("</section>", 1)[0]
         assert MAIN_MISSING_NOTE in body and "<table" not in body and "<svg" not in body, section
     assert 'id="peft-pick-table"' in html
@@ -264,10 +264,12 @@ def test_mixed_render_passes_the_html_checks(grid_records, peft_cells, peft_reco
     html = path.read_text(encoding="utf-8")
     self_contained_page(html)
     assert "<script" not in without_own_script(html).lower() and "&lt;script&gt;" in html
-    assert html.count("<svg ") == 4 * 3 + 1 + 1  # the main study's figures + the PEFT accuracy curves
+    # The main study's figures (curves and Pareto per model, heat maps) + the PEFT accuracy curves and its costs.
+    assert html.count("<svg ") == 4 * 2 + 1 + 2
     peft = html.split('<section class="top" id="peft">', 1)[1].split("</section>", 1)[0]
     assert "Which method to pick" in peft and "vit_s / cifar100" in peft and "72.0 %" in peft
-    main = html.split('<section class="top" id="tables">', 1)[1].split("</section>", 1)[0]
+    # The appendix: the main study's part holds none of the PEFT study's cells (those follow under their heading).
+    main = html.split('<section class="top" id="tables">', 1)[1].split('id="peft-versus-full"', 1)[0]
     assert "vit_s" not in main and "LoRA" not in main
     assert not re.search(r">0(\.0+)? ?(%|J|B|ms|s|MiB|GiB)<", re.sub(r"<svg.*?</svg>", "", peft, flags=re.S))
 

@@ -60,8 +60,10 @@ def test_each_section_reads_its_own_studys_cells(tmp_path):
         append_record(path, record)
     view = build_view(read_records(path), generated_at="now")
     cells = {section: set(found) for section, found in view.section_cells.items()}
-    for section in ("recommendations", "best", "ratios", "tables", "curves", "heatmaps", "pareto", "memory"):
+    for section in ("best", "ratios", "curves", "heatmaps", "pareto", "memory"):
         assert cells[section] == MAIN, section
+    assert cells["tables"] == MAIN | PEFT | BASELINES and cells["memory-time"] == MEMORY
+    assert cells["peft-figures"] == PEFT
     assert cells["real"] == REAL and cells["peft"] == PEFT | BASELINES
     assert cells["memory-strategies"] == MEMORY | PEFT and cells["claims"] == MAIN | PEFT | BASELINES
     assert cells["answer"] == MAIN | PEFT | REAL
@@ -73,7 +75,7 @@ def test_each_section_reads_its_own_studys_cells(tmp_path):
     loss = next(t for t in vit.tables if t.id.endswith("-heldout_accuracy"))
     assert [r.label for r in loss.rows] == ["SGD", "Adam"] and loss.header == ("optimizer", "standard", "checkpoint")
     html = render_html(view)
-    for section in ("recommendations", "best", "ratios", "tables", "curves", "pareto", "memory"):
+    for section in ("best", "ratios", "curves", "pareto", "memory"):
         body = _section(html, section)
         assert "digits" not in body and "pydoc" not in body and "budget40" not in body, section
     assert "vit-adamw-digits" in _section(html, "real") and "vit_s-lora" not in _section(html, "real")
@@ -109,7 +111,9 @@ def test_the_page_is_a_function_of_the_set_of_records(seeds, tmp_path):
     assert render_html(build_view(both, generated_at="t")) == reference
     page = write_report(both[::-1], tmp_path / "r.html").read_text(encoding="utf-8")
     stamp = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
-    assert stamp.sub("", page) == stamp.sub("", render_html(build_view(records)))
+    # The page written to disk links its flat table, r.cells.csv, written beside it.
+    assert stamp.sub("", page) == stamp.sub("", render_html(build_view(records, export="r.cells.csv")))
+    assert (tmp_path / "r.cells.csv").read_text(encoding="utf-8").startswith("cell,model,")
 
 
 def test_a_rerun_is_chosen_by_time_not_by_reading_order():

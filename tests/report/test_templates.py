@@ -68,7 +68,7 @@ def test_a_user_template_replaces_the_packaged_one_of_its_name(grid_records, she
                         templates=shell_folder).read_text(encoding="utf-8")
     assert '<p class="custom-shell">&lt;b&gt;mine&lt;/b&gt;</p>' in html  # autoescape holds for user templates
     assert PACKAGED_STYLE not in html
-    assert 'id="recommendations"' in html and "<table" in html  # the packaged report.html.j2 and its macros
+    assert 'id="answer"' in html and "<table" in html  # the packaged report.html.j2 and its macros
     plain = render_html(build_view(grid_records))
     assert PACKAGED_STYLE in plain and "custom-shell" not in plain
 
