@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 from gradeff.analysis import metrics
 from gradeff.analysis.answer import AnswerOptions, answer
+from gradeff.analysis.answer_brief import key_line
 from gradeff.analysis.runs import canonical
 from gradeff.analysis.trivial import baseline_text, strongest_baseline
-from gradeff.pytest.answer_brief import brief_lines, key_line
+from gradeff.pytest.answer_brief import brief_lines
 from gradeff.pytest.fitting import DEFAULT_WIDTH, ID_WIDTH, fit_table, wrap
 from gradeff.records.formatting import as_number, format_value
 from gradeff.records.results import CellRecord, meter_field, record_field, record_section
@@ -245,7 +246,8 @@ def answer_lines(records: Iterable[CellRecord], options: AnswerOptions | None = 
     found = answer(records, options)
     if not found:
         return []
-    return [*wrap(key_line(found), width), *(text for line in found for text in brief_lines(line, width))]
+    key = f"answer — {key_line(found)}; in full: the report"
+    return [*wrap(key, width), *(text for line in found for text in brief_lines(line, width))]
 
 
 def _protocol_lines(records: list[CellRecord]) -> list[str]:

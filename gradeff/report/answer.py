@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from gradeff.analysis import scope
 from gradeff.analysis.answer import AnswerLine, AnswerOptions, answer, line_text, trivial_text, use_text, verdict_text
+from gradeff.analysis.answer_brief import key_line, state_phrase, use_phrase
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, OBJECTIVE_TITLES
 from gradeff.analysis.pairing import EQUIVALENT, OPEN
 from gradeff.analysis.runs import by_cell
@@ -79,6 +80,22 @@ def _trivial_cell(line: AnswerLine) -> Cell:
     return Cell(text=trivial_text(line), css="text flag" if line.flagged else "text")
 
 
+# Cells a brief list names before it counts the rest: the brief is what a reader acts on; the full table names all.
+_BRIEF_NAMED = 1
+
+
+def _brief_table(study: str, index: int, lines: Sequence[AnswerLine]) -> Table:
+    """The study's Answer in brief, as the terminal words it: a row per model with the cell to use and why, then
+    what is decided and what is still open (the seeds that would decide it). The notes are the full table's."""
+    rows = tuple(Row(label=line.subject, cells=(
+        # What ran is the tooltip here, and a column of the full table and the figures' headings.
+        Cell(text=use_phrase(line, _BRIEF_NAMED), title=line.title,
+             css="text " + ("flag" if line.flagged else "best" if line.choice.decided else "open")),
+        Cell(text=state_phrase(line, _BRIEF_NAMED, notes=False), css="text"))) for line in lines)
+    return Table(id=html_id(study, index, prefix="brief-"), caption=scope.STUDIES[study].title,
+                 header=("subject", "use this", "decided and open"), rows=rows, note=key_line(lines))
+
+
 def build_answer_view(records: Sequence[CellRecord], options: AnswerOptions | None = None) -> AnswerView:
     """The Answer section from every record of the report (each study's lines read its own records)."""
     lines = answer(records, options)
@@ -89,7 +106,8 @@ def build_answer_view(records: Sequence[CellRecord], options: AnswerOptions | No
                       header=("subject", "what ran", "use this", OBJECTIVE_TITLES[ANSWER_OBJECTIVES[0]],
                               "best trivial", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES[1:]), "note"),
                       rows=tuple(_row(line) for line in mine))
-        groups.append(AnswerGroupView(id=f"answer-{study}", title=scope.STUDIES[study].title, table=table,
+        groups.append(AnswerGroupView(id=f"answer-{study}", title=scope.STUDIES[study].title,
+                                      brief=_brief_table(study, index, mine), table=table,
                                       lines=tuple(line_text(line) for line in mine)))
     return AnswerView(groups=tuple(groups), missing_note="" if groups else ANSWER_MISSING_NOTE, rules=ANSWER_RULES)
 

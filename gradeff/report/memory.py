@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from gradeff import analysis
-from gradeff.analysis import METRICS, Metric
+from gradeff.analysis import METRICS, Metric, naming
 from gradeff.analysis import memory as ma
 from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.pairing import PairedRatio
@@ -428,13 +428,15 @@ def memory_methods(records: Sequence[CellRecord]) -> tuple[tuple[str, str], ...]
 # The section -------------------------------------------------------------------------------------------
 
 
-def _group_titles(keys: Sequence[ma.GroupKey]) -> dict[ma.GroupKey, str]:
-    # The model's name, and the other axes only where one model has groups that differ in them (each
-    # model trains on its own dataset: naming it would tell nothing).
+def _group_titles(groups: Mapping[ma.GroupKey, Mapping[str, CellRuns]]) -> dict[ma.GroupKey, str]:
+    # What ran (its shape, start and size), and the other axes only where one model has groups that differ in them
+    # (each model trains on its own dataset: naming it would tell nothing).
+    keys = list(groups)
     models = {k.model for k in keys}
     varying = [axis for axis in ("optimizer", "method", "dataset")
                if any(len({getattr(k, axis) for k in keys if k.model == model}) > 1 for model in models)]
-    return {key: " · ".join([display_name(MODELS, key.model), *(getattr(key, axis) for axis in varying)])
+    return {key: " · ".join([naming.what_ran(next(iter(groups[key].values())).first),
+                             *(getattr(key, axis) for axis in varying)])
             for key in keys}
 
 
@@ -462,7 +464,7 @@ def build_memory_view(records: Sequence[CellRecord], peft_records: Sequence[Cell
         return MemoryView(missing_note=MISSING_NOTE, groups=(), claims=(), peft_claims=peft_claims,
                           peft_note=peft_note, methods=methods)
     groups = ma.group_cells(ma.sort_memory(records))
-    titles = _group_titles(list(groups))
+    titles = _group_titles(groups)
     views, claims_by_group = [], {}
     for index, (key, runs) in enumerate(groups.items()):
         slug = html_id("-".join(key), index, prefix="ms")

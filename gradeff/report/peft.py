@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gradeff import analysis
 from gradeff.analysis import METRICS, Metric, naming, peft
-from gradeff.analysis.answer import sanity_accuracy, verdict_text
-from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, quality_metric
+from gradeff.analysis.answer import sanity_accuracy
+from gradeff.analysis.metrics import quality_metric
 from gradeff.analysis.runs import CellRuns, by_cell
-from gradeff.analysis.verdicts import ESTIMATE_FOLLOWS_TIME, verdict
 from gradeff.data import TASKS
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
@@ -215,33 +214,6 @@ def _group_summary(runs: Mapping[str, CellRuns]) -> str:
             + f"; starting weights: {weights}; training / test samples: {samples}")
 
 
-def _labels(runs: Mapping[str, CellRuns]) -> dict[str, str]:
-    return {cell: f"{r.first.method}/{r.first.strategy}" for cell, r in runs.items()}
-
-
-def _pick_table(groups: Mapping[tuple[str, str], Mapping[str, CellRuns]]) -> Table:
-    rows = []
-    for (model, dataset), runs in groups.items():
-        cells = []
-        for objective in ANSWER_OBJECTIVES:
-            found = verdict(runs, objective)
-            if found.ranking is None:
-                # An estimate of energy is no gap in the data: it follows time, and says so.
-                estimate = found.reason == ESTIMATE_FOLLOWS_TIME
-                cells.append(Cell(text=found.reason if estimate else NA, css="text" if estimate else "na",
-                                  title=found.reason))
-                continue
-            cells.append(Cell(text=verdict_text(found, _labels(runs)), css="text", sub=found.metric.label))
-        rows.append(Row(label=_group_label(model, dataset), cells=tuple(cells)))
-    return Table(id="peft-pick-table", caption="Which method and strategy to use, per backbone, dataset and goal",
-                 header=("backbone · dataset", *(OBJECTIVE_TITLES[o] for o in ANSWER_OBJECTIVES)), rows=tuple(rows),
-                 note="The same verdicts as the Answer: only seeds that ended ok compete; cells are compared with the "
-                      "best seed by seed: winner (separated, paired t-test, Holm), equivalent (within the "
-                      "question's margin, two one-sided tests) or open; identical: the same numbers on every "
-                      "seed. Quality: test "
-                      "top-1; speed and energy: to the target test loss; memory: the live-tensor peak of a step.")
-
-
 def _versus_row(versus: peft.Versus) -> Row:
     runs, reference = versus.runs, versus.reference
     if not runs.ok:
@@ -397,7 +369,7 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
     """
     if not records:
         empty = Table(id="peft-pick-table", caption="", header=(), rows=())
-        return PeftView(missing_note=MISSING_NOTE, tuned_note="", pick=empty, versus_full=(), groups=(), ratios=(),
+        return PeftView(missing_note=MISSING_NOTE, tuned_note="", versus_full=(), groups=(), ratios=(),
                         budget_ratios=(), curves=FigureView(id="peft-curves", caption="", svg=None),
                         costs=FigureView(id="peft-costs", caption="", svg=None),
                         pretraining=empty, baselines=(), baselines_note="", inference=(), ranking=(),
@@ -414,7 +386,6 @@ def build_peft_view(records: Sequence[CellRecord]) -> PeftView:
     return PeftView(
         missing_note="",
         tuned_note="" if tuned else TUNED_MISSING_NOTE,
-        pick=_pick_table(groups),
         versus_full=tuple(_versus_table(slugs[key], titles[key], runs) for key, runs in groups.items()),
         groups=tuple(PeftGroupView(slug=slugs[key], title=titles[key], summary=_group_summary(runs),
                                    tables=_group_tables(slugs[key], runs, strategies))

@@ -183,7 +183,6 @@ class PeftView:
 
     missing_note: str
     tuned_note: str
-    pick: Table
     versus_full: tuple[Table, ...]
     groups: tuple[PeftGroupView, ...]
     ratios: tuple[Table, ...]
@@ -274,18 +273,20 @@ class MemoryView:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AnswerGroupView:
-    """One study's verdict lines: a table (a row per model, or backbone and dataset; a column per question)
-    and the same lines as the terminal prints them.
+    """One study's verdict lines: in brief (a row per model, or backbone and dataset: the cell to use and why, what
+    is decided and what is open), then in full (a column per question).
 
     Attributes:
         id: HTML id.
         title: the study's name.
+        brief: the terminal's words (:mod:`gradeff.analysis.answer_brief`), shown first.
         table: the verdicts, one cell per question.
-        lines: :func:`gradeff.analysis.answer.line_text` of each row, the terminal's words.
+        lines: :func:`gradeff.analysis.answer.line_text` of each row.
     """
 
     id: str
     title: str
+    brief: Table
     table: Table
     lines: tuple[str, ...]
 

@@ -195,7 +195,6 @@ def test_baselines_stand_apart_from_the_fine_tuning_tables(tuned, baseline):
     view = build_view(records)
     peft = view.peft
     assert [g.title.split(",")[0] for g in peft.groups] == ["ViT-S/16-shaped", "TinyViT-shaped"]
-    assert [row.label for row in peft.pick.rows] == ["ViT-S/16 · CIFAR-100-like", "TinyViT · CIFAR-100-like"]
     assert [t.id for t in peft.inference] == ["p0-vit_s-cifar100-inference", "p1-tinyvit-cifar100-inference",
                                               "b0-clip-cifar100-inference", "b1-siglip-dtd-inference",
                                               "b2-dinov2-cifar100-inference"]

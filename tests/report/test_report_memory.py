@@ -105,7 +105,7 @@ def test_split_is_three_way(make_record, make_peft_record, llm_cells):
     assert [row.label for row in loss.rows] == ["Adam"] and loss.header == ("optimizer", "standard")
     assert [g.title for g in view.peft.groups] == [
         "ViT-S/16-shaped, random init, 0.10 M params · CIFAR-100-like (synthetic)"]
-    assert [g.title for g in view.memory_strategies.groups] == ["Llama-3.2-1B-style decoder"]
+    assert [g.title for g in view.memory_strategies.groups] == ["Llama-3.2-1B-shaped"]
     only_memory = build_view(llm_cells)
     assert only_memory.main_note == MAIN_MISSING_NOTE and only_memory.models == ()
     assert only_memory.peft.missing_note != "" and only_memory.memory_strategies.missing_note == ""
@@ -169,7 +169,7 @@ def test_claim_lines_per_level_and_overall(llm_cells):
     assert "2.50 s compile is not in its epochs" in sixty
     assert twenty.startswith("at 20 % (target 4.50 MiB): against the compiler's knapsack n/a: budget20 ended oom")
     assert view.claims[0] == "adaptive at 60 %, 1 model: peak -30 % for +20 % time and +10 % energy"
-    assert view.claims[1].startswith("adaptive at 20 %, 1 model: n/a: Llama-3.2-1B-style decoder: budget20 ended oom")
+    assert view.claims[1].startswith("adaptive at 20 %, 1 model: n/a: Llama-3.2-1B-shaped: budget20 ended oom")
     assert view.claims[-1] == ("adaptive against the compiler's knapsack at the same target, every level and model: "
                                "beats in 1, loses in 0 of 1 comparisons.")
     for line in (*group.claims, *group.versus, *view.claims):
@@ -214,7 +214,7 @@ def test_uneven_epochs_make_the_time_uncertain(llm_cells, memory_record):
     assert time.text == "1.00 s" and time.sub == "the reference · epochs 500 ms to 1.50 s"
     assert "within standard" in group.table.note and "uncertain" in group.table.note
     assert group.claims[0].endswith("; time uncertain: uneven epochs in standard (500 ms to 1.50 s)")
-    assert "(time uncertain for Llama-3.2-1B-style decoder: uneven epochs)" in build_memory_view(cells).claims[0]
+    assert "(time uncertain for Llama-3.2-1B-shaped: uneven epochs)" in build_memory_view(cells).claims[0]
     (steady,) = build_memory_view(llm_cells).groups
     assert "uncertain" not in " ".join(steady.claims) and "epochs" not in _rows(steady.table)["standard"][6].sub
 
@@ -403,7 +403,7 @@ def test_mixed_results_file_of_three_grids_renders(llm_cells, memory_record, mak
     # The main study's 9 figures, the PEFT study's 2, and one per memory-study model with a standard cell (3).
     assert html.count("<svg ") == 4 * 2 + 1 + 2 + 3
     memory = _section(html, "memory-strategies")
-    assert "Llama-3.2-1B-style decoder" in memory and "ViT-S/16" in memory and "adaptive at 60 %" in memory
+    assert "Llama-3.2-1B-shaped" in memory and "ViT-S/16" in memory and "adaptive at 60 %" in memory
     assert "PEFT study: budget against standard" in memory and "ViT-S/16: adaptive (budget 10.0 MiB)" in memory
     for section in ("tables", "pareto", "curves"):
         assert "budget60" not in _section(html, section) and "compile_budget" not in _section(html, section)

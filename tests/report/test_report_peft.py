@@ -90,7 +90,7 @@ def test_only_peft_records_leave_main_sections_with_a_note(peft_cells):
     for section in ("best", "ratios", "curves", "heatmaps", "pareto", "memory"):
         body = html.split(f'<section class="top" id="{section}">', 1)[1].split("</section>", 1)[0]
         assert MAIN_MISSING_NOTE in body and "<table" not in body and "<svg" not in body, section
-    assert 'id="peft-pick-table"' in html
+    assert 'id="brief-0-peft"' in html and 'id="answer-0-peft"' in html
 
 
 def test_heldout_accuracy_metric_in_percent_shown_where_measured(make_record):
@@ -149,25 +149,6 @@ def test_memory_is_the_live_peak_even_beside_a_gpu_allocator_peak(peft_cells, pe
     view = build_peft_view(cells)
     memory = next(t for t in _group(view).tables if "Training memory" in t.caption)
     assert memory.id.endswith("-peak") and _texts(memory)["AdaLoRA"] == ["1.00 GiB", NA]
-    assert view.pick.rows[0].cells[2].text.startswith("open: lora/checkpoint 4.00 MiB against ")
-
-
-def test_pick_is_the_answers_verdicts_per_backbone_and_dataset(peft_cells, peft_record):
-    """Which method to pick: the same verdicts as the Answer, identical cells merged, one seed open."""
-    pick = build_peft_view(peft_cells).pick
-    assert pick.header == ("backbone · dataset", "Best quality", "Fastest to target", "Least memory",
-                           "Least energy to target")
-    (row,) = pick.rows
-    assert row.label == "ViT-S/16 · CIFAR-100-like"
-    assert [c.text for c in row.cells] == [
-        "open: lora/standard ≡ lora/checkpoint (identical) 72.0 % against full/standard; bitfit/standard (n=1; one "
-        "seed cannot be tested)", NA,
-        "open: lora/checkpoint 4.00 MiB against full/standard; lora/standard; bitfit/standard (n=1; one seed cannot "
-        "be tested)", "estimate, follows time"]
-    assert row.cells[1].title == "no target to reach (no test split, or no epoch trained)"
-    assert row.cells[0].sub == "Test top-1 accuracy" and row.cells[2].sub.startswith("Peak tensor memory")
-    failed_only = build_peft_view([peft_cells[3]]).pick.rows[0].cells
-    assert all(c.css == "na" for c in failed_only)
 
 
 def test_versus_full_points_and_ratios(peft_cells):
@@ -267,7 +248,7 @@ def test_mixed_render_passes_the_html_checks(grid_records, peft_cells, peft_reco
     # The main study's figures (curves and Pareto per model, heat maps) + the PEFT accuracy curves and its costs.
     assert html.count("<svg ") == 4 * 2 + 1 + 2
     peft = html.split('<section class="top" id="peft">', 1)[1].split("</section>", 1)[0]
-    assert "Which method to pick" in peft and "vit_s / cifar100" in peft and "72.0 %" in peft
+    assert 'href="#answer"' in peft and "Which method to pick" not in peft  # the Answer says it, once
     # The appendix: the main study's part holds none of the PEFT study's cells (those follow under their heading).
     main = html.split('<section class="top" id="tables">', 1)[1].split('id="peft-versus-full"', 1)[0]
     assert "vit_s" not in main and "LoRA" not in main
