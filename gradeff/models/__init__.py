@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradeff.models.sizes import FINE_TUNING, SMALL_MAIN, TINY_CAPTION, TINY_IMAGE, TINY_MAIN, TINY_MASKED, TINY_TEXT
+from gradeff.models.sizes import (
+    FINE_TUNING,
+    SMALL_MAIN,
+    TINY_CAPTION,
+    TINY_CLASSIFIER,
+    TINY_MAIN,
+    TINY_MASKED,
+    TINY_TEXT,
+)
 from gradeff.specs.profiles import HParams, validate_profile
 from gradeff.specs.registry import Registry
 
@@ -113,7 +121,7 @@ MODELS: Registry[ModelSpec] = Registry(
     (
         ModelSpec(key="vit", name="ViT (ViT-B/16 style)", family="vision", task="image_classification",
                   module="gradeff.models.vit", head=("classifier",), lora_targets=_VIT_LINEARS, native_image_size=True,
-                  hparams={"tiny": HParams(**TINY_MAIN, **TINY_IMAGE),
+                  hparams={"tiny": HParams(**TINY_CLASSIFIER),
                            "small": HParams(**SMALL_MAIN, image_size=64, num_classes=10),
                            # paper: section 3 of the main paper, here and for the other three.
                            "paper": HParams(lr=3e-4, batch_size=64, epochs=25, train_samples=4096,
