@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gradeff.data import TASKS
+from gradeff.models import MODELS
 from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord, record_field
 
@@ -50,8 +52,6 @@ def provenance(record: CellRecord) -> str:
 
 def what_ran(record: CellRecord) -> str:
     """The model's name where its real weights were loaded, else ``<family>-shaped`` with :func:`provenance`."""
-    from gradeff.models import MODELS
-
     name = MODELS[record.model].name if record.model in MODELS else record.model
     if real_weights(record):
         return name
@@ -65,8 +65,6 @@ def what_ran(record: CellRecord) -> str:
 def group_title(records: Sequence[CellRecord]) -> str:
     """``ViT-S/16-shaped, pretrained here on a synthetic task, 0.20 M · CIFAR-100 (synthetic, 100 classes)``:
     what one group of cells (one model on one dataset) ran on; ``""`` for no records."""
-    from gradeff.data import TASKS
-
     if not records:
         return ""
     record = records[0]

@@ -26,7 +26,9 @@ Nothing here reaches a hub unless the source allows it (``--gradeff-allow-hub``)
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import importlib.util
 import json
 import os
 import pickle
@@ -34,6 +36,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from pydoc_data.topics import topics
 from types import MappingProxyType
 
 from gradeff.data.checksums import content_sha256, read_checked, sidecar, verify, warn_rebuilt, write_checked
@@ -275,9 +278,6 @@ def _bundled_digits():
     """scikit-learn's digits as ``load_digits`` reads them (``(1797, 8, 8)`` pixels 0–16, ``(1797,)`` labels),
     from the file the package ships, without importing scikit-learn: its import takes ~5 s, more than the rest of
     a real-data cell, in every process that writes the file."""
-    import gzip
-    import importlib.util
-
     import numpy as np
 
     spec = importlib.util.find_spec("sklearn")
@@ -293,8 +293,6 @@ def _write_pydoc(folder: Path) -> Path:
     """The English help topics that ship with Python (``pydoc_data.topics``), one JSON line per topic."""
 
     def write(tmp: Path) -> None:
-        from pydoc_data.topics import topics
-
         with tmp.open("w", encoding="utf-8") as out:
             for name in sorted(topics):
                 out.write(json.dumps({"topic": name, "text": topics[name]}) + "\n")

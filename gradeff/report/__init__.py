@@ -34,10 +34,12 @@ from gradeff.analysis.answer import AnswerOptions
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import NA
+from gradeff.records.outputs import write_text, write_with
 from gradeff.records.results import CellRecord, record_field
 from gradeff.report import context, figures, tables
 from gradeff.report.answer import build_answer_view, build_real_view
 from gradeff.report.claims import build_claims_view
+from gradeff.report.csv_export import write_csv
 from gradeff.report.memory import build_memory_view
 from gradeff.report.peft import build_peft_view
 from gradeff.report.render import TEMPLATE, jinja_environment, render_html
@@ -273,12 +275,8 @@ def write_report(
         NotADirectoryError: the template folder named does not exist.
         gradeff.records.outputs.OutputError: the file could not be written (disk full, I/O error); it is left as it was.
     """
-    from gradeff.records.outputs import write_text, write_with
-
     # Written whole, then renamed over the target: never seen half-written by a browser or a CI upload.
     if Path(path).suffix.lower() == ".csv":
-        from gradeff.report.csv_export import write_csv
-
         return write_with(path, lambda handle: write_csv(records, handle))
     view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title,
                       answer_options=answer_options)

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 from torch import nn
 
+from gradeff.strategies import enable_checkpointing
+
 __all__ = ["checkpoint_only", "checkpointable_layers", "short_name"]
 
 
@@ -44,8 +46,6 @@ def checkpoint_only(model: nn.Module, names: Iterable[str]) -> None:
     Raises:
         KeyError: a name that is not a checkpointable block of ``model``.
     """
-    from gradeff.strategies import enable_checkpointing
-
     wanted = set(names)
     layers = dict(checkpointable_layers(model))
     unknown = wanted - set(layers)

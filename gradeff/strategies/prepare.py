@@ -26,6 +26,7 @@ from gradeff.strategies.budget import (
     profile_step,
 )
 from gradeff.strategies.layers import checkpoint_only, checkpointable_layers
+from gradeff.strategies.sharded import shard_record
 
 __all__ = ["BudgetUnreachable", "CompiledUnderBudget", "OffloadedActivations", "budget_bytes", "budget_fraction",
            "prepare"]
@@ -152,8 +153,6 @@ def prepare(strategy: str, model: torch.nn.Module, batch: dict, *, device: torch
     """
     spec = STRATEGIES[strategy]
     if spec.shards:
-        from gradeff.strategies.sharded import shard_record
-
         # Sharded when the cell's state was built (before its optimizer); recorded here with the other plans.
         return model, shard_record(model)
     if spec.checkpointing:

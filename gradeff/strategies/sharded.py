@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 from gradeff.strategies.layers import checkpointable_layers
 
@@ -38,8 +40,6 @@ class Ranks:
 
     def total(self, loss: torch.Tensor) -> torch.Tensor:
         """The step's loss over every process: the sum of their target-weighted shares."""
-        import torch.distributed as dist
-
         loss = loss.clone()
         dist.all_reduce(loss)
         return loss
@@ -53,7 +53,6 @@ def shard_model(model: torch.nn.Module, device: torch.device, world_size: int) -
     Returns:
         The number of blocks sharded as units of their own (the root holds the rest: embeddings, head).
     """
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     mesh = init_device_mesh(device.type, (world_size,))
