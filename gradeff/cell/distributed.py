@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradeff.cell import stop
-from gradeff.cell.devices import process_group_backend
+from gradeff.cell.devices import gpu_count, process_group_backend, resolve_device
+from gradeff.records.results import CellRecord, Summary
 
 if TYPE_CHECKING:
     import pytest
 
     from gradeff.cell.config import RunConfig
-    from gradeff.records.results import CellRecord
     from gradeff.studies.grid import Cell
 
 __all__ = ["DEFAULT_WORLD_SIZE", "add_options", "merge_ranks", "read_world_size", "run_sharded",
@@ -82,8 +82,6 @@ def read_world_size(config: pytest.Config) -> int:
 
 
 def _rank_device(device: str, rank: int) -> str:
-    from gradeff.cell.devices import gpu_count, resolve_device
-
     resolved = resolve_device(device)
     if resolved.type != "cuda":
         return str(resolved)
@@ -194,8 +192,6 @@ def merge_ranks(cell: Cell, config: RunConfig, outcomes: dict[int, str], *, back
     rank closes its connections, and the others' failures follow from it); else a rank's own failure text; else
     a rank that died without a word or was stopped.
     """
-    from gradeff.records.results import CellRecord
-
     records = {rank: CellRecord.from_json(line) for rank, line in outcomes.items() if line.startswith("{")}
     size = config.world_size
     bad = [rank for rank in range(size) if rank not in records or records[rank].status != "ok"]
@@ -228,9 +224,7 @@ def merge_ranks(cell: Cell, config: RunConfig, outcomes: dict[int, str], *, back
 
 def _bare_record(cell: Cell, config: RunConfig, started: float) -> CellRecord:
     """A record with no training in it: no rank sent one back (its status and detail are set by the caller)."""
-    from gradeff.cell.devices import resolve_device
     from gradeff.cell.record import cell_record
-    from gradeff.records.results import Summary
 
     return cell_record(cell, config, device=str(resolve_device(config.device)), started=started, finished=time.time(),
                        process="sharded", status="error", summary=Summary.of([], time.time() - started),

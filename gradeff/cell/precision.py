@@ -11,8 +11,11 @@ precision.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from typing import TYPE_CHECKING
+
+from gradeff.optim import OPTIMIZERS
 
 if TYPE_CHECKING:
     import torch
@@ -72,8 +75,6 @@ def precision_incompatibility(optimizer: str, precision: str) -> str | None:
     """
     if precision != "fp16":
         return None
-    from gradeff.optim import OPTIMIZERS
-
     spec = OPTIMIZERS[optimizer]
     if "line_search" in spec.kwargs:
         return (f"fp16 loss scaling steps the optimizer once without a closure, and {spec.name} re-evaluates the "
@@ -82,8 +83,6 @@ def precision_incompatibility(optimizer: str, precision: str) -> str | None:
 
 
 def _peak_tflops(text: str) -> float:
-    import argparse
-
     try:
         value = float(text)
     except ValueError:
