@@ -38,6 +38,17 @@ from typing import Any
 
 import pytest
 
+from gradeff.cell import stop
+from gradeff.cell.devices import resolve_device
+from gradeff.data import TASKS
+from gradeff.methods import METHODS
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.pytest.options import SETTINGS, run_config
+from gradeff.records.results import EpochRecord, Summary
+from gradeff.specs.registry import UnknownKeyError
+from gradeff.studies.grid import Cell, incompatibility
+
 __all__ = ["BenchData", "BenchMeters", "EpochLog", "gradeff_data", "gradeff_meters", "gradeff_method",
            "gradeff_model", "gradeff_optimizer"]
 
@@ -59,8 +70,6 @@ def _bench_name(test_name: str) -> str:
 def _bench_id(model: str, optimizer: str, bench: str, method: str, dataset: str | None) -> str:
     """``model-optimizer-bench``, then the method and the dataset where they depart from the full model on its own
     task: the main study's ids with the benchmark as the strategy (``llm-adam-my_step-lora``)."""
-    from gradeff.models import MODELS
-
     own_task = MODELS[model].task if model in MODELS else None
     return "-".join([model, optimizer, bench, *([method] if method != "full" else []),
                      *([dataset] if dataset is not None and dataset != own_task else [])])
@@ -111,7 +120,6 @@ class _Setup:
 
     @classmethod
     def of(cls, cell, config, settings, **fields) -> _Setup:
-        from gradeff.cell.devices import resolve_device
         from gradeff.cell.plan import cell_settings
 
         return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
@@ -168,8 +176,6 @@ class _Setup:
 
 def cell_setup(config: pytest.Config, cell, seed: int) -> _Setup:
     """The setup of a grid cell (what ``gradeff_cell`` runs): the public fixtures' source in a grid test."""
-    from gradeff.pytest.options import SETTINGS, run_config
-
     return _Setup.of(cell, run_config(config, seed), config.stash[SETTINGS], grid=True, pytest_config=config)
 
 
@@ -181,10 +187,6 @@ def gradeff_method(request: pytest.FixtureRequest) -> str:
     record's ``method``, and in its id where it is not ``full`` (``llm-adam-my_step-lora``). In a grid test, the
     cell's method. Every public fixture depends on it, so it need not be among the test's arguments.
     """
-    from gradeff.methods import METHODS
-    from gradeff.specs.registry import UnknownKeyError
-    from gradeff.studies.grid import Cell
-
     cell = _param(request, "cell")
     if isinstance(cell, Cell):
         return cell.method
@@ -197,13 +199,6 @@ def gradeff_method(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_method: str) -> _Setup:
-    from gradeff.data import TASKS
-    from gradeff.models import MODELS
-    from gradeff.optim import OPTIMIZERS
-    from gradeff.pytest.options import SETTINGS, run_config
-    from gradeff.specs.registry import UnknownKeyError
-    from gradeff.studies.grid import Cell, incompatibility
-
     cell = _param(request, "cell")
     if isinstance(cell, Cell):
         # A grid test: the fixtures are its cell's, built as the runner trains them.
@@ -401,8 +396,6 @@ class BenchMeters:
         if exc_type is None:
             status, detail = "ok", ""
         elif issubclass(exc_type, KeyboardInterrupt):
-            from gradeff.cell import stop
-
             status, detail = "interrupted", stop.interruption()
         else:
             status, detail = "error", f"{exc_type.__name__}: {exc}"
@@ -441,7 +434,6 @@ class BenchMeters:
     def _record(self, status: str, detail: str):
         from gradeff.cell.metering import aggregate
         from gradeff.cell.record import cell_record, hparams_record
-        from gradeff.records.results import EpochRecord, Summary
 
         setup, config, cell = self._setup, self._setup.config, self._setup.cell
         epochs = tuple(

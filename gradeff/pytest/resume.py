@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from gradeff.models import MODELS
+from gradeff.pytest.options import SETTINGS, run_config
+from gradeff.records.fingerprint import differences
 from gradeff.records.results import FINAL_STATUSES, read_records, record_section
+from gradeff.records.safe_text import one_line
 
 __all__ = ["RERUN", "REUSED", "Earlier", "Judgement", "candidates", "judge", "kept_runs", "note"]
 
@@ -75,8 +78,6 @@ def judge(config: pytest.Config, cell, seed: int) -> Judgement | None:
         cell: the :class:`~gradeff.studies.grid.Cell`.
         seed: the seed it runs with.
     """
-    from gradeff.pytest.options import SETTINGS, run_config
-
     settings = config.stash[SETTINGS]
     earlier = settings.settled.get((cell.id, seed))
     if earlier is None:
@@ -84,7 +85,6 @@ def judge(config: pytest.Config, cell, seed: int) -> Judgement | None:
     judged = config.stash.setdefault(_JUDGED, {})
     if (cell.id, seed) not in judged:
         from gradeff.cell.experiment import experiment
-        from gradeff.records.fingerprint import differences
 
         now = experiment(cell, run_config(config, seed))
         differs = tuple(differences(earlier.experiment, now)) if now.get("fingerprint") else (
@@ -129,8 +129,6 @@ class _Notes:
         """One line per cell --gradeff-resume re-ran instead of keeping its earlier record, naming what differs."""
         if not self.reruns:
             return
-        from gradeff.records.safe_text import one_line
-
         terminalreporter.section(f"gradeff --gradeff-resume: {len(self.reruns)} cell(s) re-run, their records not "
                                  "kept")
         for line in self.reruns:
