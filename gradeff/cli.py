@@ -533,7 +533,7 @@ def _version() -> str:
 
 
 def _run_list(args: argparse.Namespace) -> int:
-    import pytest
+    import pytest  # noqa: PLC0415 - pytest, 0.4 s: only `gradeff list` runs a session
 
     # The registrations a pytest session here makes (conftest hooks, plugins, entry points), listed by
     # gradeff.pytest.listing's --gradeff-list. Named with -p so that a session without plugin autoloading lists too

@@ -72,7 +72,7 @@ def add_options(parser: pytest.Parser) -> None:
 
 def read_world_size(config: pytest.Config) -> int:
     """``--gradeff-world-size``, checked before any cell (``pytest.UsageError``)."""
-    import pytest
+    import pytest  # noqa: PLC0415 - pytest, 0.4 s: a spawned rank imports this module
 
     text = config.getoption("gradeff_world_size")
     try:
@@ -96,7 +96,8 @@ def run_sharded(cell: Cell, config: RunConfig, run: Callable[[Cell, RunConfig], 
     """
     import torch
 
-    from gradeff.studies.extend import dump_registered
+    # pytest (studies.extend): a spawned process imports this
+    from gradeff.studies.extend import dump_registered  # noqa: PLC0415
 
     size, backend, started = config.world_size, process_group_backend(config.device), time.time()
     context = multiprocessing.get_context("spawn")
@@ -140,7 +141,8 @@ def _rank_main(rank: int, cell: Cell, config: RunConfig, backend: str, init_meth
 
         torch.set_num_threads(threads)
         if registered:
-            from gradeff.studies.extend import load_registered
+            # pytest (studies.extend): a spawned process imports this
+            from gradeff.studies.extend import load_registered  # noqa: PLC0415
 
             load_registered(registered)
         device = torch.device(config.device)
@@ -224,7 +226,7 @@ def merge_ranks(cell: Cell, config: RunConfig, outcomes: dict[int, str], *, back
 
 def _bare_record(cell: Cell, config: RunConfig, started: float) -> CellRecord:
     """A record with no training in it: no rank sent one back (its status and detail are set by the caller)."""
-    from gradeff.cell.record import cell_record
+    from gradeff.cell.record import cell_record  # noqa: PLC0415 - torch, 2.3 s: the plugin imports this module
 
     return cell_record(cell, config, device=str(resolve_device(config.device)), started=started, finished=time.time(),
                        process="sharded", status="error", summary=Summary.of([], time.time() - started),

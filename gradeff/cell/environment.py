@@ -133,10 +133,12 @@ def _machine(device: str) -> dict:
         index = torch.device(device).index
         info["gpu_index"] = index if index is not None else torch.cuda.current_device()
         info["device_name"] = torch.cuda.get_device_name(info["gpu_index"])
-        from gradeff.meters._nvml import torch_device_uuid
+        # torch, 2.3 s: the plugin imports this module
+        from gradeff.meters._nvml import torch_device_uuid  # noqa: PLC0415
 
         info["gpu_uuid"] = torch_device_uuid(info["gpu_index"], torch.cuda.get_device_properties)
-        from gradeff.meters._nvml import close_nvml, load_nvml
+        # torch, 2.3 s: the plugin imports this module
+        from gradeff.meters._nvml import close_nvml, load_nvml  # noqa: PLC0415
 
         nvml = load_nvml()
         if nvml is not None:

@@ -105,7 +105,7 @@ def add_options(parser) -> None:
 
 def read_precision(config, device: str) -> str:
     """``--gradeff-precision``, checked against the device (``pytest.UsageError`` before any cell)."""
-    import pytest
+    import pytest  # noqa: PLC0415 - pytest, 0.4 s: a cell's own process imports this module
 
     try:
         return validate_precision(config.getoption("gradeff_precision"), device)

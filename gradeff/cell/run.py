@@ -363,7 +363,8 @@ def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> s
     """A cell's run in an isolated process (:func:`gradeff.cell.execute.run_isolated`): the session's entries
     registered, the cell run, its record as a JSON line."""
     if registered:
-        from gradeff.studies.extend import load_registered
+        # pytest (studies.extend): a spawned process imports this
+        from gradeff.studies.extend import load_registered  # noqa: PLC0415
 
         load_registered(registered)
     return run_cell(cell, config).to_json()

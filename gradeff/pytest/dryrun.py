@@ -48,6 +48,10 @@ from gradeff.studies.hparams import (
     pretrain_hparams,
 )
 
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
+
 if TYPE_CHECKING:
     import torch
 
@@ -117,7 +121,7 @@ class Target:
 
 def target_for(named: str, device: str, *, precision: str, peak_tflops: float | None, mfu: float) -> Target:
     """The device to estimate for: ``named`` (a GPU name, matched against the tables) or else the session's."""
-    from gradeff.meters.flops import peak_flops_per_s
+    from gradeff.meters.flops import peak_flops_per_s  # noqa: PLC0415 - torch, see the imports
 
     if named:
         name, memory = named, next((size for fragment, size in DEVICE_MEMORY if fragment.lower() in named.lower()),
@@ -239,9 +243,10 @@ def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer:
     """Build the model with its method on meta and run one forward and backward of a micro-batch."""
     import torch
 
-    from gradeff.meters.flops import counted
-    from gradeff.strategies.budget import LayerCost, StepProfile
-    from gradeff.strategies.layers import checkpointable_layers
+    # torch, see the imports
+    from gradeff.meters.flops import counted  # noqa: PLC0415
+    from gradeff.strategies.budget import LayerCost, StepProfile  # noqa: PLC0415
+    from gradeff.strategies.layers import checkpointable_layers  # noqa: PLC0415
 
     spec = MODELS[model_key]
     # QLoRA's adapters, trainable parameters and FLOPs are LoRA's; only its weights' storage differs (below).
@@ -302,9 +307,10 @@ def _data_text(cell, config) -> str:
 
 def plan_cell(cell, config, target: Target) -> CellPlan:
     """A cell's plan (see the module docstring); never raises: a cell that cannot be built says why."""
-    from gradeff.cell.plan import cannot_run
-    from gradeff.strategies.budget import plan as budget_plan
-    from gradeff.strategies.prepare import budget_bytes, budget_fraction
+    # torch, see the imports
+    from gradeff.cell.plan import cannot_run  # noqa: PLC0415
+    from gradeff.strategies.budget import plan as budget_plan  # noqa: PLC0415
+    from gradeff.strategies.prepare import budget_bytes, budget_fraction  # noqa: PLC0415
 
     reason = cannot_run(cell, config)
     if reason is not None:

@@ -49,6 +49,13 @@ from gradeff.records.results import EpochRecord, Summary
 from gradeff.specs.registry import UnknownKeyError
 from gradeff.studies.grid import Cell, incompatibility
 
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
+
+# The modules gradeff.pytest.plugin's pytest_plugins registers are imported inside functions: pytest marks each for
+# assertion rewriting as it registers it, and warns about one imported before (noqa: PLC0415 - registered plugin).
+
 __all__ = ["BenchData", "BenchMeters", "EpochLog", "gradeff_data", "gradeff_meters", "gradeff_method",
            "gradeff_model", "gradeff_optimizer"]
 
@@ -120,7 +127,7 @@ class _Setup:
 
     @classmethod
     def of(cls, cell, config, settings, **fields) -> _Setup:
-        from gradeff.cell.plan import cell_settings
+        from gradeff.cell.plan import cell_settings  # noqa: PLC0415 - torch, see the imports
 
         return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
                    planned=cell_settings(cell, config), **fields)
@@ -132,11 +139,11 @@ class _Setup:
     def builds(self) -> bool:
         """Whether the fixtures build anything: a grid cell's only where the runner trains one build in this
         process (not a skipped, already recorded, tuned, isolated or sharded cell)."""
-        from gradeff.cell.run import trains_prebuilt
+        from gradeff.cell.run import trains_prebuilt  # noqa: PLC0415 - torch, see the imports
 
         if not self.grid:
             return True
-        from gradeff.pytest.resume import judge
+        from gradeff.pytest.resume import judge  # noqa: PLC0415 - registered plugin, see the imports
 
         judgement = judge(self.pytest_config, self.cell, self.config.seed) if self.pytest_config else None
         return not (judgement is not None and judgement.reuse) and trains_prebuilt(self.cell, self.config)
@@ -144,7 +151,7 @@ class _Setup:
     def build(self):
         """The cell's :class:`gradeff.cell.run.Built`, built once (``None`` where the runner builds its own)."""
         if self.built is None and self.builds():
-            from gradeff.cell.run import build_cell, release
+            from gradeff.cell.run import build_cell, release  # noqa: PLC0415 - torch, see the imports
 
             # The previous test has let go of its model by now: free it before this one's peak is measured.
             release(self.device)
@@ -158,7 +165,7 @@ class _Setup:
 
     def data(self):
         if self.dataset is None:
-            from gradeff.cell.plan import cell_data
+            from gradeff.cell.plan import cell_data  # noqa: PLC0415 - torch, see the imports
 
             # Real data sets its own sizes (rows, classes): the hyper-parameters follow, as in a cell.
             self.dataset, hp = cell_data(self.cell, self.config, self.hp)
@@ -252,8 +259,9 @@ class BenchData:
 
     def batches(self, epoch: int) -> Iterator[dict]:
         """The epoch's batches, as model inputs on the device (the order the grid's cells see)."""
-        from gradeff.cell.loop import move_batch
-        from gradeff.data.dataset import epoch_order
+        # torch, see the imports
+        from gradeff.cell.loop import move_batch  # noqa: PLC0415
+        from gradeff.data.dataset import epoch_order  # noqa: PLC0415
 
         for indices in epoch_order(len(self.dataset), self.seed, epoch).split(self.batch_size):
             yield move_batch(self.dataset.batch(indices), self.device)
@@ -354,7 +362,7 @@ class BenchMeters:
         return list(self._metering.epochs) if self._metering is not None else []
 
     def _new_metering(self):
-        from gradeff.cell.metering import EpochMetering
+        from gradeff.cell.metering import EpochMetering  # noqa: PLC0415 - torch, see the imports
 
         self._metering = EpochMetering(self._setup.device, self._setup.config.meters)
         return self._metering
@@ -373,7 +381,7 @@ class BenchMeters:
     @contextmanager
     def epoch(self) -> Iterator[EpochLog]:
         """One epoch, timed and metered as one segment; ``step()`` the log once per optimizer step."""
-        from gradeff.cell.loop import sync
+        from gradeff.cell.loop import sync  # noqa: PLC0415 - torch, see the imports
 
         log = EpochLog()
         started = time.perf_counter()
@@ -385,7 +393,7 @@ class BenchMeters:
     def measure_step(self, step) -> dict:
         """Parameter, gradient, optimizer-state and activation bytes of one call of ``step`` (a training step),
         recorded under ``meters.memory`` as the grid's cells record theirs."""
-        from gradeff.cell.metering import memory_breakdown
+        from gradeff.cell.metering import memory_breakdown  # noqa: PLC0415 - torch, see the imports
 
         state = self._setup.train_state()
         self.memory = memory_breakdown(state.model, state.optimizer, step)
@@ -407,7 +415,7 @@ class BenchMeters:
         self._finish("skipped", reason)
 
     def _finish(self, status: str, detail: str) -> None:
-        from gradeff.pytest.session_records import keep
+        from gradeff.pytest.session_records import keep  # noqa: PLC0415 - registered plugin, see the imports
 
         self.record = self._record(status, detail)
         keep(self._setup.pytest_config, self._setup.settings.results, self.record)
@@ -416,8 +424,9 @@ class BenchMeters:
         """Model FLOPs, FLOP/s and MFU of the epochs, counted on the benchmark's model as a grid cell's are."""
         import torch
 
-        from gradeff.cell.run import model_flops
-        from gradeff.meters.flops import compute_record
+        # torch, see the imports
+        from gradeff.cell.run import model_flops  # noqa: PLC0415
+        from gradeff.meters.flops import compute_record  # noqa: PLC0415
 
         setup = self._setup
         if setup.state is None:
@@ -432,8 +441,9 @@ class BenchMeters:
                               device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
 
     def _record(self, status: str, detail: str):
-        from gradeff.cell.metering import aggregate
-        from gradeff.cell.record import cell_record, hparams_record
+        # torch, see the imports
+        from gradeff.cell.metering import aggregate  # noqa: PLC0415
+        from gradeff.cell.record import cell_record, hparams_record  # noqa: PLC0415
 
         setup, config, cell = self._setup, self._setup.config, self._setup.cell
         epochs = tuple(

@@ -38,6 +38,10 @@ from gradeff.strategies import COMPILE_BACKENDS
 from gradeff.studies.grid import AXES, PLURALS, axis_registry
 from gradeff.studies.hparams import MEMORY_MARGIN, largest_caps, largest_step
 
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
+
 __all__ = ["DEFAULT_RESULTS", "MAX_SEED", "PRECISION", "SETTINGS", "WORLD_SIZE", "Settings", "add_options",
            "benchmark_storage_given", "default_threads", "parse_seed_plan", "parse_seeds", "read_settings",
            "run_config"]
@@ -453,7 +457,7 @@ def _report(text: str | None) -> Path | None:
     path = _writable_file("--gradeff-report", Path(text))
     if path.suffix.lower() != ".csv":
         # A template folder that is not there is refused now, not after the session's cells have run.
-        from gradeff.report.render import resolve_template_folder
+        from gradeff.report.render import resolve_template_folder  # noqa: PLC0415 - the report: jinja2 and its modules, 0.07 s
 
         try:
             resolve_template_folder()
@@ -721,8 +725,9 @@ WORLD_SIZE = pytest.StashKey[int]()
 
 def run_config(config: pytest.Config, seed: int):
     """The runner's settings for a cell of this session with ``seed`` (the grid's cells and the public fixtures')."""
-    from gradeff.cell.config import RunConfig
-    from gradeff.cell.metering import MeterSettings
+    # torch, see the imports
+    from gradeff.cell.config import RunConfig  # noqa: PLC0415
+    from gradeff.cell.metering import MeterSettings  # noqa: PLC0415
 
     settings = config.stash[SETTINGS]
     run = RunConfig(profile=settings.profile, seed=seed, epochs=settings.epochs,

@@ -63,6 +63,13 @@ from gradeff.studies.extend import add_options as add_extension_options
 from gradeff.studies.extend import register_all, reset
 from gradeff.studies.grid import GRIDS, PLURALS, Cell, cells
 
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
+
+# The modules pytest_plugins (below) registers are imported inside functions: pytest marks each for assertion
+# rewriting as it registers it, and warns about one imported before (noqa: PLC0415 - registered plugin).
+
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
 # --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
 # benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method); the file
@@ -176,7 +183,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gradeff_grid(key): parametrize the test's `cell` argument with the grid's "
                             "cells (after --gradeff-<axis> options)")
     settings = read_settings(config)
-    from gradeff.pytest.plugin_outputs import plugin_outputs
+    from gradeff.pytest.plugin_outputs import plugin_outputs  # noqa: PLC0415 - registered plugin, see the imports
 
     # Every output (gradeff's, pytest's and other plugins': --junitxml, --benchmark-json, --log-file...) against every
     # other, before pytest's logging plugin (trylast) opens its file.
@@ -198,7 +205,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).
         settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
-    from gradeff.pytest.resume import candidates
+    from gradeff.pytest.resume import candidates  # noqa: PLC0415 - registered plugin, see the imports
 
     # The records --gradeff-resume may keep; each cell keeps its own only for an equal experiment fingerprint.
     settled = candidates(settings.results, profile=settings.profile, seeds=settings.seeds) if settings.resume else {}
@@ -280,7 +287,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 
 def _tunes_itself(config: pytest.Config, item: pytest.Item) -> bool:
     """Whether a collected grid test's cell searches its own rate in this session (:mod:`gradeff.cell.self_tune`)."""
-    from gradeff.cell.self_tune import needs_self_tuning
+    from gradeff.cell.self_tune import needs_self_tuning  # noqa: PLC0415 - torch, see the imports
 
     cell = getattr(getattr(item, "callspec", None), "params", {}).get("cell")
     if not isinstance(cell, Cell):
@@ -349,7 +356,7 @@ def _pretrain_ahead(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or config.pluginmanager.get_plugin("dsession") is not None or not session.items:
         return
-    from gradeff.cell.run import intra_op_threads
+    from gradeff.cell.run import intra_op_threads  # noqa: PLC0415 - torch, see the imports
 
     settings = config.stash[SETTINGS]
     needed = [(model, item.callspec.params.get("gradeff_seed", settings.seed)) for item in session.items
@@ -399,7 +406,7 @@ def gradeff_threads(request: pytest.FixtureRequest):
     would otherwise take torch's default, one thread per core: under ``-n 2`` that is three busy threads on two
     cores, and torch's workers spin waiting for the core the other worker holds. Yields the count.
     """
-    from gradeff.cell.run import intra_op_threads
+    from gradeff.cell.run import intra_op_threads  # noqa: PLC0415 - torch, see the imports
 
     threads = request.config.stash[SETTINGS].threads
     with intra_op_threads(threads):
@@ -418,9 +425,9 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     ``gradeff_data``: the objects the test received, built at its setup) and recorded with its
     ``gradeff_meters``; another cell from a build of its own, the same way.
     """
-    from gradeff.cell.run import run_cell
-    from gradeff.pytest.fixtures import cell_setup
-    from gradeff.pytest.session_records import keep
+    from gradeff.cell.run import run_cell  # noqa: PLC0415 - torch, see the imports
+    from gradeff.pytest.fixtures import cell_setup  # noqa: PLC0415 - registered plugin, see the imports
+    from gradeff.pytest.session_records import keep  # noqa: PLC0415 - registered plugin, see the imports
 
     settings = request.config.stash[SETTINGS]
     callspec = getattr(request.node, "callspec", None)
@@ -451,7 +458,7 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
             axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, cell)
                     for axis, value in given.items()}
             cell = Cell(cell, **axes, grid=grid)
-        from gradeff.pytest.resume import judge, note
+        from gradeff.pytest.resume import judge, note  # noqa: PLC0415 - registered plugin, see the imports
 
         judgement = judge(request.config, cell, gradeff_seed)
         if judgement is not None:
@@ -502,7 +509,7 @@ def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
     """This session's records and the results file's unreadable lines, read once at session end: the file's records
     of the session, and those the disk refused, kept in memory (:mod:`gradeff.pytest.session_records`)."""
     if _SESSION_RECORDS not in config.stash:
-        from gradeff.pytest.session_records import merged
+        from gradeff.pytest.session_records import merged  # noqa: PLC0415 - registered plugin, see the imports
 
         settings = config.stash[SETTINGS]
         records: list = []
@@ -604,13 +611,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if seeding is not None:
         # The skipped seeds' ledger served the workers' decisions; each skip is in the session's test report.
         seeding.ledger.unlink(missing_ok=True)
-    from gradeff.pytest.session_records import lost_writes
+    from gradeff.pytest.session_records import lost_writes  # noqa: PLC0415 - registered plugin, see the imports
 
     # Records the disk refused (here or in a worker): each said in one line, and the session exits 74.
     config.stash[_UNWRITTEN].extend(lost_writes(config))
 
     records, _ = _session_records(config)
-    from gradeff.pytest.resume import kept_runs
+    from gradeff.pytest.resume import kept_runs  # noqa: PLC0415 - registered plugin, see the imports
 
     records = current_records(records, settings.results, kept_runs(config))
     selection = config.stash.get(_SELECTED, [])
@@ -673,7 +680,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     for message in errors:
         write(f"unreadable line skipped: {message}")
     if settings.report is not None:
-        from gradeff.report import write_report
+        from gradeff.report import write_report  # noqa: PLC0415 - the report: jinja2 and its modules, 0.07 s
 
         try:
             path = write_report(records, settings.report, skipped_lines=errors, sources=[str(settings.results)],

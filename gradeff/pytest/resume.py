@@ -24,6 +24,10 @@ from gradeff.records.fingerprint import differences
 from gradeff.records.results import FINAL_STATUSES, read_records, record_section
 from gradeff.records.safe_text import one_line
 
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
+
 __all__ = ["RERUN", "REUSED", "Earlier", "Judgement", "candidates", "judge", "kept_runs", "note"]
 
 # The keys a cell's judgement leaves in its test's user_properties (they travel in pytest-xdist's reports).
@@ -84,7 +88,7 @@ def judge(config: pytest.Config, cell, seed: int) -> Judgement | None:
         return None
     judged = config.stash.setdefault(_JUDGED, {})
     if (cell.id, seed) not in judged:
-        from gradeff.cell.experiment import experiment
+        from gradeff.cell.experiment import experiment  # noqa: PLC0415 - torch, see the imports
 
         now = experiment(cell, run_config(config, seed))
         differs = tuple(differences(earlier.experiment, now)) if now.get("fingerprint") else (

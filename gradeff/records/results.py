@@ -599,7 +599,7 @@ def append_record(path: str | Path, record: CellRecord) -> None:
         OutputError: the disk refused the line (full, failing): whatever part of it was written is truncated
             back, so the file holds exactly what it held before, and the message names the file and the reason.
     """
-    import fcntl
+    import fcntl  # noqa: PLC0415 - POSIX only; the records import everywhere
 
     path = Path(path)
     line = (record.to_json() + "\n").encode()

@@ -22,7 +22,8 @@ def checkpointable_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
     A block inside another is left out: checkpointing the outer one already recomputes it.
     """
-    from transformers.modeling_layers import GradientCheckpointingLayer
+    # transformers, 6 s after torch: checkpointing only
+    from transformers.modeling_layers import GradientCheckpointingLayer  # noqa: PLC0415
 
     layers: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():

@@ -73,7 +73,8 @@ class CompiledUnderBudget(torch.nn.Module):
         # Compile with no more threads than the cell trains on: inductor's default, a pool of compile subprocesses
         # (one per core, each importing torch), starts beside the other pytest-xdist workers' training and costs
         # more than it saves on a small machine (a tiny vit_s compiled cell: 7.7 s → 6.1 s on two cores).
-        from torch._inductor import config as inductor
+        # inductor, 1.7 s after torch: compiled cells only
+        from torch._inductor import config as inductor  # noqa: PLC0415
 
         inductor.compile_threads = max(1, min(inductor.compile_threads, torch.get_num_threads()))
         self.compiled = torch.compile(model, backend=backend)
