@@ -7,11 +7,11 @@ without that install gets one clear line instead of a screen of "unknown option"
 
 from importlib.metadata import entry_points
 
+import pytest
+
 
 def pytest_configure(config):
     if not config.pluginmanager.has_plugin("gradeff.pytest_plugin"):
-        import pytest
-
         installed = any(point.name == "gradeff.pytest_plugin" for point in entry_points(group="pytest11"))
         reason = ("plugin autoloading is off (PYTEST_DISABLE_PLUGIN_AUTOLOAD or --disable-plugin-autoload)"
                   if installed else "gradeff is not installed in this Python environment")

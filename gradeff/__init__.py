@@ -1,5 +1,7 @@
 """gradeff: which optimizer and which memory strategy for your model on your hardware."""
 
+import importlib
+
 __version__ = "0.1.0"
 __all__ = ["BATCH_KEYS", "__version__", "load", "move_batch"]
 
@@ -13,7 +15,6 @@ _PUBLIC = {"load": "gradeff.report.dataframe", "move_batch": "gradeff.cell.loop"
 
 def __getattr__(name: str):
     if name in _PUBLIC:
-        import importlib
 
         return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'gradeff' has no attribute {name!r}")

@@ -13,14 +13,41 @@ line) at fault.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import shlex
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pathlib import Path
+from gradeff import __version__
+from gradeff.analysis.answer import AnswerOptions
+from gradeff.analysis.choice import CHOICE_QUESTIONS, parse_prefer
+from gradeff.analysis.margins import parse_margins
+from gradeff.gate.ab import CLOCKS, CPU, DEFAULT_THRESHOLD, WALL, ab_lines
+from gradeff.gate.baseline_record import DEFAULT_SLICE, BaselineNotRecorded, check_command, record_baseline
+from gradeff.gate.compare import main as compare_main
+from gradeff.gate.history import METRICS, HistoryStore
+from gradeff.records.loading import ResultsFileError, load_results
+from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, colliding_outputs, write_text, write_with
+from gradeff.report import build_view, render_html, write_report
+from gradeff.report.csv_export import write_csv
+from gradeff.report.dataframe import write_parquet
+from gradeff.report.history import build_history_view, render_history
+from gradeff.report.render import resolve_template_folder
+from gradeff.scale.ab import ABSettings, RevisionError, WorkerError, repository_root, run_revisions, select_cells
+from gradeff.scale.collect import CollectError, collect
+from gradeff.scale.history import commit_of, commits_in_range, find_change, run_history
+from gradeff.scale.launch import LaunchError, LaunchOptions, launch
+from gradeff.scale.manifest import ManifestError, load_manifest
+from gradeff.scale.status import shard_statuses, status_lines
+from gradeff.studies.grid import AXES, PLURALS
 
-    from gradeff.analysis.answer import AnswerOptions
+if TYPE_CHECKING:
     from gradeff.records.loading import LoadedResults
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_OUTPUT", "build_parser", "main", "parse_args"]
@@ -28,7 +55,7 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "EXIT_OUTPUT", "build_par
 EXIT_OK = 0
 EXIT_FAILED = 1  # launch: a shard failed
 EXIT_BAD_INPUT = 2  # the same code argparse uses for a bad command line: "fix what you gave me"
-EXIT_OUTPUT = 74  # gradeff.records.outputs.EXIT_INCOMPLETE_OUTPUT (kept literal: `gradeff list` imports nothing heavy)
+EXIT_OUTPUT = EXIT_INCOMPLETE_OUTPUT  # 74 (EX_IOERR): an output could not be written
 
 # `gradeff report` formats; a table format is also chosen by the output's suffix.
 _FORMATS = ("html", "csv", "parquet")
@@ -104,8 +131,6 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_measure_options(parser: argparse.ArgumentParser) -> None:
-    from gradeff.gate.ab import CLOCKS
-
     parser.add_argument("--rounds", type=int, default=None, metavar="R",
                         help="balanced rounds per cell, four slices each (default: docs/gate.md's calibration)")
     parser.add_argument("--slice-steps", type=int, default=None, metavar="N",
@@ -212,12 +237,6 @@ def _launch_tool_parser(tool: str) -> argparse.ArgumentParser:
 
 
 def _run_launch(args: argparse.Namespace) -> int:
-    import time
-    from pathlib import Path
-
-    from gradeff.records.outputs import OutputError
-    from gradeff.scale.launch import LaunchError, LaunchOptions, launch
-
     # Without arguments pytest would run its testpaths (the unit tests); launch is for the grids.
     pytest_args = args.pytest_args or ["benchmarks"]
     if args.compare_args and not args.baseline:
@@ -250,9 +269,6 @@ def _run_launch(args: argparse.Namespace) -> int:
 
 def _finish_launch(manifest, statuses, collected, *, started: float, report, baseline, compare_args: str) -> int:
     """Say what the shards gave, then the report and the gate on the merged records; the exit code."""
-    import shlex
-    import time
-
     failed = [status for status in statuses if not status.succeeded]
     print(f"gradeff launch: {collected.records} records from {len(statuses)} shards merged into {collected.output} "
           f"in {time.perf_counter() - started:.1f} s", file=sys.stderr)
@@ -281,9 +297,6 @@ def _finish_launch(manifest, statuses, collected, *, started: float, report, bas
 
 def _launch_state(folder: str):
     """A launch folder's manifest and its shards' statuses, or ``None`` once the reason it cannot be read is said."""
-    from gradeff.scale.manifest import ManifestError, load_manifest
-    from gradeff.scale.status import shard_statuses
-
     try:
         manifest = load_manifest(folder)
         return manifest, shard_statuses(manifest)
@@ -293,8 +306,6 @@ def _launch_state(folder: str):
 
 
 def _run_launch_status(args: argparse.Namespace) -> int:
-    from gradeff.scale.status import status_lines
-
     state = _launch_state(args.folder)
     if state is None:
         return EXIT_BAD_INPUT
@@ -303,12 +314,6 @@ def _run_launch_status(args: argparse.Namespace) -> int:
 
 
 def _run_launch_collect(args: argparse.Namespace) -> int:
-    import time
-    from pathlib import Path
-
-    from gradeff.records.outputs import OutputError
-    from gradeff.scale.collect import CollectError, collect
-
     started = time.perf_counter()
     state = _launch_state(args.folder)
     if state is None:
@@ -361,8 +366,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def _exit_cleanly_on_sigterm() -> None:
     """SIGTERM (a CI timeout, a scheduler) ends the command through its ``finally`` blocks, as Ctrl-C does: the
     workers stop and the temporary worktrees are removed instead of being left behind."""
-    import signal
-
     def stop(signum, frame):
         raise SystemExit(128 + signum)
 
@@ -371,9 +374,6 @@ def _exit_cleanly_on_sigterm() -> None:
 
 def _selection_args(args: argparse.Namespace) -> tuple[list, dict]:
     """The cells and RunConfig fields a selection's options name (KeyError naming the valid keys)."""
-    from gradeff.scale.ab import select_cells
-    from gradeff.studies.grid import AXES, PLURALS
-
     selection = {axis: [key.strip() for key in getattr(args, PLURALS[axis]).split(",") if key.strip()]
                  for axis in AXES if getattr(args, PLURALS[axis], None)}
     ids = [i.strip() for i in args.cells.split(",") if i.strip()] if args.cells else None
@@ -383,9 +383,6 @@ def _selection_args(args: argparse.Namespace) -> tuple[list, dict]:
 
 
 def _measure_settings(args: argparse.Namespace, **extra):
-    from gradeff.gate.ab import CPU, WALL
-    from gradeff.scale.ab import ABSettings
-
     defaults = ABSettings()
     slice_steps = defaults.slice_steps if args.slice_steps is None else (args.slice_steps or None)
     clock = args.clock or (CPU if args.device == "cpu" else WALL)
@@ -393,12 +390,6 @@ def _measure_settings(args: argparse.Namespace, **extra):
 
 
 def _run_ab(args: argparse.Namespace) -> int:
-    import json
-    from pathlib import Path
-
-    from gradeff.gate.ab import DEFAULT_THRESHOLD, ab_lines
-    from gradeff.scale.ab import RevisionError, WorkerError, repository_root, run_revisions
-
     try:
         cells, config = _selection_args(args)
         settings = _measure_settings(args, threshold=DEFAULT_THRESHOLD if args.threshold is None else args.threshold)
@@ -422,8 +413,6 @@ def _run_ab(args: argparse.Namespace) -> int:
         print(line)
     print(f"gradeff ab: took {run.seconds:.0f} s", file=sys.stderr)
     code = EXIT_FAILED if run.regressed else EXIT_OK
-    from gradeff.records.outputs import OutputError, write_text
-
     try:
         if args.json:
             write_text(Path(args.json), json.dumps(run.as_dict(), indent=1) + "\n")
@@ -452,9 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    # The gate owns its options (gradeff.gate.compare); imported here so `gradeff list` stays light.
-    from gradeff.gate.compare import main as compare_main
-
+    # The gate owns its options (gradeff.gate.compare).
     return compare_main(args.arguments)
 
 
@@ -463,11 +450,6 @@ def _error(message: str) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    # Imported here: `gradeff list` and `--help` should not load jinja2 and the analysis.
-    from pathlib import Path
-
-    from gradeff.records.loading import ResultsFileError, load_results
-
     by_suffix = _TABLE_SUFFIXES.get(Path(args.output).suffix.lower()) if args.output else None
     if args.format == "html" and by_suffix:
         _error(f"{args.output} ends in .{by_suffix} but --format is html; pass --format {by_suffix} or another name")
@@ -477,10 +459,6 @@ def _run_report(args: argparse.Namespace) -> int:
     if fmt == "parquet" and output == "-":
         _error("parquet is a binary file: give -o FILE.parquet, or --format csv for stdout")
         return EXIT_BAD_INPUT
-    from gradeff.analysis.answer import AnswerOptions
-    from gradeff.analysis.choice import CHOICE_QUESTIONS, parse_prefer
-    from gradeff.analysis.margins import parse_margins
-
     try:
         margins = parse_margins(args.margin)
     except ValueError as exc:
@@ -493,8 +471,6 @@ def _run_report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     templates = None
     if fmt == "html":
-        from gradeff.report.render import resolve_template_folder
-
         try:
             templates = resolve_template_folder(args.templates)
         except NotADirectoryError as exc:
@@ -509,8 +485,6 @@ def _run_report(args: argparse.Namespace) -> int:
         print(f"gradeff: warning: skipped unreadable line {line}", file=sys.stderr)
 
     if output != "-":
-        from gradeff.records.outputs import colliding_outputs
-
         # The report written over a results file it reads would destroy the records it shows.
         clashes = colliding_outputs({"-o": output} | {f"results file {i + 1}": p for i, p in enumerate(args.results)})
         if clashes:
@@ -522,8 +496,6 @@ def _run_report(args: argparse.Namespace) -> int:
         else:
             _write_file(fmt, args.title, loaded, output, templates, options)
     except OSError as exc:
-        from gradeff.records.outputs import OutputError
-
         _error(str(exc) if isinstance(exc, OutputError) else f"cannot write {output}: {exc.strerror or exc}")
         return EXIT_OUTPUT
     if output != "-":
@@ -534,21 +506,12 @@ def _run_report(args: argparse.Namespace) -> int:
 
 def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templates: Path | None,
                 options: AnswerOptions) -> None:
-    from pathlib import Path
-
     path = Path(output)
     if fmt == "parquet":
-        from gradeff.report.dataframe import write_parquet
-
         write_parquet(loaded.records, path)
         return
-    from gradeff.report import write_report
-
     if fmt == "csv" and path.suffix.lower() != ".csv":
         # write_report picks CSV by suffix; an explicit --format csv wins over the file name.
-        from gradeff.records.outputs import write_with
-        from gradeff.report.csv_export import write_csv
-
         write_with(path, lambda handle: write_csv(loaded.records, handle))
         return
     write_report(loaded.records, path, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title,
@@ -558,25 +521,19 @@ def _write_file(fmt: str, title: str, loaded: LoadedResults, output: str, templa
 def _write_stdout(fmt: str, title: str, loaded: LoadedResults, templates: Path | None,
                   options: AnswerOptions) -> None:
     if fmt == "csv":
-        from gradeff.report.csv_export import write_csv
-
         write_csv(loaded.records, sys.stdout)
         return
-    from gradeff.report import build_view, render_html
-
     view = build_view(loaded.records, skipped_lines=loaded.skipped_lines, sources=loaded.sources, title=title,
                       answer_options=options)
     sys.stdout.write(render_html(view, templates=templates))
 
 
 def _version() -> str:
-    from gradeff import __version__
-
     return __version__
 
 
 def _run_list(args: argparse.Namespace) -> int:
-    import pytest
+    import pytest  # noqa: PLC0415 - pytest, 0.4 s: only `gradeff list` runs a session
 
     # The registrations a pytest session here makes (conftest hooks, plugins, entry points), listed by
     # gradeff.pytest.listing's --gradeff-list. Named with -p so that a session without plugin autoloading lists too
@@ -614,15 +571,10 @@ def _add_baseline_parser(commands) -> None:
 
 
 def _baseline_selection(args: argparse.Namespace) -> list[str]:
-    from gradeff.gate.baseline_record import DEFAULT_SLICE
-
     return list(getattr(args, "pytest_args", None) or DEFAULT_SLICE)
 
 
 def _run_baseline_record(args: argparse.Namespace) -> int:
-    from gradeff.gate.baseline_record import BaselineNotRecorded, record_baseline
-    from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError
-
     try:
         record_baseline(args.out, _baseline_selection(args))
     except BaselineNotRecorded as exc:
@@ -635,12 +587,6 @@ def _run_baseline_record(args: argparse.Namespace) -> int:
 
 
 def _run_baseline_check(args: argparse.Namespace) -> int:
-    import shlex
-    import subprocess
-    from pathlib import Path
-
-    from gradeff.gate.baseline_record import check_command
-
     if not Path(args.baseline).is_file():
         _error(f"no baseline at {args.baseline}: `gradeff baseline record --out {args.baseline}` records one")
         return EXIT_BAD_INPUT
@@ -670,8 +616,6 @@ def _add_history_parser(commands) -> None:
         "find", help="bisect REV1..REV2 to the commit where a cell's figure changed (about log2 N runs)",
         description="As asv find: measure the two ends side by side, then repeatedly the middle commit with the "
         "current ends, keeping the half whose ends differ more.")
-    from gradeff.gate.history import METRICS
-
     find.add_argument("metric", choices=tuple(METRICS), metavar="METRIC", help=f"one of {', '.join(METRICS)}")
     find.add_argument("cell", metavar="CELL", help="a cell id of the grid (e.g. llm-adam-standard)")
     find.add_argument("range", metavar="REV1..REV2", help="the commits, oldest first")
@@ -691,19 +635,12 @@ def _add_history_parser(commands) -> None:
 
 
 def _open_history(path: str, *, must_exist: bool):
-    from pathlib import Path
-
-    from gradeff.gate.history import HistoryStore
-
     if must_exist and not Path(path).is_file():
         raise ValueError(f"no history store at {path}: `gradeff history run` or --gradeff-history PATH makes one")
     return HistoryStore(path)
 
 
 def _run_history_run(args: argparse.Namespace) -> int:
-    from gradeff.scale.ab import RevisionError, repository_root
-    from gradeff.scale.history import commits_in_range, run_history
-
     try:
         cells, config = _selection_args(args)
         settings = _measure_settings(args)
@@ -728,9 +665,6 @@ def _run_history_run(args: argparse.Namespace) -> int:
 
 
 def _run_history_find(args: argparse.Namespace) -> int:
-    from gradeff.scale.ab import RevisionError, repository_root
-    from gradeff.scale.history import commit_of, commits_in_range, find_change
-
     try:
         args.cells = args.cell
         (cell,), config = _selection_args(args)
@@ -767,25 +701,18 @@ def _run_history_find(args: argparse.Namespace) -> int:
 
 
 def _nothing():
-    import contextlib
-
     return contextlib.nullcontext()
 
 
 def _run_history_report(args: argparse.Namespace) -> int:
-    from gradeff.records.outputs import OutputError, write_text
-
     try:
         store = _open_history(args.history, must_exist=True)
     except ValueError as exc:
         _error(str(exc))
         return EXIT_BAD_INPUT
-    from gradeff.report.history import build_history_view, render_history
-
     with store:
         view = build_history_view(store, title=args.title)
     try:
-        from pathlib import Path
 
         path = write_text(Path(args.output), render_history(view))
     except OutputError as exc:

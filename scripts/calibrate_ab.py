@@ -39,7 +39,7 @@ REF = "refs/gradeff-calibration/"
 def _slowed(factor: float) -> str:
     """What a slowed commit appends to gradeff/cell/loop.py: every optimizer step ``factor`` times slower, spinning."""
     sys.path.insert(0, str(ROOT))
-    from tests.gate.injection import loader_source
+    from tests.gate.injection import loader_source  # noqa: PLC0415 - importable once the root is on sys.path
 
     return loader_source("slowdown_plugin",
                          f'optimizer_step = _load_slowdown_plugin().slowed(optimizer_step, {factor}, "spin")',

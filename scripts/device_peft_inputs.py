@@ -23,8 +23,9 @@ def write_inputs(out: Path) -> None:
     from safetensors.torch import save_file
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from gradeff.models import build_model
-    from tests.models.published import to_reference
+    # Importable once the checkout's root is on sys.path (the line above).
+    from gradeff.models import build_model  # noqa: PLC0415
+    from tests.models.published import to_reference  # noqa: PLC0415
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)

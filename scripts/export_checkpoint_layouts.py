@@ -48,7 +48,7 @@ def _write(model: str, reference: str, module, *, how: str) -> None:
 
 
 def export_timm() -> None:
-    import timm
+    import timm  # noqa: PLC0415 - the reference environment's only (it pulls torchvision)
 
     for model, name in (("vit_s", "vit_small_patch16_224.augreg_in21k_ft_in1k"),
                         ("tinyvit", "tiny_vit_21m_224.dist_in22k_ft_in1k")):
@@ -75,7 +75,7 @@ def _official_imports(vim: Path | None, mambavision: Path | None) -> None:
 
 
 def export_vim(vim: Path, commit: str) -> None:
-    import models_mamba
+    import models_mamba  # noqa: PLC0415 - importable once _official_imports has put its repository on sys.path
 
     name = "vim_small_patch16_224_bimambav2_final_pool_mean_abs_pos_embed_with_midclstok_div2"
     module = getattr(models_mamba, name)()
@@ -84,7 +84,7 @@ def export_vim(vim: Path, commit: str) -> None:
 
 
 def export_mambavision(commit: str) -> None:
-    from mambavision.models import mamba_vision
+    from mambavision.models import mamba_vision  # noqa: PLC0415 - importable once _official_imports has run
 
     module = mamba_vision.mamba_vision_T()
     _write("mambavision_t", f"NVlabs/MambaVision@{commit} mambavision/models/mamba_vision.py mamba_vision_T", module,

@@ -29,6 +29,7 @@ import sys
 
 from gradeff.cell.protocols import TABLE_PATH, TunedTable
 from gradeff.cell.rate_search import SearchSettings, search_cells, tunable_cells
+from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError
 from gradeff.specs.profiles import PROFILES
 from gradeff.strategies import rate_strategy
 from gradeff.studies.grid import GRIDS, cells
@@ -74,8 +75,6 @@ def main(argv: list[str] | None = None) -> int:
           f"decades, widening up to {args.widen}", flush=True)
     rows, search_id, provenance = search_cells(todo, settings, workers=args.workers, command=command)
     table = TunedTable.load(args.table).merged(rows, search_id, provenance)
-    from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError
-
     try:
         table.dump(args.table)
         written = None

@@ -36,6 +36,7 @@ from gradeff.analysis.metrics import (
 from gradeff.analysis.metrics import is_isolated as isolated
 from gradeff.analysis.pairing import PairedRatio, paired_ratio
 from gradeff.analysis.runs import CellRuns, by_cell, canonical, canonical_key
+from gradeff.analysis.verdicts import verdicts
 from gradeff.records.results import CellRecord
 
 __all__ = [
@@ -212,8 +213,6 @@ def recommendations(records: Iterable[CellRecord]) -> dict[str, dict[str, object
     Returns:
         model key → objective → :class:`~gradeff.analysis.verdicts.Verdict`.
     """
-    from gradeff.analysis.verdicts import verdicts
-
     return {model: verdicts(group) for model, group in group_by_model(canonical(records)[0]).items()}
 
 

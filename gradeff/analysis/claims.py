@@ -34,8 +34,10 @@ import statistics
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gradeff.analysis import memory as memory_analysis
 from gradeff.analysis import naming
-from gradeff.analysis.metrics import METRICS, Metric, quality_metric
+from gradeff.analysis.answer import sanity_accuracy
+from gradeff.analysis.metrics import METRICS, Metric, is_isolated, memory_metric, quality_metric
 from gradeff.analysis.pairing import EQUIVALENT, IDENTICAL, OPEN, WINNER, Ranking, rank
 from gradeff.analysis.runs import CellRuns, by_cell, canonical, seed_values
 from gradeff.analysis.stats import Interval, interval
@@ -256,8 +258,6 @@ def _cheap_methods(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
 def _below_sanity(records: Sequence[CellRecord], tuned: Sequence[CellRecord]) -> str:
     """``; not above the raw-pixel 1-NN baseline: ...`` for the fine-tuned cells that do not beat their dataset's
     sanity baseline (where the records carry one): their accuracy says nothing about the method."""
-    from gradeff.analysis.answer import sanity_accuracy
-
     behind = []
     for cell, runs in by_cell(tuned).items():
         baseline, mean = sanity_accuracy(records, runs.first.dataset), runs.mean("heldout_accuracy")
@@ -268,8 +268,6 @@ def _below_sanity(records: Sequence[CellRecord], tuned: Sequence[CellRecord]) ->
 
 def _adaptive_memory(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
     """Adaptive checkpointing against standard (PEFT cells only): live peak cut and energy overhead."""
-    from gradeff.analysis import memory as memory_analysis
-
     tuned = _fine_tuned(records)
     budgets = [r for r in tuned if memory_analysis.budget_kind(r) == "adaptive"
                and memory_analysis.plan_number(r, "checkpointed_layers")]
@@ -359,8 +357,6 @@ def _prompted_vlms(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
 
 def _pixel_baseline(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
     """Fine-tuned cells against their dataset's raw-pixel 1-NN on the same test split: a sanity check."""
-    from gradeff.analysis.answer import sanity_accuracy
-
     by_dataset: dict[str, dict[str, CellRuns]] = {}
     for cell, runs in by_cell(_fine_tuned(records)).items():
         by_dataset.setdefault(runs.first.dataset, {})[cell] = runs
@@ -595,8 +591,6 @@ def _best_loss_optimizers(records: Sequence[CellRecord]) -> tuple[str, str, str,
 
 
 def _cg_never_best(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
-    from gradeff.analysis.metrics import memory_metric
-
     llm_cg = [r for r in records if r.model == "llm" and r.optimizer == "cgd"]
     if not llm_cg:
         return "n/a", NOT_MEASURABLE, "needs cgd cells", 0
@@ -615,8 +609,6 @@ def _cg_never_best(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
 
 
 def _adam_most_ram(records: Sequence[CellRecord]) -> tuple[str, str, str, int]:
-    from gradeff.analysis.metrics import is_isolated
-
     llm = [r for r in records if r.model == "llm" and r.status == "ok"]
     if not llm or not all(is_isolated(r) for r in llm):
         return "n/a", NOT_MEASURABLE, ("host RAM is comparable only per process: run with --gradeff-isolate (in one "

@@ -26,8 +26,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gradeff.data import TASKS
+from gradeff.models import MODELS
 from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord, meter_field, meter_section, record_field
+from gradeff.strategies import STRATEGIES, micro_batches_per_step
 
 __all__ = [
     "ANSWER_OBJECTIVES", "MEMORY_PARTS", "METRICS", "OBJECTIVE_TITLES", "QUALITY", "RSS_RESOLUTION_BYTES",
@@ -204,9 +207,6 @@ def nonfinite_value(record: CellRecord, metric: str | Metric) -> float | None:
 def task_kind(record: CellRecord) -> str:
     """What a record's task asks: ``causal_lm``, ``masked_lm``, ``image_captioning``, ``image_classification``
     or ``multi_label``; from its dataset's registry entry, else its model's own task, else what it recorded."""
-    from gradeff.data import TASKS
-    from gradeff.models import MODELS
-
     info = record_field(record, "task", "info")
     info = info if isinstance(info, Mapping) else {}
     if info.get("multi_label") or any(getattr(e, "heldout_f1_micro", None) is not None for e in record.epochs):
@@ -298,8 +298,6 @@ def forward_backward_passes(record: CellRecord) -> int | None:
     A closure runs every micro-batch of its step (k under gradient accumulation), and a line search
     calls it several times per step; ``None`` for a record without the counts.
     """
-    from gradeff.strategies import STRATEGIES, micro_batches_per_step
-
     calls = record.summary.closure_calls
     if not isinstance(calls, int) or record.strategy not in STRATEGIES:
         return None  # a strategy this gradeff does not know: how many micro-batches a closure ran is unknown

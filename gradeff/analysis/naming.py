@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gradeff.data import TASKS
+from gradeff.models import MODELS
 from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord, record_field
 
@@ -52,8 +54,6 @@ def provenance(record: CellRecord) -> str:
 
 def what_ran(record: CellRecord) -> str:
     """The model's name where its real weights were loaded, else ``<family>-shaped`` with :func:`provenance`."""
-    from gradeff.models import MODELS
-
     name = MODELS[record.model].name if record.model in MODELS else record.model
     if real_weights(record):
         return name
@@ -72,8 +72,6 @@ def _hparam(record: CellRecord, name: str) -> int | None:
 def dataset_title(record: CellRecord) -> str:
     """The dataset's name with the sizes the record trained at: ``CIFAR-100-like (synthetic), 100 classes, 32 px``,
     ``Topic text (synthetic, next token), 124 token types, sequences of 32`` (sizes it lacks left out)."""
-    from gradeff.data import TASKS
-
     known = record.dataset in TASKS
     name = TASKS[record.dataset].name if known else (record.dataset or "")
     kind = TASKS[record.dataset].kind if known else ""

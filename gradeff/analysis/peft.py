@@ -17,8 +17,8 @@ from gradeff import analysis
 from gradeff.analysis import Metric
 from gradeff.analysis.naming import weights_source
 from gradeff.analysis.netscore import Score
-from gradeff.analysis.pairing import PairedRatio
-from gradeff.analysis.runs import CellRuns
+from gradeff.analysis.pairing import PairedRatio, paired_ratio
+from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.analysis.stats import Interval, interval
 from gradeff.data import TASKS
 from gradeff.methods import METHODS
@@ -129,8 +129,6 @@ def versus_full(runs: Mapping[str, CellRuns]) -> list[Versus]:
     Returns:
         One :class:`Versus` per cell whose method is not ``full``, in the order given.
     """
-    from gradeff.analysis.pairing import paired_ratio
-
     full = {r.first.strategy: r for r in runs.values() if r.first.method == FULL}
     result = []
     for cell_runs in runs.values():
@@ -248,8 +246,6 @@ def netscore_ranking(records: Iterable[CellRecord], key: str) -> list[tuple[Cell
     A cell's score is the mean of its seeds' values, estimated where any seed's is; a tie keeps the
     canonical order. Scores compare only between passes over the same images: rank one dataset's cells at a time.
     """
-    from gradeff.analysis.runs import by_cell
-
     ranked = []
     for cell_runs in by_cell(records).values():
         scores = [score for r in cell_runs.ok if (score := score_of(r, key)) is not None and score.value is not None]

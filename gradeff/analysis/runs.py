@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 from gradeff.analysis.metrics import Metric, metric_value
 from gradeff.analysis.stats import Interval, interval
+from gradeff.data import TASKS
+from gradeff.methods import METHODS
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord
+from gradeff.strategies import STRATEGIES
+from gradeff.studies.grid import GRIDS
 
 __all__ = ["CellRuns", "by_cell", "canonical", "canonical_key", "seed_values"]
 
@@ -31,13 +38,6 @@ def _rank(registry: Iterable[str], key: str) -> tuple[int, int, str]:
 def canonical_key(record: CellRecord) -> tuple:
     """A total order of records: grid, model, optimizer, strategy, method, dataset (registry order, unknown keys
     after, by name), then the cell id and the seed."""
-    from gradeff.data import TASKS
-    from gradeff.methods import METHODS
-    from gradeff.models import MODELS
-    from gradeff.optim import OPTIMIZERS
-    from gradeff.strategies import STRATEGIES
-    from gradeff.studies.grid import GRIDS
-
     return (_rank(GRIDS, record.grid), _rank(MODELS, record.model), _rank(OPTIMIZERS, record.optimizer),
             _rank(STRATEGIES, record.strategy), _rank(METHODS, record.method), _rank(TASKS, record.dataset),
             record.cell, record.seed)
@@ -134,8 +134,6 @@ class CellRuns:
     def mean_series(self, value: Callable[[object], float | None]) -> tuple[tuple[int, float], ...]:
         """``(epoch, mean)`` of a per-epoch figure over the seeds that ended ok (every seed where none did),
         for each epoch some seed measured."""
-        from gradeff.records.formatting import as_number
-
         sources = self.ok or self.runs
         by_epoch: dict[int, list[float]] = {}
         for record in sources:

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradeff.cell import stop
-from gradeff.cell.devices import process_group_backend
+from gradeff.cell.devices import gpu_count, process_group_backend, resolve_device
+from gradeff.records.results import CellRecord, Summary
 
 if TYPE_CHECKING:
     import pytest
 
     from gradeff.cell.config import RunConfig
-    from gradeff.records.results import CellRecord
     from gradeff.studies.grid import Cell
 
 __all__ = ["DEFAULT_WORLD_SIZE", "add_options", "merge_ranks", "read_world_size", "run_sharded",
@@ -72,7 +72,7 @@ def add_options(parser: pytest.Parser) -> None:
 
 def read_world_size(config: pytest.Config) -> int:
     """``--gradeff-world-size``, checked before any cell (``pytest.UsageError``)."""
-    import pytest
+    import pytest  # noqa: PLC0415 - pytest, 0.4 s: a spawned rank imports this module
 
     text = config.getoption("gradeff_world_size")
     try:
@@ -82,8 +82,6 @@ def read_world_size(config: pytest.Config) -> int:
 
 
 def _rank_device(device: str, rank: int) -> str:
-    from gradeff.cell.devices import gpu_count, resolve_device
-
     resolved = resolve_device(device)
     if resolved.type != "cuda":
         return str(resolved)
@@ -98,7 +96,8 @@ def run_sharded(cell: Cell, config: RunConfig, run: Callable[[Cell, RunConfig], 
     """
     import torch
 
-    from gradeff.studies.extend import dump_registered
+    # pytest (studies.extend): a spawned process imports this
+    from gradeff.studies.extend import dump_registered  # noqa: PLC0415
 
     size, backend, started = config.world_size, process_group_backend(config.device), time.time()
     context = multiprocessing.get_context("spawn")
@@ -142,7 +141,8 @@ def _rank_main(rank: int, cell: Cell, config: RunConfig, backend: str, init_meth
 
         torch.set_num_threads(threads)
         if registered:
-            from gradeff.studies.extend import load_registered
+            # pytest (studies.extend): a spawned process imports this
+            from gradeff.studies.extend import load_registered  # noqa: PLC0415
 
             load_registered(registered)
         device = torch.device(config.device)
@@ -194,8 +194,6 @@ def merge_ranks(cell: Cell, config: RunConfig, outcomes: dict[int, str], *, back
     rank closes its connections, and the others' failures follow from it); else a rank's own failure text; else
     a rank that died without a word or was stopped.
     """
-    from gradeff.records.results import CellRecord
-
     records = {rank: CellRecord.from_json(line) for rank, line in outcomes.items() if line.startswith("{")}
     size = config.world_size
     bad = [rank for rank in range(size) if rank not in records or records[rank].status != "ok"]
@@ -228,9 +226,7 @@ def merge_ranks(cell: Cell, config: RunConfig, outcomes: dict[int, str], *, back
 
 def _bare_record(cell: Cell, config: RunConfig, started: float) -> CellRecord:
     """A record with no training in it: no rank sent one back (its status and detail are set by the caller)."""
-    from gradeff.cell.devices import resolve_device
-    from gradeff.cell.record import cell_record
-    from gradeff.records.results import Summary
+    from gradeff.cell.record import cell_record  # noqa: PLC0415 - torch, 2.3 s: the plugin imports this module
 
     return cell_record(cell, config, device=str(resolve_device(config.device)), started=started, finished=time.time(),
                        process="sharded", status="error", summary=Summary.of([], time.time() - started),

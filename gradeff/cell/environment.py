@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import subprocess
 import sys
 from functools import cache
 from pathlib import Path
 
+import gradeff
 from gradeff.cell.probe import numerics_probe
 
 __all__ = ["code_version", "environment"]
@@ -61,8 +63,6 @@ def code_version() -> str:
 
     Works without git (an installed copy, a tarball); two checkouts with the same code agree.
     """
-    import gradeff
-
     package = Path(gradeff.__file__).parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
@@ -93,8 +93,6 @@ def project_commit(folder: str) -> str | None:
 
     What a user's own benchmarks ran on, beside :func:`code_version` (gradeff's own code): read once per process.
     """
-    import subprocess
-
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
@@ -135,10 +133,12 @@ def _machine(device: str) -> dict:
         index = torch.device(device).index
         info["gpu_index"] = index if index is not None else torch.cuda.current_device()
         info["device_name"] = torch.cuda.get_device_name(info["gpu_index"])
-        from gradeff.meters._nvml import torch_device_uuid
+        # torch, 2.3 s: the plugin imports this module
+        from gradeff.meters._nvml import torch_device_uuid  # noqa: PLC0415
 
         info["gpu_uuid"] = torch_device_uuid(info["gpu_index"], torch.cuda.get_device_properties)
-        from gradeff.meters._nvml import close_nvml, load_nvml
+        # torch, 2.3 s: the plugin imports this module
+        from gradeff.meters._nvml import close_nvml, load_nvml  # noqa: PLC0415
 
         nvml = load_nvml()
         if nvml is not None:

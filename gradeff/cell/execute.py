@@ -9,10 +9,14 @@ one-training function, its process entry), so this module never imports the runn
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
+
+import torch
 
 from gradeff.cell.plan import cell_settings
 from gradeff.cell.tuning import search
@@ -37,12 +41,8 @@ def run_isolated(cell: Cell, config: RunConfig, entry: Callable[[Cell, RunConfig
             its record as a JSON line, the form every reader already trusts; it gets the session's registered
             entries to register there first.
     """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    import torch
-
-    from gradeff.studies.extend import dump_registered
+    # pytest (studies.extend): a spawned process imports this
+    from gradeff.studies.extend import dump_registered  # noqa: PLC0415
 
     # A spawned process starts with torch's default thread count; it trains on the caller's, as the cell would here.
     threads = config.threads if config.threads is not None else torch.get_num_threads()

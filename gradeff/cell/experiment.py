@@ -15,10 +15,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
+import torch
+
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.environment import KERNEL_VARIABLES, code_version
 from gradeff.cell.plan import cannot_run, cell_settings
+from gradeff.cell.pretrain import cache_root, pretrained_folder, weights_checksum
 from gradeff.cell.probe import numerics_probe
+from gradeff.data.checksums import content_sha256
+from gradeff.data.real import source_checksum, source_for
 from gradeff.models import MODELS
 from gradeff.records.fingerprint import experiment_section
 from gradeff.strategies import STRATEGIES
@@ -35,8 +40,6 @@ __all__ = ["data_identity", "experiment", "experiment_inputs", "weights_identity
 def _threads(threads: int | None):
     """torch's intra-op threads set to the cell's while its inputs are read (a pretraining's recipe, hence its
     folder, names the thread count)."""
-    import torch
-
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -53,14 +56,9 @@ def data_identity(cell: Cell, config: RunConfig, info: Mapping | None = None) ->
     Raises:
         ValueError, OSError: a real-data task without a readable source (the caller records that it could not say).
     """
-    from gradeff.data.real import source_checksum, source_for
-
     source = source_for(cell.dataset, config.data) if cell.dataset else None
     if source is None:
         return {"task": cell.dataset, "source": "synthetic"}
-    from gradeff.cell.pretrain import cache_root
-    from gradeff.data.checksums import content_sha256
-
     info = info or {}
     identity = {"task": cell.dataset, "source": source.key, "columns": [list(pair) for pair in source.columns],
                 "sha256": info.get("source_sha256") or source_checksum(source, cache_root(config.cache_dir))}
@@ -72,16 +70,12 @@ def data_identity(cell: Cell, config: RunConfig, info: Mapping | None = None) ->
 def weights_identity(cell: Cell, config: RunConfig, weights: StartingWeights | None = None) -> dict:
     """Where the cell's weights start: given (their content checksum), the suite's pretraining (its manifest's
     checksum: ``None`` while the backbone is not cached) or a seeded initialisation."""
-    from gradeff.data.checksums import content_sha256
-
     given = dict(config.weights)
     if cell.model in given:
         return {"source": "given", "sha256": content_sha256(given[cell.model])}
     spec = MODELS.get(cell.model)
     if spec is None or not spec.fine_tunes:
         return {"source": "random"}
-    from gradeff.cell.pretrain import pretrained_folder, weights_checksum
-
     if weights is not None and weights.source == "pretrained" and weights.path:
         folder = weights.path
     else:

@@ -19,6 +19,7 @@ import torch
 
 from gradeff.cell import stop
 from gradeff.data import Dataset, epoch_order
+from gradeff.meters.untouched import untouched
 
 if TYPE_CHECKING:
     from gradeff.strategies.sharded import Ranks
@@ -334,8 +335,6 @@ def warm_up(state: TrainState) -> None:
     one-off cost out of epoch 0's time. It leaves no trace (:func:`gradeff.meters.untouched.untouched`):
     parameters, buffers (BatchNorm statistics) and the RNG are as before, the gradients dropped.
     """
-    from gradeff.meters.untouched import untouched
-
     batch = move_batch(state.dataset.batch(torch.arange(min(state.batch_size, len(state.dataset)))), state.device)
     with untouched(state.model):
         state.model(**batch).loss.backward()

@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from gradeff.cell.devices import gpu_count, process_group_backend, resolve_device
 from gradeff.cell.precision import precision_incompatibility
+from gradeff.cell.pretrain import cache_root
 from gradeff.cell.protocols import RateChoice, choose_rate
 from gradeff.data import TASKS, Dataset, data_sizes
+from gradeff.data.cache import cached
+from gradeff.data.real import BPE_VOCAB, load_real, source_for
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
@@ -71,9 +74,6 @@ def task_dataset(task: str, hp: HParams, seed: int, cache_dir: str | None = None
 @lru_cache(maxsize=8)
 def _sized_dataset(task: str, sizes: tuple, seed: int, cache_dir: str | None) -> Dataset:
     # Built once per process (a tuning search's trials at other rates reuse it too), drawn once per machine.
-    from gradeff.cell.pretrain import cache_root
-    from gradeff.data.cache import cached
-
     spec = TASKS[task]
 
     def draw() -> Dataset:
@@ -86,8 +86,6 @@ def _sized_dataset(task: str, sizes: tuple, seed: int, cache_dir: str | None) ->
 
 @lru_cache(maxsize=8)
 def _real_dataset(source, **settings) -> Dataset:
-    from gradeff.data.real import load_real
-
     return load_real(source, **settings)
 
 
@@ -97,13 +95,9 @@ def cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HPar
     Real data has the rows it has: a cell trains on at most the profile's training samples, in whole steps of
     ``batch_size × accum_steps`` (so every strategy sees the same samples), and the head has the data's classes.
     """
-    from gradeff.data.real import BPE_VOCAB, source_for
-
     source = source_for(cell.dataset, config.data)
     if source is None:
         return task_dataset(cell.dataset, hp, config.seed, config.cache_dir), hp
-    from gradeff.cell.pretrain import cache_root
-
     # The caps come from the profile alone, so every cell of a session asks for (and caches) the same tensors.
     caps = hparams_for(cell.model, config.profile, dataset=cell.dataset)
     data = _real_dataset(source, kind=TASKS[cell.dataset].kind, image_size=hp.image_size, seq_len=hp.seq_len,

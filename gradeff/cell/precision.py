@@ -11,8 +11,11 @@ precision.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from typing import TYPE_CHECKING
+
+from gradeff.optim import OPTIMIZERS
 
 if TYPE_CHECKING:
     import torch
@@ -72,8 +75,6 @@ def precision_incompatibility(optimizer: str, precision: str) -> str | None:
     """
     if precision != "fp16":
         return None
-    from gradeff.optim import OPTIMIZERS
-
     spec = OPTIMIZERS[optimizer]
     if "line_search" in spec.kwargs:
         return (f"fp16 loss scaling steps the optimizer once without a closure, and {spec.name} re-evaluates the "
@@ -82,8 +83,6 @@ def precision_incompatibility(optimizer: str, precision: str) -> str | None:
 
 
 def _peak_tflops(text: str) -> float:
-    import argparse
-
     try:
         value = float(text)
     except ValueError:
@@ -106,7 +105,7 @@ def add_options(parser) -> None:
 
 def read_precision(config, device: str) -> str:
     """``--gradeff-precision``, checked against the device (``pytest.UsageError`` before any cell)."""
-    import pytest
+    import pytest  # noqa: PLC0415 - pytest, 0.4 s: a cell's own process imports this module
 
     try:
         return validate_precision(config.getoption("gradeff_precision"), device)

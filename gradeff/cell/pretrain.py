@@ -23,6 +23,7 @@ plain ``mkdir`` would (the umask's), so a cache on a shared disk serves every ac
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -35,7 +36,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gradeff.data.checksums import MANIFEST, CacheRebuiltWarning, file_sha256, verify_manifest, write_manifest
+from gradeff.methods import within
+from gradeff.models import MODELS, build_model
+from gradeff.models.checkpoint import given_weights
 from gradeff.models.weights import StartingWeights
+from gradeff.studies.hparams import hparams_for, pretrain_hparams
 
 __all__ = ["FORMAT", "INFO_FILE", "MANIFEST", "CacheRebuiltWarning", "StartingWeights", "cache_root", "pretrain",
            "pretrain_ahead", "pretrained_folder", "starting_weights", "verify_folder", "weights_checksum"]
@@ -59,11 +64,6 @@ def cache_root(explicit: str | Path | None = None) -> Path:
 
 
 def _recipe(model: str, profile: str) -> dict:
-    import importlib
-
-    from gradeff.models import MODELS
-    from gradeff.studies.hparams import hparams_for, pretrain_hparams
-
     return {"format": FORMAT, "model": model, "profile": profile,
             "config": importlib.import_module(MODELS[model].module).CONFIGS[profile],
             "image_size": hparams_for(model, profile).image_size,
@@ -99,11 +99,7 @@ def starting_weights(model: str, profile: str, seed: int, *, local: Mapping[str,
     Raises:
         WeightSourceError, CheckpointError: a given source that cannot be read or does not fit.
     """
-    from gradeff.models import MODELS
-
     if local and model in local:
-        from gradeff.models.checkpoint import given_weights
-
         return given_weights(model, local[model], profile, num_labels=num_labels, seed=seed)
     spec = MODELS[model]
     if not spec.fine_tunes:
@@ -157,8 +153,6 @@ def pretrain_ahead(backbones: Iterable[tuple[str, int]], profile: str, *, local:
     """
     from filelock import FileLock, Timeout
 
-    from gradeff.models import MODELS
-
     done = []
     for model, seed in dict.fromkeys(backbones):
         if (local and model in local) or model not in MODELS or not MODELS[model].fine_tunes:
@@ -192,13 +186,11 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     """
     import torch
 
-    from gradeff.cell.evaluation import evaluate
-    from gradeff.cell.loop import TrainState, train_epoch
-    from gradeff.data.cache import cached
-    from gradeff.data.standins import source_task
-    from gradeff.methods import within
-    from gradeff.models import MODELS, build_model
-    from gradeff.studies.hparams import hparams_for, pretrain_hparams
+    # torch, 2.3 s: the plugin imports this module
+    from gradeff.cell.evaluation import evaluate  # noqa: PLC0415
+    from gradeff.cell.loop import TrainState, train_epoch  # noqa: PLC0415
+    from gradeff.data.cache import cached  # noqa: PLC0415
+    from gradeff.data.standins import source_task  # noqa: PLC0415
 
     hp = pretrain_hparams(model, profile)
     # The image size its cells fine-tune at (its ModelSpec.hparams, built in or registered).

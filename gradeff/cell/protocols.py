@@ -26,7 +26,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gradeff.records.outputs import write_text
 from gradeff.records.results import SELF_TUNED
+from gradeff.strategies import rate_strategy
 
 __all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "SELF_TUNED", "TABLE_PATH", "RateChoice", "TunedRate", "TunedTable",
            "choose_rate", "tuned_table"]
@@ -97,8 +99,6 @@ class TunedTable:
                strategy: str = "standard") -> TunedRate | None:
         """The row of these axes tuned on ``strategy`` (a strategy key: the row of its rate strategy,
         :func:`gradeff.strategies.rate_strategy`), or ``None``."""
-        from gradeff.strategies import rate_strategy
-
         return self.rows.get((profile, model, optimizer, method, dataset, rate_strategy(strategy)))
 
     def merged(self, rows: list[TunedRate], search: str, provenance: dict) -> TunedTable:
@@ -138,8 +138,6 @@ class TunedTable:
         Raises:
             OutputError: the disk refused; the old table stays, the message names the file and why.
         """
-        from gradeff.records.outputs import write_text
-
         write_text(path, self.to_json())
 
 
@@ -180,8 +178,6 @@ def choose_rate(protocol: str, *, profile: str, model: str, optimizer: str, meth
         given_data: the cell trains on data the user gave (``--gradeff-data``): the table's rows were tuned on the
             built-in data and are not read (the cell tunes itself).
     """
-    from gradeff.strategies import rate_strategy
-
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOLS)}")
     if protocol == "shared":

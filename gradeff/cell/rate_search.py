@@ -13,13 +13,19 @@ left at an edge. An optimizer whose spec says it has nothing to tune gets a row 
 from __future__ import annotations
 
 import datetime as _dt
+import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
+import torch
+
+from gradeff.cell.config import RunConfig
+from gradeff.cell.environment import code_version
 from gradeff.cell.protocols import TunedRate
+from gradeff.cell.run import run_cell
 from gradeff.cell.tuning import log_grid, search
 from gradeff.optim import OPTIMIZERS
 from gradeff.strategies import rate_strategy
@@ -73,9 +79,6 @@ def tunable_cells(cells: Iterable[Cell]) -> list[Cell]:
 
 
 def _trial_loss(cell: Cell, settings: SearchSettings, lr: float, seed: int) -> float | None:
-    from gradeff.cell.config import RunConfig
-    from gradeff.cell.run import run_cell
-
     record = run_cell(cell, RunConfig(profile=settings.profile, seed=seed, epochs=settings.epochs, device="cpu",
                                       cache_dir=settings.cache_dir, lr=lr, trial=True,
                                       train_samples=settings.train_samples,
@@ -107,8 +110,6 @@ def search_cell(cell: Cell, settings: SearchSettings, search_id: str,
 
 
 def _worker(cell: Cell, settings: SearchSettings, search_id: str) -> tuple[TunedRate, float]:
-    import torch
-
     # One core per worker, as the grid's pytest-xdist workers do.
     torch.set_num_threads(1)
     started = time.process_time()
@@ -119,14 +120,10 @@ def _worker(cell: Cell, settings: SearchSettings, search_id: str) -> tuple[Tuned
 def search_cells(cells: Sequence[Cell], settings: SearchSettings, *, workers: int = 2,
                  command: str = "") -> tuple[list[TunedRate], str, dict]:
     """Search every cell (in ``workers`` processes); returns the rows, the search's key and its provenance."""
-    from gradeff.cell.environment import code_version
-
     now = _dt.datetime.now(_dt.UTC)
     search_id = f"{settings.profile}-{now:%Y%m%dT%H%M%SZ}"
     started = time.perf_counter()
     if workers > 1:
-        import multiprocessing
-
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             results = list(pool.map(_worker, cells, [settings] * len(cells), [search_id] * len(cells)))
     else:

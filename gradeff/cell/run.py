@@ -37,12 +37,15 @@ from gradeff.data import TASKS, Dataset
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
 from gradeff.methods import METHODS, apply_method
 from gradeff.models import MODELS, build_model
+from gradeff.models._layers import freeze_batch_statistics
+from gradeff.models.checkpoint import load_checkpoint
 from gradeff.optim import OPTIMIZERS, build_optimizer
 from gradeff.optim.cg import cg_stats
 from gradeff.records.results import CellRecord, EpochRecord, Summary
 from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.strategies.budget import profile_step
 from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
+from gradeff.strategies.sharded import Ranks, shard_model
 from gradeff.studies.grid import Cell, incompatibility
 from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, HParams, MethodHParams, method_hparams_for
 
@@ -91,12 +94,8 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     model = build_model(cell.model, config.profile, num_labels=hp.num_classes, weights_dir=weights_dir,
                         vocab_size=dataset.info.get("vocab_size"), image_size=hp.image_size)
     if state_dict:
-        from gradeff.models.checkpoint import load_checkpoint
-
         load_checkpoint(model, cell.model, weights.path, num_labels=hp.num_classes)
     if weights is not None and weights.source != "random" and model_spec.batch_norm:
-        from gradeff.models._layers import freeze_batch_statistics
-
         # Fine-tuning keeps the pretrained backbone's BatchNorm statistics (see freeze_batch_statistics).
         freeze_batch_statistics(model)
     model = model.to(device)
@@ -105,8 +104,6 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
     adapted = apply_method(cell.method, model, method_hp, total_steps=steps, head=model_spec.head)
     ranks = None
     if config.rank is not None:
-        from gradeff.strategies.sharded import Ranks, shard_model
-
         # Sharded before the optimizer is built: it must hold this process's shards, not the whole parameters.
         shard_model(adapted.model, device, config.world_size)
         ranks = Ranks(config.rank, config.world_size)
@@ -361,7 +358,8 @@ def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> s
     """A cell's run in an isolated process (:func:`gradeff.cell.execute.run_isolated`): the session's entries
     registered, the cell run, its record as a JSON line."""
     if registered:
-        from gradeff.studies.extend import load_registered
+        # pytest (studies.extend): a spawned process imports this
+        from gradeff.studies.extend import load_registered  # noqa: PLC0415
 
         load_registered(registered)
     return run_cell(cell, config).to_json()

@@ -34,6 +34,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+from filelock import FileLock
+
 from gradeff.cell.plan import cannot_run, cell_data, cell_settings
 from gradeff.cell.pretrain import cache_root
 from gradeff.cell.tuning import at_edge, log_grid
@@ -174,8 +177,6 @@ def fingerprint(cell: Cell, config: RunConfig, budget: SearchBudget, *, hparams:
         data_digest: :func:`gradeff.data.trivial_cache.splits_digest` of the cell's data: real data, a user's file
             and a registered dataset are keyed by their content.
     """
-    import torch
-
     inputs = {
         "procedure": _PROCEDURE, "budget": asdict(budget), "profile": config.profile, "precision": config.precision,
         "model": _stable(MODELS[cell.model]), "optimizer": _stable(OPTIMIZERS[cell.optimizer]),
@@ -280,8 +281,6 @@ def run_self_tuned(cell: Cell, config: RunConfig, *, train: Callable[..., CellRe
         budget: what the search may spend.
         reported: what only the reported run is trained with (its epoch timer, its meters).
     """
-    from filelock import FileLock
-
     hp, method_hp, _ = cell_settings(cell, config)
     shared = hp.lr * method_hp.lr_scale
     try:

@@ -22,6 +22,10 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 
+import numpy
+import torch
+from filelock import FileLock
+
 from gradeff.data.checksums import read_checked, write_checked
 from gradeff.data.dataset import Dataset
 
@@ -48,9 +52,6 @@ def cache_file(builder: str, arguments: Mapping, root: Path) -> Path | None:
     :mod:`gradeff.data` (its source is not in the key, so a copy could outlive a change to it)."""
     if not builder.startswith(_PACKAGE) or ":" not in builder:
         return None
-    import numpy
-    import torch
-
     key = json.dumps({"format": FORMAT, "builder": builder, "arguments": dict(arguments), "numpy": numpy.__version__,
                       "torch": torch.__version__, "source": source_digest()}, sort_keys=True, default=repr)
     name = builder.removeprefix(_PACKAGE).replace(":", ".")
@@ -65,8 +66,6 @@ def cached(builder: str, arguments: Mapping, draw: Callable[[], Dataset], *, roo
     path = cache_file(builder, arguments, root)
     if path is None:
         return draw()
-    from filelock import FileLock
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path) + ".lock")
@@ -108,8 +107,6 @@ def _payload(dataset: Dataset) -> dict | None:
 
 
 def _write(path: Path, payload: dict) -> None:
-    import torch
-
     # A full disk costs the next process a draw (said in a warning), never this one its data.
     write_checked(path, lambda temporary: torch.save(payload, temporary), best_effort=True)
 
@@ -125,8 +122,6 @@ def _read(path: Path) -> Dataset | None:
 
 
 def _load(path: Path) -> Dataset:
-    import torch
-
     payload = torch.load(path, weights_only=True)
     if payload.get("format") != FORMAT:
         raise ValueError(f"format {payload.get('format')!r}, not {FORMAT}")

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from gradeff.data.dataset import IGNORE_INDEX, SPECIAL_TOKENS, Dataset
 from gradeff.data.sanity import pixel_nearest_neighbour_accuracy
@@ -238,8 +239,6 @@ def _features(train: Dataset, *others: Dataset) -> list[np.ndarray]:
 def logistic_regression(train: Dataset, test: Dataset, *, c: float = DEFAULT_C) -> dict:
     """Multinomial logistic regression on standardised pixels (L2, inverse strength ``c``): test top-1 accuracy and
     cross-entropy (nats per image; a class absent from training gets probability 0 and an infinite loss)."""
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(1):  # see _image_baselines
         x_train, x_test = _features(train, test)
         return _fit_and_score(x_train, train.tensors["labels"].numpy(), [(x_test, test.tensors["labels"].numpy())],
@@ -249,7 +248,7 @@ def logistic_regression(train: Dataset, test: Dataset, *, c: float = DEFAULT_C) 
 def _fit_and_score(x_train: np.ndarray, y_train: np.ndarray, scored: list[tuple[np.ndarray, np.ndarray]], *,
                    c: float) -> list[dict]:
     """Fit on the training features, then the accuracy and cross-entropy on each ``(features, labels)``."""
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415 - sklearn, 3.8 s: the logistic baseline only
 
     model = LogisticRegression(C=c, max_iter=1_000).fit(x_train, y_train)
     probabilities = [model.predict_proba(x) for x, _ in scored]
@@ -266,8 +265,6 @@ def _fit_and_score(x_train: np.ndarray, y_train: np.ndarray, scored: list[tuple[
 
 
 def _image_baselines(train: Dataset, test: Dataset, validation: Dataset | None) -> dict:
-    from threadpoolctl import threadpool_limits
-
     if train.tensors["labels"].dim() != 1:
         raise ValueError("trivial baselines of image classification take one label per image (not multi-label)")
     # One thread for numpy's BLAS and scikit-learn's OpenMP loops: beside torch's own OpenMP pool in one process

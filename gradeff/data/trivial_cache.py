@@ -22,9 +22,14 @@ import weakref
 from importlib import metadata
 from pathlib import Path
 
+import numpy
+import torch
+from filelock import FileLock
+
 from gradeff.data.cache import source_digest
 from gradeff.data.checksums import read_checked, write_checked
 from gradeff.data.dataset import Dataset
+from gradeff.data.trivial import trivial_baselines
 
 __all__ = ["FORMAT", "TrivialBaselinesWarning", "cached_trivial_baselines", "splits_digest"]
 
@@ -57,8 +62,6 @@ def splits_digest(dataset: Dataset) -> str:
 
 
 def _digest(dataset: Dataset) -> str:
-    import torch
-
     digest = hashlib.sha256()
     for name, split in (("train", dataset), ("test", dataset.heldout), ("validation", dataset.validation)):
         digest.update(f"{name}:{split is not None}\0".encode())
@@ -73,8 +76,6 @@ def _digest(dataset: Dataset) -> str:
 
 
 def _key(dataset: Dataset, kind: str) -> str:
-    import numpy
-
     return hashlib.sha256(json.dumps(
         {"format": FORMAT, "kind": kind, "splits": splits_digest(dataset), "source": source_digest(),
          # Read from the installed metadata: importing scikit-learn costs a text task's process a second for nothing.
@@ -96,8 +97,6 @@ def _read(path: Path) -> dict:
 
 
 def _compute(dataset: Dataset, kind: str) -> dict | None:
-    from gradeff.data.trivial import trivial_baselines
-
     try:
         return trivial_baselines(dataset, kind)
     # A baseline is a yardstick beside the cell, never a reason for the cell to fail: a task it does not cover
@@ -134,8 +133,6 @@ def cached_trivial_baselines(dataset: Dataset, kind: str, *, root: Path | None) 
 
 
 def _shared(path: Path, dataset: Dataset, kind: str) -> dict | None:
-    from filelock import FileLock
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path) + ".lock")

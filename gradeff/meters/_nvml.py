@@ -28,7 +28,7 @@ def load_nvml(nvml: Any = None) -> Any:
     if nvml is not None:
         return nvml
     try:
-        import pynvml  # deferred: meters probe when created, never at import
+        import pynvml  # noqa: PLC0415 - deferred: meters probe when created, never at import
     except ImportError:
         return None
     return pynvml

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.utils import flop_counter
 
+from gradeff.meters.untouched import untouched
+
 __all__ = ["PEAK_TFLOPS", "StepFlops", "compute_record", "count_step_flops", "counted", "formulas",
            "peak_flops_per_s"]
 
@@ -141,8 +143,6 @@ def count_step_flops(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> 
     The pass must not change what the cell then trains: the random-number generators (dropout) and the
     model's buffers (batch-norm running statistics) are put back, and the gradients dropped.
     """
-    from gradeff.meters.untouched import untouched
-
     with untouched(model):
         flops = counted(lambda: model(**batch).loss.backward())
     samples = len(next(iter(batch.values())))

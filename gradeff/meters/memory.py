@@ -22,12 +22,14 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from gradeff.meters.peak import LivePeakTracker
 from gradeff.meters.storage import storage_of, tensor_bytes
 
 __all__ = [
@@ -320,10 +322,6 @@ def measure_step_memory(
     Returns:
         The breakdown, read after the step.
     """
-    from contextlib import nullcontext
-
-    from gradeff.meters.peak import LivePeakTracker
-
     # Last step's gradients die at this step's zero_grad; dropped first, they are not counted as
     # resident for the whole step (a tracker's baseline stays counted).
     optimizer.zero_grad(set_to_none=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -97,8 +97,6 @@ class MethodSpec:
         if bool(self.module) == (self.apply is not None):
             raise ValueError(f"method {self.key!r}: give module='package.module' (with apply()) or apply=<function>, "
                              f"not both")
-        from dataclasses import fields
-
         known = {f.name for f in fields(MethodHParams)} - {"target_modules"}
         unknown = sorted(set(self.hparams) - known)
         if unknown:

@@ -264,6 +264,7 @@ def from_checkpoint(key: str, source: str | Path, *, num_labels: int | None = No
     Returns:
         The model in evaluation mode; its load record is ``model.gradeff_weights``.
     """
-    from gradeff.models.checkpoint import from_checkpoint as load
+    # a cycle: gradeff.models.checkpoint reads this registry
+    from gradeff.models.checkpoint import from_checkpoint as load  # noqa: PLC0415
 
     return load(key, source, num_labels=num_labels, **options)

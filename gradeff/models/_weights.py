@@ -24,7 +24,7 @@ def instantiate(model_cls, config, *, weights_dir: str | Path | None, device, nu
         path = Path(weights_dir)
         if not path.is_dir():
             raise FileNotFoundError(f"weights directory {path} does not exist")
-        from transformers.utils import logging
+        from transformers.utils import logging  # noqa: PLC0415 - transformers, 1.4 s after torch: a saved folder only
 
         overrides = {} if num_labels is None else {"num_labels": num_labels, "ignore_mismatched_sizes": True}
         # A head re-initialised for a new dataset is the expected case, not news worth a load report.

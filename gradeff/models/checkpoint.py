@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gradeff.models import MODELS, build_model
 from gradeff.models.keymaps import KEY_MAPS, KeyMap, MappedKeys, unwrap
 from gradeff.models.weights import (
     StartingWeights,
@@ -159,8 +160,6 @@ def check_layout(key_map: KeyMap, checkpoint: Mapping, model_shapes: Mapping[str
 
 def model_type(model: str) -> str | None:
     """The ``model_type`` of a model's own config class (what its ``save_pretrained`` folders say), if it has one."""
-    from gradeff.models import MODELS
-
     spec = MODELS[model]
     if not spec.module:
         return None
@@ -177,8 +176,6 @@ def resolve_for(model: str, text: str, *, allow_hub: bool = False) -> WeightSour
 
     A bare ``hub`` stands for the model's published repository (:attr:`gradeff.models.ModelSpec.hub_id`).
     """
-    from gradeff.models import MODELS
-
     key_map, hub_id = KEY_MAPS.get(model), MODELS[model].hub_id
     if text == "hub":
         if not hub_id:
@@ -191,8 +188,6 @@ def resolve_for(model: str, text: str, *, allow_hub: bool = False) -> WeightSour
 
 
 def _model_shapes(model: str, profile: str, num_labels: int | None) -> dict[str, tuple]:
-    from gradeff.models import build_model
-
     built = build_model(model, profile, num_labels=num_labels, device="meta")
     return {key: tuple(tensor.shape) for key, tensor in built.state_dict().items()}
 
@@ -204,8 +199,6 @@ def _save_pretrained_shapes(model: str, folder: Path) -> dict[str, tuple]:
     names than its modules have (its checkpoint conversion), and ``from_pretrained`` builds from the config.
     """
     import torch
-
-    from gradeff.models import build_model
 
     model_class = type(build_model(model, "tiny", device="meta"))
     try:
@@ -298,8 +291,6 @@ def from_checkpoint(key: str, source: str | Path, *, num_labels: int | None = No
     Raises:
         WeightSourceError: a source that cannot be resolved or read. CheckpointError: keys that do not fit.
     """
-    from gradeff.models import build_model
-
     resolved = resolve_for(key, str(source), allow_hub=allow_hub)
     if resolved.format == "save_pretrained":
         model = build_model(key, profile, num_labels=num_labels, weights_dir=resolved.path, device=device)

@@ -19,6 +19,7 @@ Files are read without running code: safetensors by their header, ``torch.load``
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -27,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from safetensors import safe_open
 
 __all__ = ["PREFERRED_FILES", "STATE_DICT_SUFFIXES", "StartingWeights", "WeightSource", "WeightSourceError", "describe",
            "hub_origin", "is_hub_id", "load_state_dict", "read_shapes", "resolve", "sha256"]
@@ -166,8 +169,6 @@ def resolve(text: str, *, allow_hub: bool = False, model_type: str | None = None
 
 
 def _torch_load(path: Path):
-    import argparse
-
     import torch
 
     # Training scripts (DeiT's, timm's) save their argparse namespace beside the weights: plain data.
@@ -215,8 +216,6 @@ def read_shapes(path: str | Path) -> Mapping:
     if not path.name.endswith(".safetensors"):
         return _shapes_of(load_state_dict(path))
     try:
-        from safetensors import safe_open
-
         with safe_open(path, framework="pt") as handle:
             return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
     except Exception as exc:  # noqa: BLE001 - any reader error means the same: this file cannot be read

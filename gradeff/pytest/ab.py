@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from gradeff.gate.ab import ab_lines
 from gradeff.pytest.options import SETTINGS
+from gradeff.scale.ab import ABSettings, RevisionError, WorkerError, repository_root, run_revisions
 
 __all__ = ["ab_cells"]
 
@@ -35,9 +37,6 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     settings = config.stash.get(SETTINGS, None)
     if settings is None or settings.ab is None or config.option.collectonly:
         return None
-    from gradeff.gate.ab import ab_lines
-    from gradeff.scale.ab import ABSettings, RevisionError, WorkerError, repository_root, run_revisions
-
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     cells, others = ab_cells(session.items)
     for nodeid in others:

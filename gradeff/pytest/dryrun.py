@@ -24,12 +24,33 @@ and the data (a local copy or the synthetic stand-in) are said per cell. Nothing
 
 from __future__ import annotations
 
+import argparse
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from gradeff.cell.devices import resolve_device
+from gradeff.cell.pretrain import INFO_FILE, pretrained_folder
+from gradeff.data import TASKS
+from gradeff.data.real import source_for
+from gradeff.methods import apply_method, within
+from gradeff.models import MODELS, build_model
+from gradeff.models.checkpoint import given_weights
+from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import format_bytes, format_seconds
+from gradeff.strategies import STRATEGIES, micro_batches_per_step
+from gradeff.studies.hparams import (
+    MEMORY_BUDGET_LEVELS,
+    MEMORY_BUDGETS,
+    hparams_for,
+    method_hparams_for,
+    pretrain_hparams,
+)
+
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
 
 if TYPE_CHECKING:
     import torch
@@ -54,8 +75,6 @@ PLAN_FORMAT = "gradeff-dry-run/1"
 
 
 def _mfu(text: str) -> float:
-    import argparse
-
     try:
         value = float(text)
     except ValueError:
@@ -102,8 +121,7 @@ class Target:
 
 def target_for(named: str, device: str, *, precision: str, peak_tflops: float | None, mfu: float) -> Target:
     """The device to estimate for: ``named`` (a GPU name, matched against the tables) or else the session's."""
-    from gradeff.cell.devices import resolve_device
-    from gradeff.meters.flops import peak_flops_per_s
+    from gradeff.meters.flops import peak_flops_per_s  # noqa: PLC0415 - torch, see the imports
 
     if named:
         name, memory = named, next((size for fragment, size in DEVICE_MEMORY if fragment.lower() in named.lower()),
@@ -225,14 +243,10 @@ def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer:
     """Build the model with its method on meta and run one forward and backward of a micro-batch."""
     import torch
 
-    from gradeff.data import TASKS
-    from gradeff.meters.flops import counted
-    from gradeff.methods import apply_method, within
-    from gradeff.models import MODELS, build_model
-    from gradeff.optim import OPTIMIZERS
-    from gradeff.strategies.budget import LayerCost, StepProfile
-    from gradeff.strategies.layers import checkpointable_layers
-    from gradeff.studies.hparams import hparams_for, method_hparams_for
+    # torch, see the imports
+    from gradeff.meters.flops import counted  # noqa: PLC0415
+    from gradeff.strategies.budget import LayerCost, StepProfile  # noqa: PLC0415
+    from gradeff.strategies.layers import checkpointable_layers  # noqa: PLC0415
 
     spec = MODELS[model_key]
     # QLoRA's adapters, trainable parameters and FLOPs are LoRA's; only its weights' storage differs (below).
@@ -270,15 +284,10 @@ def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer:
 @lru_cache(maxsize=64)
 def _given_weights(model: str, path: str, profile: str, num_classes: int, seed: int):
     # Once per model and classes: every method and strategy of a backbone reads the same checkpoint.
-    from gradeff.models.checkpoint import given_weights
-
     return given_weights(model, path, profile, num_labels=num_classes, seed=seed)
 
 
 def _weights_text(cell, config, num_classes: int) -> str:
-    from gradeff.cell.pretrain import INFO_FILE, pretrained_folder
-    from gradeff.models import MODELS
-
     given = dict(config.weights)
     if cell.model in given:
         weights = _given_weights(cell.model, given[cell.model], config.profile, num_classes, config.seed)
@@ -292,19 +301,16 @@ def _weights_text(cell, config, num_classes: int) -> str:
 
 
 def _data_text(cell, config) -> str:
-    from gradeff.data.real import source_for
-
     source = source_for(cell.dataset, config.data)
     return f"{cell.dataset}: {source.path}" if source is not None else f"{cell.dataset}: synthetic stand-in"
 
 
 def plan_cell(cell, config, target: Target) -> CellPlan:
     """A cell's plan (see the module docstring); never raises: a cell that cannot be built says why."""
-    from gradeff.cell.plan import cannot_run
-    from gradeff.strategies import STRATEGIES, micro_batches_per_step
-    from gradeff.strategies.budget import plan as budget_plan
-    from gradeff.strategies.prepare import budget_bytes, budget_fraction
-    from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, hparams_for
+    # torch, see the imports
+    from gradeff.cell.plan import cannot_run  # noqa: PLC0415
+    from gradeff.strategies.budget import plan as budget_plan  # noqa: PLC0415
+    from gradeff.strategies.prepare import budget_bytes, budget_fraction  # noqa: PLC0415
 
     reason = cannot_run(cell, config)
     if reason is not None:
@@ -357,9 +363,6 @@ def _flops(value: float) -> str:
 def pretraining_seconds(model: str, config, target: Target) -> float | None:
     """Estimated time of the suite's pretraining of ``model`` at the session's profile (its own FLOPs per sample,
     fully fine-tuned, times the recipe's samples and epochs), ``None`` without a peak FLOP/s."""
-    from gradeff.models import MODELS
-    from gradeff.studies.hparams import hparams_for, pretrain_hparams
-
     recipe = pretrain_hparams(model, config.profile)
     hp = hparams_for(model, config.profile)
     measured = _measure(model, "full", MODELS[model].task, config.profile, "adamw", hp.batch_size,
@@ -417,8 +420,6 @@ def plan_document(tests: list[tuple[str, object, int]], plans: list[CellPlan], t
         ``{"format", "profile", "target", "pretraining", "cells": {cell id: axes and plan}, "tests": [...]}``;
         sizes in bytes, times in seconds, ``None`` where not estimated.
     """
-    from dataclasses import asdict
-
     by_id = {plan.cell: plan for plan in plans}
     cells = {}
     for _, cell, _ in tests:

@@ -43,6 +43,24 @@ from typing import Any
 
 import pytest
 
+from gradeff.cell import stop
+from gradeff.cell.devices import resolve_device
+from gradeff.data import TASKS
+from gradeff.methods import METHODS
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.pytest.options import SETTINGS, run_config
+from gradeff.records.results import EpochRecord, Summary
+from gradeff.specs.registry import UnknownKeyError
+from gradeff.studies.grid import Cell, incompatibility
+
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
+
+# The modules gradeff.pytest.plugin's pytest_plugins registers are imported inside functions: pytest marks each for
+# assertion rewriting as it registers it, and warns about one imported before (noqa: PLC0415 - registered plugin).
+
 __all__ = ["BenchData", "BenchMeters", "EpochLog", "gradeff_data", "gradeff_meters", "gradeff_method",
            "gradeff_model", "gradeff_optimizer"]
 
@@ -64,8 +82,6 @@ def _bench_name(test_name: str) -> str:
 def _bench_id(model: str, optimizer: str, bench: str, method: str, dataset: str | None) -> str:
     """``model-optimizer-bench``, then the method and the dataset where they depart from the full model on its own
     task: the main study's ids with the benchmark as the strategy (``llm-adam-my_step-lora``)."""
-    from gradeff.models import MODELS
-
     own_task = MODELS[model].task if model in MODELS else None
     return "-".join([model, optimizer, bench, *([method] if method != "full" else []),
                      *([dataset] if dataset is not None and dataset != own_task else [])])
@@ -116,8 +132,7 @@ class _Setup:
 
     @classmethod
     def of(cls, cell, config, settings, **fields) -> _Setup:
-        from gradeff.cell.devices import resolve_device
-        from gradeff.cell.plan import cell_settings
+        from gradeff.cell.plan import cell_settings  # noqa: PLC0415 - torch, see the imports
 
         return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
                    planned=cell_settings(cell, config), **fields)
@@ -129,11 +144,11 @@ class _Setup:
     def builds(self) -> bool:
         """Whether the fixtures build anything: a grid cell's only where the runner trains one build in this
         process (not a skipped, already recorded, tuned, isolated or sharded cell)."""
-        from gradeff.cell.run import trains_prebuilt
+        from gradeff.cell.run import trains_prebuilt  # noqa: PLC0415 - torch, see the imports
 
         if not self.grid:
             return True
-        from gradeff.pytest.resume import judge
+        from gradeff.pytest.resume import judge  # noqa: PLC0415 - registered plugin, see the imports
 
         judgement = judge(self.pytest_config, self.cell, self.config.seed) if self.pytest_config else None
         return not (judgement is not None and judgement.reuse) and trains_prebuilt(self.cell, self.config)
@@ -141,7 +156,7 @@ class _Setup:
     def build(self):
         """The cell's :class:`gradeff.cell.run.Built`, built once (``None`` where the runner builds its own)."""
         if self.built is None and self.builds():
-            from gradeff.cell.run import build_cell, release
+            from gradeff.cell.run import build_cell, release  # noqa: PLC0415 - torch, see the imports
 
             # The previous test has let go of its model by now: free it before this one's peak is measured.
             release(self.device)
@@ -155,7 +170,7 @@ class _Setup:
 
     def data(self):
         if self.dataset is None:
-            from gradeff.cell.plan import cell_data
+            from gradeff.cell.plan import cell_data  # noqa: PLC0415 - torch, see the imports
 
             # Real data sets its own sizes (rows, classes): the hyper-parameters follow, as in a cell.
             self.dataset, hp = cell_data(self.cell, self.config, self.hp)
@@ -173,8 +188,6 @@ class _Setup:
 
 def cell_setup(config: pytest.Config, cell, seed: int) -> _Setup:
     """The setup of a grid cell (what ``gradeff_cell`` runs): the public fixtures' source in a grid test."""
-    from gradeff.pytest.options import SETTINGS, run_config
-
     return _Setup.of(cell, run_config(config, seed), config.stash[SETTINGS], grid=True, pytest_config=config)
 
 
@@ -186,10 +199,6 @@ def gradeff_method(request: pytest.FixtureRequest) -> str:
     record's ``method``, and in its id where it is not ``full`` (``llm-adam-my_step-lora``). In a grid test, the
     cell's method. Every public fixture depends on it, so it need not be among the test's arguments.
     """
-    from gradeff.methods import METHODS
-    from gradeff.specs.registry import UnknownKeyError
-    from gradeff.studies.grid import Cell
-
     cell = _param(request, "cell")
     if isinstance(cell, Cell):
         return cell.method
@@ -202,13 +211,6 @@ def gradeff_method(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_method: str) -> _Setup:
-    from gradeff.data import TASKS
-    from gradeff.models import MODELS
-    from gradeff.optim import OPTIMIZERS
-    from gradeff.pytest.options import SETTINGS, run_config
-    from gradeff.specs.registry import UnknownKeyError
-    from gradeff.studies.grid import Cell, incompatibility
-
     cell = _param(request, "cell")
     if isinstance(cell, Cell):
         # A grid test: the fixtures are its cell's, built as the runner trains them.
@@ -264,27 +266,28 @@ class BenchData:
     def batches(self, epoch: int) -> Iterator[dict]:
         """The epoch's batches, as model inputs on the device (the order the grid's cells see): a dict of the
         task kind's :data:`gradeff.data.BATCH_KEYS`, for ``model(**batch)``."""
-        from gradeff.cell.loop import move_batch
-        from gradeff.data.dataset import epoch_order
+        from gradeff.data.dataset import epoch_order  # noqa: PLC0415 - torch, see the imports
 
-        for indices in epoch_order(len(self.dataset), self.seed, epoch).split(self.batch_size):
-            yield move_batch(self.dataset.batch(indices), self.device)
+        yield from self._moved(self.dataset, epoch_order(len(self.dataset), self.seed, epoch))
 
     def heldout_batches(self) -> Iterator[dict]:
         """The test split's batches in order, as model inputs on the device (none without a test split)."""
         import torch
 
-        from gradeff.cell.loop import move_batch
-
         if self.heldout is not None:
-            for indices in torch.arange(len(self.heldout)).split(self.batch_size):
-                yield move_batch(self.heldout.batch(indices), self.device)
+            yield from self._moved(self.heldout, torch.arange(len(self.heldout)))
+
+    def _moved(self, dataset, order) -> Iterator[dict]:
+        from gradeff.cell.loop import move_batch  # noqa: PLC0415 - torch, see the imports
+
+        for indices in order.split(self.batch_size):
+            yield move_batch(dataset.batch(indices), self.device)
 
     def evaluate(self, model):
         """``model`` on the test split as a grid cell evaluates it (no gradients, evaluation mode, then back):
         a :class:`gradeff.cell.evaluation.Evaluation` with the mean loss per target, the accuracy where the task
         scores one, the samples and the seconds; ``None`` without a test split."""
-        from gradeff.cell.evaluation import EVAL_BATCHES, evaluate, scoring
+        from gradeff.cell.evaluation import EVAL_BATCHES, evaluate, scoring  # noqa: PLC0415 - torch, see the imports
 
         if self.heldout is None:
             return None
@@ -299,8 +302,6 @@ def gradeff_data(_gradeff_setup: _Setup) -> BenchData:
     Built once per session for each task, sizes and seed, and shared with the grid's cells. In a grid test, the
     cell's data (``None`` where the runner builds its own: see ``gradeff_model``).
     """
-    from gradeff.data import TASKS
-
     setup = _gradeff_setup
     if setup.grid:
         state = setup.train_state()
@@ -390,7 +391,7 @@ class BenchMeters:
         return list(self._metering.epochs) if self._metering is not None else []
 
     def _new_metering(self):
-        from gradeff.cell.metering import EpochMetering
+        from gradeff.cell.metering import EpochMetering  # noqa: PLC0415 - torch, see the imports
 
         self._metering = EpochMetering(self._setup.device, self._setup.config.meters)
         return self._metering
@@ -411,8 +412,6 @@ class BenchMeters:
     def _evaluate(self):
         """The test split's evaluation of ``gradeff_model`` as a grid cell's (``None`` where the benchmark trains
         no ``gradeff_model`` or its data has no test split)."""
-        from gradeff.data import TASKS
-
         setup = self._setup
         if setup.grid or setup.state is None or setup.dataset is None:
             return None
@@ -428,7 +427,7 @@ class BenchMeters:
         the epoch reported its own (``log.evaluated``) or ``evaluate=False``: the record's test quality and time to
         target (at the epochs' ends) come from these evaluations.
         """
-        from gradeff.cell.loop import sync
+        from gradeff.cell.loop import sync  # noqa: PLC0415 - torch, see the imports
 
         log = EpochLog()
         started = time.perf_counter()
@@ -444,24 +443,26 @@ class BenchMeters:
     def measure_step(self, step) -> dict:
         """Parameter, gradient, optimizer-state and activation bytes of one call of ``step`` (a training step),
         recorded under ``meters.memory`` as the grid's cells record theirs."""
-        from gradeff.cell.metering import memory_breakdown
+        self.memory = self._breakdown(step, "the benchmark's own")
+        return self.memory
+
+    def _breakdown(self, step, which: str) -> dict:
+        from gradeff.cell.metering import memory_breakdown  # noqa: PLC0415 - torch, see the imports
 
         state = self._setup.train_state()
-        self.memory = memory_breakdown(state.model, state.optimizer, step) | {"step": "the benchmark's own"}
-        return self.memory
+        # The record says which step was measured: the benchmark's own, or the standard one gradeff ran.
+        return memory_breakdown(state.model, state.optimizer, step) | {"step": which}
 
     def _standard_step_memory(self) -> None:
         """Where the benchmark measured no step of its own, one standard step of ``gradeff_model`` and
         ``gradeff_optimizer`` after the epochs, under the memory meters, as a grid cell measures its own."""
-        from gradeff.cell.loop import optimizer_step
-        from gradeff.cell.metering import memory_breakdown
+        from gradeff.cell.loop import optimizer_step  # noqa: PLC0415 - torch, see the imports
 
         state = self._setup.state
         if self.memory or self._setup.grid or state is None or state.optimizer is None or not self._epochs:
             return
-        self.memory = memory_breakdown(state.model, state.optimizer,
-                                       lambda: optimizer_step(state, state.step_groups(0)[0])) \
-            | {"step": "a standard step after the epochs"}
+        self.memory = self._breakdown(lambda: optimizer_step(state, state.step_groups(0)[0]),
+                                      "a standard step after the epochs")
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._metering.__exit__(exc_type, exc, tb)
@@ -469,8 +470,6 @@ class BenchMeters:
             self._standard_step_memory()
             status, detail = "ok", ""
         elif issubclass(exc_type, KeyboardInterrupt):
-            from gradeff.cell import stop
-
             status, detail = "interrupted", stop.interruption()
         else:
             status, detail = "error", f"{exc_type.__name__}: {exc}"
@@ -482,7 +481,7 @@ class BenchMeters:
         self._finish("skipped", reason)
 
     def _finish(self, status: str, detail: str) -> None:
-        from gradeff.pytest.session_records import keep
+        from gradeff.pytest.session_records import keep  # noqa: PLC0415 - registered plugin, see the imports
 
         self.record = self._record(status, detail)
         keep(self._setup.pytest_config, self._setup.settings.results, self.record)
@@ -491,8 +490,9 @@ class BenchMeters:
         """Model FLOPs, FLOP/s and MFU of the epochs, counted on the benchmark's model as a grid cell's are."""
         import torch
 
-        from gradeff.cell.run import model_flops
-        from gradeff.meters.flops import compute_record
+        # torch, see the imports
+        from gradeff.cell.run import model_flops  # noqa: PLC0415
+        from gradeff.meters.flops import compute_record  # noqa: PLC0415
 
         setup = self._setup
         if setup.state is None:
@@ -507,9 +507,9 @@ class BenchMeters:
                               device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None)
 
     def _record(self, status: str, detail: str):
-        from gradeff.cell.metering import aggregate
-        from gradeff.cell.record import cell_record, hparams_record
-        from gradeff.records.results import EpochRecord, Summary
+        # torch, see the imports
+        from gradeff.cell.metering import aggregate  # noqa: PLC0415
+        from gradeff.cell.record import cell_record, hparams_record  # noqa: PLC0415
 
         setup, config, cell = self._setup, self._setup.config, self._setup.cell
         epochs = tuple(

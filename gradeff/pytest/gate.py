@@ -9,10 +9,17 @@ which is a regression unless ``--gradeff-compare-args=--allow-missing``.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
+from gradeff.gate.compare import UnusableInput, build_parser, load_results
+from gradeff.gate.portability import perturbed_path
+from gradeff.records.outputs import colliding_outputs
 from gradeff.records.results import CellRecord, read_records
+
+# The modules gradeff.pytest.plugin's pytest_plugins registers are imported inside functions: pytest marks each for
+# assertion rewriting as it registers it, and warns about one imported before (noqa: PLC0415 - registered plugin).
 
 __all__ = ["LAST_SESSION_CELLS", "LAST_SESSION_RECORDS", "cell_of_nodeid", "cells_of_items", "current_records",
            "path_conflicts", "session_files"]
@@ -29,19 +36,12 @@ def session_files(results: Path) -> tuple[Path, Path]:
 
 def _compare_options(compare_args: str):
     """``--gradeff-compare-args`` parsed as `gradeff compare` options (already checked to parse)."""
-    import shlex
-
-    from gradeff.gate.compare import build_parser
-
     return build_parser().parse_args(["baseline", "current", *shlex.split(compare_args)])
 
 
 def _unreadable_baseline(baseline: Path, compare_args: str) -> list[str]:
     """The baseline and its perturbation runs read as the gate will read them (``--strict``: every line must
     be a record), before the first cell rather than after the last."""
-    from gradeff.gate.compare import UnusableInput, load_results
-    from gradeff.gate.portability import perturbed_path
-
     options = _compare_options(compare_args)
     perturbed = options.perturbed or (perturbed_path(baseline) if perturbed_path(baseline).is_file() else None)
     problems = []
@@ -68,9 +68,6 @@ def path_conflicts(*, results: Path, report: Path | None, baseline: Path | None,
     Returns:
         One sentence per problem (empty when none), each naming the options.
     """
-    from gradeff.gate.portability import perturbed_path
-    from gradeff.records.outputs import colliding_outputs
-
     if baseline is not None and colliding_outputs({"b": baseline, "r": results}):
         return [f"--gradeff-baseline {baseline} is this session's own --gradeff-results file: the session's records "
                 "would be compared with themselves and always pass; give a baseline recorded before"]
@@ -92,7 +89,7 @@ _SEED_SUFFIX = re.compile(r"-seed\d+$")
 def cells_of_items(items: Iterable) -> list[str]:
     """Cell ids of the collected grid tests (those parametrized with a ``cell``) and benchmarks written with the
     public fixtures (:func:`gradeff.pytest.fixtures.bench_cell_id`), in order, once each."""
-    from gradeff.pytest.fixtures import bench_cell_id
+    from gradeff.pytest.fixtures import bench_cell_id  # noqa: PLC0415 - registered plugin, see the imports
 
     found = []
     for item in items:

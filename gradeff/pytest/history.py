@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from gradeff.gate.history import Commit, HistoryStore, machine_of, measurements_of_record
 from gradeff.pytest.options import SETTINGS
 from gradeff.records.results import read_records
 
@@ -46,8 +47,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         lines.append(f"gradeff history: {config.rootpath} is not in a git repository: nothing added to "
                      f"{settings.history}")
         return
-    from gradeff.gate.history import Commit, HistoryStore, machine_of, measurements_of_record
-
     commit = Commit(*info.split("\x00", 2))
     dirty = bool(_git(config.rootpath, "status", "--porcelain", "--untracked-files=no"))
     source = "pytest session" + (" (uncommitted changes)" if dirty else "")

@@ -13,6 +13,12 @@ from typing import TextIO
 
 import pytest
 
+from gradeff.data import TASKS
+from gradeff.methods import METHODS
+from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
+from gradeff.strategies import STRATEGIES
+
 __all__ = ["AXES", "listing_lines"]
 
 # The registries a user can add to, in the order `gradeff list` prints them.
@@ -21,12 +27,6 @@ BUILT_IN = "built-in"
 
 
 def _registries() -> dict:
-    from gradeff.data import TASKS
-    from gradeff.methods import METHODS
-    from gradeff.models import MODELS
-    from gradeff.optim import OPTIMIZERS
-    from gradeff.strategies import STRATEGIES
-
     return dict(zip(AXES, (MODELS, OPTIMIZERS, STRATEGIES, METHODS, TASKS), strict=True))
 
 

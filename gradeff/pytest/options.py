@@ -23,12 +23,24 @@ from gradeff.analysis.choice import CHOICE_QUESTIONS, parse_prefer
 from gradeff.analysis.margins import parse_margins
 from gradeff.analysis.sequential import DEFAULT_FIRST, DEFAULT_MOST, SeedPlan
 from gradeff.cell.devices import DEVICES, validate_device
+from gradeff.cell.pretrain import cache_root
 from gradeff.cell.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+from gradeff.data import real
+from gradeff.gate.compare import parse_compare_args
+from gradeff.gate.history import HistoryStore
 from gradeff.models import MODELS
+from gradeff.models.checkpoint import CheckpointError, check_source, resolve_for
+from gradeff.models.weights import WeightSourceError
+from gradeff.records.loading import ResultsFileError, load_results
+from gradeff.scale.ab import RevisionError, repository_root, resolve_revision
 from gradeff.specs.profiles import DEFAULT_PROFILE, PROFILES
 from gradeff.strategies import COMPILE_BACKENDS
 from gradeff.studies.grid import AXES, PLURALS, axis_registry
 from gradeff.studies.hparams import MEMORY_MARGIN, largest_caps, largest_step
+
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
 
 __all__ = ["DEFAULT_RESULTS", "MAX_SEED", "PRECISION", "SETTINGS", "WORLD_SIZE", "Settings", "add_options",
            "benchmark_storage_given", "default_threads", "parse_seed_plan", "parse_seeds", "read_settings",
@@ -371,8 +383,6 @@ def _baseline(path_text: str | None) -> Path | None:
     """A readable results file with at least one record."""
     if path_text is None:
         return None
-    from gradeff.records.loading import ResultsFileError, load_results
-
     path = Path(path_text)
     try:
         loaded = load_results([path])
@@ -424,9 +434,6 @@ def _local_weights(config: pytest.Config) -> tuple[tuple[str, str], ...]:
     items = config.getoption("gradeff_weights")
     if not items:
         return ()
-    from gradeff.models.checkpoint import CheckpointError, check_source, resolve_for
-    from gradeff.models.weights import WeightSourceError
-
     pairs = []
     for item in items:
         model, sep, text = item.partition("=")
@@ -450,7 +457,7 @@ def _report(text: str | None) -> Path | None:
     path = _writable_file("--gradeff-report", Path(text))
     if path.suffix.lower() != ".csv":
         # A template folder that is not there is refused now, not after the session's cells have run.
-        from gradeff.report.render import resolve_template_folder
+        from gradeff.report.render import resolve_template_folder  # noqa: PLC0415 - the report: jinja2 and its modules, 0.07 s
 
         try:
             resolve_template_folder()
@@ -470,8 +477,6 @@ def _ab(config: pytest.Config, baseline: Path | None) -> str | None:
     if config.getoption("dist", "no") != "no" or getattr(config, "workerinput", None) is not None:
         raise pytest.UsageError("--gradeff-ab runs its own two worker processes, one cell at a time: run it without "
                                 "-n")
-    from gradeff.scale.ab import RevisionError, repository_root, resolve_revision
-
     try:
         resolve_revision(repository_root(), revision)
     except RevisionError as exc:
@@ -485,8 +490,6 @@ def _history(text: str | None) -> Path | None:
         return None
     path = _writable_file("--gradeff-history", Path(text))
     if path.exists():
-        from gradeff.gate.history import HistoryStore
-
         try:
             HistoryStore(path).close()
         except ValueError as exc:
@@ -500,8 +503,6 @@ def _compare_args(text: str, baseline: Path | None) -> str:
         return text
     if baseline is None:
         raise pytest.UsageError("--gradeff-compare-args: given without --gradeff-baseline, which it configures")
-    from gradeff.gate.compare import parse_compare_args
-
     try:
         parse_compare_args(text)
     except ValueError as exc:
@@ -617,8 +618,6 @@ def _data_sources(config: pytest.Config) -> tuple:
     selected = _selection(config).get("dataset", set())
     if not (given or columns or tokenizer or selected):
         return ()
-    from gradeff.data import real
-
     try:
         paths = real.parse_sources(given)
         overrides = real.parse_columns(columns)
@@ -635,8 +634,6 @@ def _data_sources(config: pytest.Config) -> tuple:
                                 f"sources: {', '.join(paths) or '(none)'}")
     if tokenizer is not None and not Path(tokenizer).is_dir():
         raise _usage("--gradeff-tokenizer", tokenizer, "no such folder")
-    from gradeff.cell.pretrain import cache_root
-
     root = cache_root(config.getoption("gradeff_cache"))
     builtin = {key: "" for key in real.BUILTIN if key in overrides or tokenizer is not None}
     sources = []
@@ -728,8 +725,9 @@ WORLD_SIZE = pytest.StashKey[int]()
 
 def run_config(config: pytest.Config, seed: int):
     """The runner's settings for a cell of this session with ``seed`` (the grid's cells and the public fixtures')."""
-    from gradeff.cell.config import RunConfig
-    from gradeff.cell.metering import MeterSettings
+    # torch, see the imports
+    from gradeff.cell.config import RunConfig  # noqa: PLC0415
+    from gradeff.cell.metering import MeterSettings  # noqa: PLC0415
 
     settings = config.stash[SETTINGS]
     run = RunConfig(profile=settings.profile, seed=seed, epochs=settings.epochs,

@@ -10,16 +10,34 @@ transformers.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import signal
+import sys
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
 from gradeff.analysis.sequential import SeedPlan
+from gradeff.cell import stop
 from gradeff.cell.devices import pin_worker_device, resolve_device
+from gradeff.cell.distributed import add_options as add_world_size_option
 from gradeff.cell.distributed import read_world_size
+from gradeff.cell.environment import environment
+from gradeff.cell.precision import add_options as add_precision_options
+from gradeff.cell.precision import read_precision
+from gradeff.cell.pretrain import pretrain_ahead
+from gradeff.cell.stop import raise_if_requested
+from gradeff.gate.compare import EXIT_REGRESSION, EXIT_UNUSABLE, arguments, headline, run
 from gradeff.models import MODELS
+from gradeff.pytest.benchmark_table import quiet_benchmark_table
+from gradeff.pytest.dryrun import add_options as add_dry_run_options
+from gradeff.pytest.dryrun import dry_run_lines, plan_cell, plan_document, pretraining_seconds, target_for
+from gradeff.pytest.fitting import terminal_width
+from gradeff.pytest.gate import cell_of_nodeid, cells_of_items, current_records, path_conflicts, session_files
+from gradeff.pytest.gate_verdict import HEADLINE, LastWord
 from gradeff.pytest.options import (
     DEFAULT_RESULTS,
     PRECISION,
@@ -30,9 +48,27 @@ from gradeff.pytest.options import (
     read_settings,
     run_config,
 )
+from gradeff.pytest.progress import PRETRAINED, STATUS, CellProgress
+from gradeff.pytest.schedule import fine_tuned_backbone, interleave_backbones, to_front
+from gradeff.pytest.seeding import Seeding, by_round
+from gradeff.pytest.summary import answer_lines, summary_lines
+from gradeff.pytest.workers import forward_to_workers
+from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, write_text
 from gradeff.records.results import read_records, record_field
-from gradeff.scale.shard import ShardPlan
-from gradeff.studies.grid import GRIDS, PLURALS, cells
+from gradeff.records.safe_text import one_line
+from gradeff.scale.shard import ShardPlan, read_shard, shard_items
+from gradeff.scale.shard import add_options as add_shard_options
+from gradeff.specs import hookspecs
+from gradeff.studies.extend import add_options as add_extension_options
+from gradeff.studies.extend import register_all, reset
+from gradeff.studies.grid import GRIDS, PLURALS, Cell, cells
+
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
+
+# The modules pytest_plugins (below) registers are imported inside functions: pytest marks each for assertion
+# rewriting as it registers it, and warns about one imported before (noqa: PLC0415 - registered plugin).
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
 # --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
@@ -47,18 +83,9 @@ _SESSION_KEY = "gradeff_session"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from gradeff.scale.shard import add_options as add_shard_options
-    from gradeff.studies.extend import add_options as add_extension_options
-
     add_shard_options(parser)
-    from gradeff.cell.precision import add_options as add_precision_options
-
     add_precision_options(parser)
-    from gradeff.cell.distributed import add_options as add_world_size_option
-
     add_world_size_option(parser)
-    from gradeff.pytest.dryrun import add_options as add_dry_run_options
-
     add_dry_run_options(parser)
     add_options(parser)
     add_extension_options(parser)
@@ -66,8 +93,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager) -> None:
     """``pytest_gradeff_register``: a conftest or plugin adds its own models, optimizers, strategies, ..."""
-    from gradeff.specs import hookspecs
-
     pluginmanager.add_hookspecs(hookspecs)
 
 
@@ -80,11 +105,6 @@ def _stop_like_ctrl_c(*, controller: bool = False, worker: bool = False) -> None
     ``controller`` passes the first on to its workers (:mod:`gradeff.pytest.workers`); a ``worker`` takes no later
     interrupt for a second signal (xdist's shutdown interrupts it too), so it is never cut off writing its record.
     """
-    import signal
-    import sys
-
-    from gradeff.cell import stop
-
     received: list[int] = []
     stop.clear()
 
@@ -94,8 +114,6 @@ def _stop_like_ctrl_c(*, controller: bool = False, worker: bool = False) -> None
             why = f"signal {signal.Signals(signum).name}"
             stop.request(why)
             if controller:
-                from gradeff.pytest.workers import forward_to_workers
-
                 forward_to_workers(signum)
             if _safe_to_raise_in(frame):
                 raise KeyboardInterrupt(why)
@@ -110,8 +128,6 @@ def _stop_like_ctrl_c(*, controller: bool = False, worker: bool = False) -> None
         os._exit(128 + signum)
 
     # Only the main thread may install handlers (an embedding program may configure pytest elsewhere).
-    import threading
-
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, handler)
@@ -135,8 +151,6 @@ def _safe_to_raise_in(frame) -> bool:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A stop requested while its KeyboardInterrupt was swallowed: no further test starts. Under --gradeff-seeds
     auto, a cell's further seed runs only while the cell is in contention (decided here, before its fixtures)."""
-    from gradeff.cell.stop import raise_if_requested
-
     raise_if_requested()
     seeding = item.config.stash.get(_SEEDING, None)
     if seeding is not None:
@@ -154,8 +168,6 @@ def pytest_configure(config: pytest.Config) -> None:
         # Models are built from configs or local folders; nothing may reach for a hub mid-run.
         for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
             os.environ.setdefault(variable, "1")
-    from gradeff.studies.extend import register_all
-
     # The user's entries first: markers, option checks and the grids below all see them.
     model_paths = register_all(config)
     for key, spec in MODELS.items():
@@ -171,8 +183,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gradeff_grid(key): parametrize the test's `cell` argument with the grid's "
                             "cells (after --gradeff-<axis> options)")
     settings = read_settings(config)
-    from gradeff.pytest.gate import path_conflicts
-    from gradeff.pytest.plugin_outputs import plugin_outputs
+    from gradeff.pytest.plugin_outputs import plugin_outputs  # noqa: PLC0415 - registered plugin, see the imports
 
     # Every output (gradeff's, pytest's and other plugins': --junitxml, --benchmark-json, --log-file...) against every
     # other, before pytest's logging plugin (trylast) opens its file.
@@ -194,29 +205,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         # xdist worker gwI trains on GPU I mod count (auto or cuda only; a CPU run is left alone).
         settings = dataclasses.replace(settings, device=pin_worker_device(settings.device))
-    from gradeff.pytest.resume import candidates
+    from gradeff.pytest.resume import candidates  # noqa: PLC0415 - registered plugin, see the imports
 
     # The records --gradeff-resume may keep; each cell keeps its own only for an equal experiment fingerprint.
     settled = candidates(settings.results, profile=settings.profile, seeds=settings.seeds) if settings.resume else {}
     config.stash[SETTINGS] = settings = dataclasses.replace(settings, session=session, settled=settled)
     if settings.seed_plan is not None:
-        from gradeff.pytest.seeding import Seeding
-
         config.stash[_SEEDING] = Seeding(plan=settings.seed_plan, seeds=settings.seeds, results=settings.results,
                                          session=session, options=settings.answer, budget=settings.seed_budget,
                                          settled=frozenset(settled))
-    from gradeff.scale.shard import read_shard
-
     config.stash[_SHARD] = read_shard(config, settings.profile)
-    from gradeff.cell.precision import read_precision
-
     config.stash[PRECISION] = read_precision(config, settings.device)
     config.stash[WORLD_SIZE] = read_world_size(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from gradeff.studies.extend import reset
-
     # Registered entries belong to this session; another session in this process (pytester) starts clean.
     reset()
 
@@ -230,8 +233,6 @@ def pytest_configure_node(node) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     """pytest-benchmark: add the stack's versions and the device to the JSON's machine info."""
-    from gradeff.cell.environment import environment
-
     machine_info["gradeff"] = environment(str(resolve_device(config.stash[SETTINGS].device)))
 
 
@@ -270,8 +271,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """--gradeff-shard I/N: keep shard I's cells of what -k, -m and the axis options selected; deselect the rest.
     Then the fine-tuned backbones' cells are interleaved and the cells that search their own rate go first
     (:mod:`gradeff.pytest.schedule`)."""
-    from gradeff.pytest.schedule import fine_tuned_backbone, interleave_backbones, to_front
-
     _keep_shard(config, items)
     items[:] = interleave_backbones(items, fine_tuned_backbone)
     if SETTINGS in config.stash and not config.option.collectonly:
@@ -280,8 +279,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
         items[:] = to_front(items, lambda item: _tunes_itself(config, item))
     seeding = config.stash.get(_SEEDING, None)
     if seeding is not None:
-        from gradeff.pytest.seeding import by_round
-
         # Round by round: every cell's first seeds, then every cell's next one; a further seed's decision waits only
         # for earlier rounds, which xdist hands out first.
         items[:] = by_round(items, seeding.seeds)
@@ -290,8 +287,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 
 def _tunes_itself(config: pytest.Config, item: pytest.Item) -> bool:
     """Whether a collected grid test's cell searches its own rate in this session (:mod:`gradeff.cell.self_tune`)."""
-    from gradeff.cell.self_tune import needs_self_tuning
-    from gradeff.studies.grid import Cell
+    from gradeff.cell.self_tune import needs_self_tuning  # noqa: PLC0415 - torch, see the imports
 
     cell = getattr(getattr(item, "callspec", None), "params", {}).get("cell")
     if not isinstance(cell, Cell):
@@ -306,8 +302,6 @@ def _keep_shard(config: pytest.Config, items: list) -> None:
     plan = config.stash.get(_SHARD, None)
     if plan is None:
         return
-    from gradeff.scale.shard import shard_items
-
     kept, deselected = shard_items(items, plan.shard, plan.costs)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
@@ -325,8 +319,6 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     if named is None:
         _pretrain_ahead(session)
         return None
-    from gradeff.pytest.dryrun import dry_run_lines, plan_cell, pretraining_seconds, target_for
-
     settings = config.stash[SETTINGS]
     target = target_for(named, settings.device, precision=config.stash[PRECISION],
                         peak_tflops=config.getoption("gradeff_peak_tflops"), mfu=config.getoption("gradeff_mfu"))
@@ -347,10 +339,6 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
 
 def _write_plan_json(session: pytest.Session, plans: list, target, pretraining: dict) -> None:
     """--gradeff-dry-run-json: the plans as data, with every selected test's cell and seed (``gradeff launch``)."""
-    import json
-
-    from gradeff.pytest.dryrun import plan_document
-
     config = session.config
     settings = config.stash[SETTINGS]
     tests = []
@@ -368,10 +356,7 @@ def _pretrain_ahead(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or config.pluginmanager.get_plugin("dsession") is not None or not session.items:
         return
-    from gradeff.cell.devices import resolve_device
-    from gradeff.cell.pretrain import pretrain_ahead
-    from gradeff.cell.run import intra_op_threads
-    from gradeff.pytest.schedule import fine_tuned_backbone
+    from gradeff.cell.run import intra_op_threads  # noqa: PLC0415 - torch, see the imports
 
     settings = config.stash[SETTINGS]
     needed = [(model, item.callspec.params.get("gradeff_seed", settings.seed)) for item in session.items
@@ -421,7 +406,7 @@ def gradeff_threads(request: pytest.FixtureRequest):
     would otherwise take torch's default, one thread per core: under ``-n 2`` that is three busy threads on two
     cores, and torch's workers spin waiting for the core the other worker holds. Yields the count.
     """
-    from gradeff.cell.run import intra_op_threads
+    from gradeff.cell.run import intra_op_threads  # noqa: PLC0415 - torch, see the imports
 
     threads = request.config.stash[SETTINGS].threads
     with intra_op_threads(threads):
@@ -440,10 +425,9 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     ``gradeff_data``: the objects the test received, built at its setup) and recorded with its
     ``gradeff_meters``; another cell from a build of its own, the same way.
     """
-    from gradeff.cell.run import run_cell
-    from gradeff.pytest.fixtures import cell_setup
-    from gradeff.pytest.session_records import keep
-    from gradeff.studies.grid import Cell
+    from gradeff.cell.run import run_cell  # noqa: PLC0415 - torch, see the imports
+    from gradeff.pytest.fixtures import cell_setup  # noqa: PLC0415 - registered plugin, see the imports
+    from gradeff.pytest.session_records import keep  # noqa: PLC0415 - registered plugin, see the imports
 
     settings = request.config.stash[SETTINGS]
     callspec = getattr(request.node, "callspec", None)
@@ -474,7 +458,7 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
             axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, cell)
                     for axis, value in given.items()}
             cell = Cell(cell, **axes, grid=grid)
-        from gradeff.pytest.resume import judge, note
+        from gradeff.pytest.resume import judge, note  # noqa: PLC0415 - registered plugin, see the imports
 
         judgement = judge(request.config, cell, gradeff_seed)
         if judgement is not None:
@@ -512,8 +496,6 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
 def _tell_progress(node: pytest.Item, record) -> None:
     """The record's status, and a pretraining it ran, for the progress lines (user_properties reach the
     controller under pytest-xdist too)."""
-    from gradeff.pytest.progress import PRETRAINED, STATUS
-
     node.user_properties.append((STATUS, record.status))
     info = record_field(record, "weights", "pretraining")
     if isinstance(info, dict) and info.get("reused") is False and isinstance(info.get("seconds"), (int, float)):
@@ -527,7 +509,7 @@ def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
     """This session's records and the results file's unreadable lines, read once at session end: the file's records
     of the session, and those the disk refused, kept in memory (:mod:`gradeff.pytest.session_records`)."""
     if _SESSION_RECORDS not in config.stash:
-        from gradeff.pytest.session_records import merged
+        from gradeff.pytest.session_records import merged  # noqa: PLC0415 - registered plugin, see the imports
 
         settings = config.stash[SETTINGS]
         records: list = []
@@ -549,12 +531,8 @@ _SELECTED_OUTPUT = "gradeff_selected"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    from gradeff.pytest.gate import cells_of_items
-
     selected = session.config.stash[_SELECTED] = cells_of_items(session.items)
     if selected:
-        from gradeff.pytest.benchmark_table import quiet_benchmark_table
-
         quiet_benchmark_table(session.config)  # the summary shows the cells' epochs; --benchmark-json stays
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
@@ -566,8 +544,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids) -> None:
     """pytest-xdist: the controller collects nothing; it learns the selection from a worker's node ids."""
-    from gradeff.pytest.gate import cell_of_nodeid
-
     config = node.config
     if _SELECTED in config.stash and config.stash[_SELECTED]:
         return  # every worker collects the same items
@@ -596,14 +572,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_UNWRITTEN] = []
     settings = session.config.stash.get(SETTINGS, None)
     if settings is not None and settings.baseline is not None and getattr(session.config, "workerinput", None) is None:
-        from gradeff.pytest.gate_verdict import LastWord
-
         session.config.pluginmanager.register(LastWord(session.config), "gradeff-gate-verdict")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if (reporter is not None and reporter.isatty() and getattr(session.config, "workerinput", None) is None
             and session.config.getoption("gradeff_dry_run") is None):
-        from gradeff.pytest.progress import CellProgress
-
         # A line per finished cell on a terminal (one rewritten line under xdist); a log keeps pytest's own.
         compact = bool(getattr(session.config.option, "numprocesses", None))
         session.config.pluginmanager.register(CellProgress(reporter, compact=compact), "gradeff-progress")
@@ -611,8 +583,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def _write_session_file(config: pytest.Config, path: Path, text: str) -> None:
     """Write one of the session's files atomically; a failure is noted (one line) and ends the session 74."""
-    from gradeff.records.outputs import OutputError, write_text
-
     try:
         write_text(path, text)
     except OutputError as exc:
@@ -621,8 +591,6 @@ def _write_session_file(config: pytest.Config, path: Path, text: str) -> None:
 
 def _incomplete_output(config: pytest.Config) -> None:
     """Exit 74 (incomplete output) unless the session already fails for a test or a regression: its verdict stands."""
-    from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT
-
     session = config.stash.get(_SESSION, None)
     if session is not None and config.stash[_UNWRITTEN] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = EXIT_INCOMPLETE_OUTPUT
@@ -632,8 +600,6 @@ def _incomplete_output(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     """Write the session's own records and selection (``last-session.*``); with --gradeff-baseline, run the regression
     gate on them: a regression fails the session."""
-    from gradeff.cell import stop
-
     if stop.reason is not None:
         # Asked to stop, the session says so even where every KeyboardInterrupt was swallowed (gradeff.cell.stop).
         session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -645,14 +611,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if seeding is not None:
         # The skipped seeds' ledger served the workers' decisions; each skip is in the session's test report.
         seeding.ledger.unlink(missing_ok=True)
-    from gradeff.pytest.gate import current_records, session_files
-    from gradeff.pytest.session_records import lost_writes
+    from gradeff.pytest.session_records import lost_writes  # noqa: PLC0415 - registered plugin, see the imports
 
     # Records the disk refused (here or in a worker): each said in one line, and the session exits 74.
     config.stash[_UNWRITTEN].extend(lost_writes(config))
 
     records, _ = _session_records(config)
-    from gradeff.pytest.resume import kept_runs
+    from gradeff.pytest.resume import kept_runs  # noqa: PLC0415 - registered plugin, see the imports
 
     records = current_records(records, settings.results, kept_runs(config))
     selection = config.stash.get(_SELECTED, [])
@@ -676,9 +641,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if settings.baseline is None:
         _incomplete_output(config)
         return
-    from gradeff.gate.compare import EXIT_INCOMPLETE_OUTPUT, EXIT_REGRESSION, EXIT_UNUSABLE, arguments, headline, run
-    from gradeff.pytest.gate_verdict import HEADLINE
-
     # The options were checked at configure time (parse_compare_args), before any cell ran.
     gate_args = arguments(settings.baseline, current, settings.compare_args)
     verdict = run(gate_args, current_records=records, selected_cells=selection or None)
@@ -706,10 +668,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     records, errors = _session_records(config)
     if not records:
         return
-    from gradeff.pytest.fitting import terminal_width
-    from gradeff.pytest.summary import answer_lines, summary_lines
-    from gradeff.records.safe_text import one_line
-
     def write(line: str) -> None:
         # Cell ids, failure messages and paths come from records: one line each, control characters visible.
         terminalreporter.write_line(one_line(line))
@@ -722,8 +680,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     for message in errors:
         write(f"unreadable line skipped: {message}")
     if settings.report is not None:
-        from gradeff.records.outputs import OutputError
-        from gradeff.report import write_report
+        from gradeff.report import write_report  # noqa: PLC0415 - the report: jinja2 and its modules, 0.07 s
 
         try:
             path = write_report(records, settings.report, skipped_lines=errors, sources=[str(settings.results)],

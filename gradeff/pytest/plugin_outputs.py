@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from gradeff.pytest.gate import path_conflicts
+from gradeff.pytest.options import SETTINGS
+
 __all__ = ["KNOWN_OUTPUTS", "benchmark_save_file", "plugin_outputs"]
 
 # (the option's dest, its flag): files pytest and common plugins write. A plugin that is not loaded has no such
@@ -78,9 +81,6 @@ def benchmark_save_file(config: pytest.Config) -> Path | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Refuse the session where ``--benchmark-save``'s file is one of the session's other outputs."""
-    from gradeff.pytest.gate import path_conflicts
-    from gradeff.pytest.options import SETTINGS
-
     config = session.config
     settings = config.stash.get(SETTINGS, None)
     saved = benchmark_save_file(config)

@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from gradeff.models import MODELS
+from gradeff.pytest.options import SETTINGS, run_config
+from gradeff.records.fingerprint import differences
 from gradeff.records.results import FINAL_STATUSES, read_records, record_section
+from gradeff.records.safe_text import one_line
+
+# The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
+# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
+# (noqa: PLC0415 - torch).
 
 __all__ = ["RERUN", "REUSED", "Earlier", "Judgement", "candidates", "judge", "kept_runs", "note"]
 
@@ -75,16 +82,13 @@ def judge(config: pytest.Config, cell, seed: int) -> Judgement | None:
         cell: the :class:`~gradeff.studies.grid.Cell`.
         seed: the seed it runs with.
     """
-    from gradeff.pytest.options import SETTINGS, run_config
-
     settings = config.stash[SETTINGS]
     earlier = settings.settled.get((cell.id, seed))
     if earlier is None:
         return None
     judged = config.stash.setdefault(_JUDGED, {})
     if (cell.id, seed) not in judged:
-        from gradeff.cell.experiment import experiment
-        from gradeff.records.fingerprint import differences
+        from gradeff.cell.experiment import experiment  # noqa: PLC0415 - torch, see the imports
 
         now = experiment(cell, run_config(config, seed))
         differs = tuple(differences(earlier.experiment, now)) if now.get("fingerprint") else (
@@ -129,8 +133,6 @@ class _Notes:
         """One line per cell --gradeff-resume re-ran instead of keeping its earlier record, naming what differs."""
         if not self.reruns:
             return
-        from gradeff.records.safe_text import one_line
-
         terminalreporter.section(f"gradeff --gradeff-resume: {len(self.reruns)} cell(s) re-run, their records not "
                                  "kept")
         for line in self.reruns:

@@ -20,6 +20,9 @@ from collections.abc import Callable, Hashable, Sequence
 from itertools import zip_longest
 from typing import TypeVar
 
+from gradeff.models import MODELS
+from gradeff.studies.grid import Cell
+
 __all__ = ["fine_tuned_backbone", "interleave_backbones", "to_front"]
 
 T = TypeVar("T")
@@ -48,9 +51,6 @@ def interleave_backbones(items: Sequence[T], backbone_of: Callable[[T], Hashable
 
 def fine_tuned_backbone(item) -> str | None:
     """The backbone a collected grid test fine-tunes (whose first cell pretrains it), else ``None``."""
-    from gradeff.models import MODELS
-    from gradeff.studies.grid import Cell
-
     cell = getattr(getattr(item, "callspec", None), "params", {}).get("cell")
     if not isinstance(cell, Cell) or cell.model not in MODELS or not MODELS[cell.model].fine_tunes:
         return None

@@ -25,6 +25,7 @@ from gradeff.analysis import metrics
 from gradeff.analysis.answer import AnswerOptions, answer
 from gradeff.analysis.answer_brief import key_line
 from gradeff.analysis.runs import canonical
+from gradeff.analysis.stats import interval
 from gradeff.analysis.trivial import baseline_text, strongest_baseline
 from gradeff.pytest.answer_brief import brief_lines
 from gradeff.pytest.fitting import DEFAULT_WIDTH, ID_WIDTH, fit_table, wrap
@@ -171,8 +172,6 @@ _OVER_SEEDS: dict[str, tuple[tuple[str, Callable[[CellRecord], float | None], st
 
 def _over_seeds_lines(records: list[CellRecord], focus: str, width: int) -> list[str]:
     """Each cell's mean ± 95 % t-interval half-width over its ok seeds."""
-    from gradeff.analysis.stats import interval
-
     columns = _OVER_SEEDS[focus]
     ok: dict[str, list[CellRecord]] = {}
     for r in records:

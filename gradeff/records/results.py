@@ -32,6 +32,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
+from gradeff.records.curve import first_at_target, target_loss, time_to_target
+from gradeff.records.outputs import OutputError
+from gradeff.studies.grid import cell_id
+
 __all__ = [
     "FAILED_STATUSES", "FINAL_STATUSES", "METER_FIELDS", "NONFINITE_KEY", "SCHEMA_VERSION", "SECTION_FIELDS",
     "SELF_TUNED", "STATUSES", "CellRecord", "EpochRecord", "Summary", "UnknownRecordField", "append_record",
@@ -282,8 +286,6 @@ class Summary:
         accuracies = [e.heldout_accuracy for e in epochs if e.heldout_accuracy is not None]
         reached = target = None
         if untrained is not None and untrained.loss is not None:
-            from gradeff.records.curve import first_at_target, target_loss, time_to_target
-
             target = target_loss(untrained.loss, floor)
             if curve is not None:
                 point = first_at_target(curve, target)
@@ -407,8 +409,6 @@ class CellRecord:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}; valid statuses: {', '.join(STATUSES)}")
-        from gradeff.studies.grid import cell_id
-
         try:
             expected = cell_id(self.grid, model=self.model, optimizer=self.optimizer, strategy=self.strategy,
                                method=self.method, dataset=self.dataset or None)
@@ -599,9 +599,7 @@ def append_record(path: str | Path, record: CellRecord) -> None:
         OutputError: the disk refused the line (full, failing): whatever part of it was written is truncated
             back, so the file holds exactly what it held before, and the message names the file and the reason.
     """
-    import fcntl
-
-    from gradeff.records.outputs import OutputError
+    import fcntl  # noqa: PLC0415 - POSIX only; the records import everywhere
 
     path = Path(path)
     line = (record.to_json() + "\n").encode()

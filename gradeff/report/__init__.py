@@ -33,10 +33,12 @@ from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.answer import AnswerOptions
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import NA
+from gradeff.records.outputs import write_text, write_with
 from gradeff.records.results import CellRecord, record_field
 from gradeff.report import context, figures, tables
 from gradeff.report.answer import build_answer_view, build_real_view
 from gradeff.report.claims import build_claims_view
+from gradeff.report.csv_export import write_csv
 from gradeff.report.memory import build_memory_view
 from gradeff.report.papers import PAPERS
 from gradeff.report.peft import build_peft_view
@@ -289,12 +291,8 @@ def write_report(
         NotADirectoryError: the template folder named does not exist.
         gradeff.records.outputs.OutputError: the file could not be written (disk full, I/O error); it is left as it was.
     """
-    from gradeff.records.outputs import write_text, write_with
-
     # Written whole, then renamed over the target: never seen half-written by a browser or a CI upload.
     if Path(path).suffix.lower() == ".csv":
-        from gradeff.report.csv_export import write_csv
-
         return write_with(path, lambda handle: write_csv(records, handle))
     records = list(records)
     # Every cell's numbers go in a flat table beside the page, which the page links to: the page itself keeps the
@@ -305,7 +303,5 @@ def write_report(
     view = build_view(records, skipped_lines=skipped_lines, sources=sources, title=title,
                       answer_options=answer_options, export=export.name)
     written = write_text(path, render_html(view, templates=templates))
-    from gradeff.report.csv_export import write_csv
-
     write_with(export, lambda handle: write_csv(records, handle))
     return written

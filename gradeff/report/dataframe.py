@@ -11,11 +11,17 @@ guard against spreadsheet formulas (a leading ``'``).
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Iterable
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gradeff import analysis
 from gradeff.records.formatting import NA
+from gradeff.records.loading import load_results
+from gradeff.records.outputs import write_with
+from gradeff.report.csv_export import flatten, write_csv
 
 if TYPE_CHECKING:
     import pandas
@@ -36,8 +42,6 @@ def records_frame(records: Iterable[CellRecord]) -> pandas.DataFrame:
     """
     import pandas
 
-    from gradeff.report.csv_export import write_csv
-
     text = io.StringIO()
     write_csv(records, text)
     text.seek(0)
@@ -53,12 +57,7 @@ def epochs_frame(records: Iterable[CellRecord]) -> pandas.DataFrame:
     """One row per cell, seed and epoch (a rerun's newest record wins): the run's axes, then the epoch's fields
     (``epoch``, ``loss``, ``seconds``, ``heldout_loss``, ``heldout_accuracy``, ``validation_loss`` ...; its meters
     flattened as ``meters.ram.peak_rss_bytes`` ...), with the same nullable dtypes as :func:`records_frame`."""
-    from dataclasses import fields
-
     import pandas
-
-    from gradeff import analysis
-    from gradeff.report.csv_export import flatten
 
     kept, _ = analysis.latest_records(records)
     rows = []
@@ -88,10 +87,6 @@ def load(paths: str | Path | Iterable[str | Path], *, epochs: bool = False) -> p
         gradeff.records.loading.ResultsFileError: a file is missing, unreadable or holds no readable record; the message
             names it. Unreadable lines of an otherwise readable file are skipped, with a warning naming each.
     """
-    import warnings
-
-    from gradeff.records.loading import load_results
-
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     loaded = load_results(paths)
     for line in loaded.skipped_lines:
@@ -106,8 +101,6 @@ def write_parquet(records: Iterable[CellRecord], path: str | Path) -> Path:
     Raises:
         gradeff.records.outputs.OutputError: the file could not be written; an earlier file at ``path`` is unchanged.
     """
-    from gradeff.records.outputs import write_with
-
     frame = records_frame(records)
     # write_with hands a text handle (the writers' common path); parquet is bytes, written to its buffer.
     return write_with(path, lambda handle: frame.to_parquet(handle.buffer, index=False, engine="pyarrow"))

@@ -33,6 +33,8 @@ from jinja2 import (
 from jinja2.loaders import split_template_path
 from markupsafe import Markup
 
+from gradeff.report.columns import hide_unmeasured_everywhere
+
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
@@ -175,8 +177,6 @@ def render_html(view: object, template: str = TEMPLATE, *, templates: str | os.P
         jinja2.UndefinedError: the template uses a field the view does not have.
         NotADirectoryError: the template folder named does not exist.
     """
-    from gradeff.report.columns import hide_unmeasured_everywhere
-
     # The view keeps every column; the page leaves out those nothing measured on this run (GPU meters on a CPU
     # run), each table's note naming them: a column of n/a takes the width a measured one needs.
     return jinja_environment(templates).get_template(template).render(view=hide_unmeasured_everywhere(view))

@@ -22,6 +22,7 @@ from gradeff.analysis.margins import metric_margin
 from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, quality_metric
 from gradeff.analysis.pairing import EQUIVALENT, IDENTICAL, OPEN, PairedRatio, Ranking, rank
 from gradeff.analysis.runs import CellRuns
+from gradeff.analysis.verdicts import verdict
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import NA, as_number, format_loss, format_ratio, format_value
@@ -230,8 +231,6 @@ def recommendation_table(models: Sequence[str], runs_by_model: Mapping[str, Mapp
     Returns:
         The table, and lines tallying how often each optimizer and strategy wins outright.
     """
-    from gradeff.analysis.verdicts import verdict
-
     recs = {model: {objective: verdict(runs_by_model[model], objective) for objective in ANSWER_OBJECTIVES}
             for model in models}
     rows = []
@@ -290,8 +289,6 @@ def best_loss_table(models: Sequence[str], runs_by_model: Mapping[str, Mapping[s
     Returns:
         One row per model.
     """
-    from gradeff.analysis.verdicts import verdict
-
     rows = []
     for model in models:
         runs = runs_by_model[model]

@@ -35,6 +35,8 @@ import sys
 import time
 import traceback
 
+import gradeff
+
 PROTOCOL = 1
 # Where each supported revision keeps the three names the protocol needs: the floors' layout (gradeff.cell.run), and
 # the flat layout before it (gradeff.runner, gradeff.grid).
@@ -90,8 +92,6 @@ class _Worker:
         self.layout, self.names = _layout()
 
     def hello(self) -> dict:
-        import gradeff
-
         return {"ok": True, "protocol": PROTOCOL, "layout": self.layout, "package": os.path.dirname(gradeff.__file__)}
 
     def config(self, given: dict):

@@ -32,7 +32,16 @@ from gradeff.gate.history import (
     measurements_of_record,
     slices_setting,
 )
-from gradeff.scale.ab import ABSettings, SideOutcome, cell_config, checkout, git, interleave, started_workers
+from gradeff.scale.ab import (
+    ABSettings,
+    RevisionError,
+    SideOutcome,
+    cell_config,
+    checkout,
+    git,
+    interleave,
+    started_workers,
+)
 from gradeff.studies.grid import Cell
 
 __all__ = ["MAX_REVISIONS", "commit_of", "commits_in_range", "find_change", "measure_side_by_side", "run_history"]
@@ -55,8 +64,6 @@ def commits_in_range(repo: Path, text: str) -> list[str]:
     last = git(repo, "rev-parse", "--verify", f"{end or 'HEAD'}^{{commit}}")
     after = git(repo, "rev-list", "--reverse", "--first-parent", "--ancestry-path", f"{first}..{last}").split()
     if first != last and not after:
-        from gradeff.scale.ab import RevisionError
-
         raise RevisionError(f"{start} is not an ancestor of {end or 'HEAD'}: {text} holds no commit")
     return [first, *after]
 

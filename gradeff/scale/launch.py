@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from gradeff.cell.devices import gpu_count
+from gradeff.cell.environment import code_version
 from gradeff.scale.collect import Collected, CollectError, collect
 from gradeff.scale.manifest import LaunchManifest, save_manifest
 from gradeff.scale.resources import Sizing, cell_estimates, recorded_estimates, shard_estimates, size_array
@@ -247,8 +249,6 @@ def _size(options: LaunchOptions, plan: dict, assignment: list[list[str]]) -> tu
 
 def _local_gpus() -> list[int]:
     """The GPUs local shards are spread over, as CUDA_VISIBLE_DEVICES numbers them for this process."""
-    from gradeff.cell.devices import gpu_count
-
     count = gpu_count()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
@@ -338,8 +338,6 @@ def launch(options: LaunchOptions, *, echo=print) -> LaunchResult:
     sizing, gpus = _size(options, plan, assignment)
     for line in sizing.basis if engine == "slurm" else sizing.basis[:1]:  # a local shard has a time limit only
         echo(f"gradeff launch: {line}")
-    from gradeff.cell.environment import code_version
-
     request = SbatchRequest(time_min=sizing.time_min, mem_gb=sizing.mem_gb, gpus=gpus, cpus=options.cpus,
                             partition=options.partition, account=options.account, qos=options.qos,
                             throttle=options.throttle, extra=parse_sbatch_flags(options.sbatch))

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradeff.records.formatting import format_seconds
+from gradeff.records.loading import load_results
 from gradeff.records.results import meter_field
+from gradeff.scale.shard import cell_costs
 
 __all__ = ["FALLBACK_TIMEOUT_MIN", "MEMORY_MARGIN", "PROCESS_BYTES", "START_SECONDS", "CellEstimate", "ShardEstimate",
            "Sizing", "cell_estimates", "recorded_estimates", "shard_estimates", "size_array"]
@@ -54,9 +56,6 @@ def recorded_estimates(paths: Sequence[str | Path], *, profile: str) -> dict[str
     Raises:
         gradeff.records.loading.ResultsFileError: a file is missing or holds no record.
     """
-    from gradeff.records.loading import load_results
-    from gradeff.scale.shard import cell_costs
-
     seconds = cell_costs(paths, profile=profile)
     records = [r for r in load_results(paths).records if r.status != "interrupted"]
     if any(r.profile == profile for r in records):

@@ -49,7 +49,10 @@ from dataclasses import dataclass
 
 import torch
 
+from gradeff.meters import LivePeakTracker
+from gradeff.meters.memory import parameter_bytes
 from gradeff.meters.storage import storage_of
+from gradeff.meters.untouched import untouched
 from gradeff.strategies.layers import checkpoint_only, checkpointable_layers, short_name
 
 __all__ = ["ERROR_BAND", "BudgetPlan", "LayerCost", "StepProfile", "calibrated", "compiler_fraction",
@@ -301,9 +304,6 @@ def measure_checkpointed_peak(model: torch.nn.Module, batch: dict, profile: Step
     live-tensor tracker, plus the optimizer state a training step also holds, or the optimizer step's phase,
     whichever is larger (as :meth:`StepProfile.predicted_peak` composes them). The pass leaves no trace.
     """
-    from gradeff.meters import LivePeakTracker
-    from gradeff.meters.untouched import untouched
-
     checkpoint_only(model, [layer.name for layer in profile.layers])
     devices = [device] if device.type == "cuda" else []
     with untouched(model, devices):
@@ -325,10 +325,6 @@ def profile_step(model: torch.nn.Module, batch: dict, *, state_bytes: int, devic
         state_bytes: the optimizer's state, by its law, for the model's trainable parameters.
         device: where the model runs (its RNG is forked too).
     """
-    from gradeff.meters import LivePeakTracker
-    from gradeff.meters.memory import parameter_bytes
-    from gradeff.meters.untouched import untouched
-
     layers = checkpointable_layers(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     devices = [device] if device.type == "cuda" else []

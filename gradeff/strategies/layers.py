@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 from torch import nn
 
+from gradeff.strategies import enable_checkpointing
+
 __all__ = ["checkpoint_only", "checkpointable_layers", "short_name"]
 
 
@@ -20,7 +22,8 @@ def checkpointable_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
     A block inside another is left out: checkpointing the outer one already recomputes it.
     """
-    from transformers.modeling_layers import GradientCheckpointingLayer
+    # transformers, 6 s after torch: checkpointing only
+    from transformers.modeling_layers import GradientCheckpointingLayer  # noqa: PLC0415
 
     layers: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
@@ -44,8 +47,6 @@ def checkpoint_only(model: nn.Module, names: Iterable[str]) -> None:
     Raises:
         KeyError: a name that is not a checkpointable block of ``model``.
     """
-    from gradeff.strategies import enable_checkpointing
-
     wanted = set(names)
     layers = dict(checkpointable_layers(model))
     unknown = wanted - set(layers)

@@ -26,6 +26,7 @@ from gradeff.strategies.budget import (
     profile_step,
 )
 from gradeff.strategies.layers import checkpoint_only, checkpointable_layers
+from gradeff.strategies.sharded import shard_record
 
 __all__ = ["BudgetUnreachable", "CompiledUnderBudget", "OffloadedActivations", "budget_bytes", "budget_fraction",
            "prepare"]
@@ -72,7 +73,8 @@ class CompiledUnderBudget(torch.nn.Module):
         # Compile with no more threads than the cell trains on: inductor's default, a pool of compile subprocesses
         # (one per core, each importing torch), starts beside the other pytest-xdist workers' training and costs
         # more than it saves on a small machine (a tiny vit_s compiled cell: 7.7 s → 6.1 s on two cores).
-        from torch._inductor import config as inductor
+        # inductor, 1.7 s after torch: compiled cells only
+        from torch._inductor import config as inductor  # noqa: PLC0415
 
         inductor.compile_threads = max(1, min(inductor.compile_threads, torch.get_num_threads()))
         self.compiled = torch.compile(model, backend=backend)
@@ -152,8 +154,6 @@ def prepare(strategy: str, model: torch.nn.Module, batch: dict, *, device: torch
     """
     spec = STRATEGIES[strategy]
     if spec.shards:
-        from gradeff.strategies.sharded import shard_record
-
         # Sharded when the cell's state was built (before its optimizer); recorded here with the other plans.
         return model, shard_record(model)
     if spec.checkpointing:

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 from gradeff.strategies.layers import checkpointable_layers
 
@@ -38,8 +40,6 @@ class Ranks:
 
     def total(self, loss: torch.Tensor) -> torch.Tensor:
         """The step's loss over every process: the sum of their target-weighted shares."""
-        import torch.distributed as dist
-
         loss = loss.clone()
         dist.all_reduce(loss)
         return loss
@@ -53,8 +53,8 @@ def shard_model(model: torch.nn.Module, device: torch.device, world_size: int) -
     Returns:
         The number of blocks sharded as units of their own (the root holds the rest: embeddings, head).
     """
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    # FSDP, 1 s after torch: sharded cells only
+    from torch.distributed.fsdp import FSDPModule, fully_shard  # noqa: PLC0415
 
     mesh = init_device_mesh(device.type, (world_size,))
     blocks = [module for _, module in checkpointable_layers(model)]
@@ -77,7 +77,7 @@ def shard_record(model: torch.nn.Module) -> dict:
     state kept per parameter) lies from an exact 1/W: each parameter is cut between rows, so a share is
     off by less than one row per parameter (by at most half a row with two processes).
     """
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule  # noqa: PLC0415 - FSDP, 1 s after torch: sharded cells only
 
     units = sum(isinstance(module, FSDPModule) for module in model.modules())
     rows = sum(p.numel() // max(1, p.shape[0]) * p.element_size() if p.dim() else p.element_size()

@@ -28,17 +28,21 @@ import re
 import sys
 import types
 from collections.abc import Callable, Iterable
+from dataclasses import fields
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
-from gradeff.data import TASKS, TaskSpec
+from gradeff.data import TASKS, TaskSpec, make_dataset
 from gradeff.methods import METHODS, MethodSpec
-from gradeff.models import MODELS, ModelSpec
-from gradeff.optim import OPTIMIZERS, OptimizerSpec
+from gradeff.models import MODELS, ModelSpec, build_model
+from gradeff.optim import OPTIMIZERS, OptimizerSpec, build_optimizer
+from gradeff.specs.profiles import PROFILES
 from gradeff.specs.registry import Registry, open_for_registration, validate_key
 from gradeff.strategies import STRATEGIES, StrategySpec
+from gradeff.studies.grid import GRIDS
+from gradeff.studies.hparams import HParams, hparams_for, task_default
 from gradeff.studies.spec_check import check_against_model
 
 __all__ = ["ENTRY_POINT_GROUPS", "AxisRegistry", "Registries", "add_options", "check_state_law", "dump_registered",
@@ -56,8 +60,6 @@ ENTRY_POINT_GROUPS = {axis: group for axis, (_, _, group, _) in _AXES.items()}
 
 
 def _grids() -> Registry:
-    from gradeff.studies.grid import GRIDS
-
     return GRIDS
 
 
@@ -89,8 +91,6 @@ def _target(value: object, what: str) -> None:
 
 
 def _check_model(spec: ModelSpec) -> None:
-    from gradeff.studies.hparams import HParams, task_default
-
     if spec.builder is None and not spec.module:
         raise RegistrationError("missing builder: give builder=<callable> or module=<module with build()>")
     if spec.builder is not None and not callable(spec.builder):
@@ -127,10 +127,6 @@ def _check_method(spec: MethodSpec) -> None:
 
 
 def _check_dataset(spec: TaskSpec) -> None:
-    from dataclasses import fields
-
-    from gradeff.specs.profiles import PROFILES, HParams
-
     _target(spec.builder, "builder")
     valid = [field.name for field in fields(HParams)]
     for profile, sizes in spec.sizes.items():
@@ -251,9 +247,9 @@ def _load_folder(folder: str, task_kind: str, key: str, profile: str, *, vocab_s
     """Build a model-path model: the folder's weights (or ``weights_dir``'s), offline, no repository code."""
     import transformers
 
-    from gradeff.data.dataset import SPECIAL_TOKENS
-    from gradeff.models._weights import instantiate
-    from gradeff.studies.hparams import hparams_for
+    # torch, 2.3 s: the plugin imports this module
+    from gradeff.data.dataset import SPECIAL_TOKENS  # noqa: PLC0415
+    from gradeff.models._weights import instantiate  # noqa: PLC0415
 
     auto = getattr(transformers, _AUTO_CLASSES[task_kind])
     model = instantiate(auto, None, weights_dir=weights_dir or folder, device=device,
@@ -376,11 +372,7 @@ def check_state_law(optimizer: str, model: str = "llm", profile: str = "tiny", s
     """
     import torch
 
-    from gradeff.data import make_dataset
-    from gradeff.meters import optimizer_state_bytes
-    from gradeff.models import build_model
-    from gradeff.optim import build_optimizer
-    from gradeff.studies.hparams import hparams_for
+    from gradeff.meters import optimizer_state_bytes  # noqa: PLC0415 - torch, 2.3 s: the plugin imports this module
 
     hp = hparams_for(model, profile)
     batch = make_dataset(MODELS[model].task, hp, seed=0).batch(torch.arange(min(4, hp.batch_size)))

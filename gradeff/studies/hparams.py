@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gradeff.data import TASKS
 from gradeff.methods import METHODS, MethodHParams
 from gradeff.models import MODELS
+from gradeff.optim import OPTIMIZERS
 from gradeff.specs.profiles import HParams, validate_profile
 
 __all__ = [
@@ -32,8 +34,6 @@ __all__ = [
 def task_default(task: str, profile: str) -> HParams:
     """The hyper-parameters at ``profile`` of the first model that gives its own and trains on ``task`` (else on a
     task of its kind): a model registered without them trains as the built-in model of its task does."""
-    from gradeff.data import TASKS
-
     rows = [(key, MODELS[key].hparams[profile]) for key in MODELS if profile in (MODELS[key].hparams or {})]
     for same in (lambda m: MODELS[m].task == task, lambda m: TASKS[MODELS[m].task].kind == TASKS[task].kind):
         for model, hp in rows:
@@ -49,8 +49,6 @@ def hparams_for(model: str, profile: str, *, epochs: int | None = None, dataset:
         dataset: the dataset the cell trains on; its own sizes (``TaskSpec.sizes``) replace the
             model's. ``None``: the model's own task.
     """
-    from gradeff.data import TASKS
-
     spec = MODELS[model]
     validate_profile(profile)
     hp = (spec.hparams or {}).get(profile) or task_default(spec.task, profile)
@@ -163,16 +161,12 @@ def lr_grid(centre: float, points: int = 5, spread: float = 2.0) -> tuple[float,
 
 def lr_centre(optimizer: str, cell_rate: float) -> float:
     """Where ``optimizer``'s rate search is centred: its spec's ``lr_centre``, else the cell's own rate."""
-    from gradeff.optim import OPTIMIZERS
-
     return OPTIMIZERS[optimizer].lr_centre or cell_rate
 
 
 def largest_step(dataset: str, profile: str) -> int:
     """The most samples one optimizer step of ``profile`` takes (``batch_size × accum_steps``) among the models that
     train on ``dataset``'s kind of task: the training rows real data must hold for every such cell to run."""
-    from gradeff.data import TASKS
-
     kind = TASKS[dataset].kind
     sizes = [hparams_for(model, profile, dataset=dataset) for model, spec in MODELS.items()
              if spec.task in TASKS and TASKS[spec.task].kind == kind]

@@ -35,7 +35,7 @@ def counted(monkeypatch) -> list[str]:
         calls.append(kind)
         return _COMPUTE(data, kind)
 
-    monkeypatch.setattr(trivial, "trivial_baselines", counting)
+    monkeypatch.setattr(trivial_cache, "trivial_baselines", counting)
     monkeypatch.setattr(trivial_cache, "_MEMO", {})
     return calls
 

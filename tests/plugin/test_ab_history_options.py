@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-import gradeff.scale.ab
+import gradeff.pytest.ab
 from gradeff.gate.ab import REGRESSION, CellAB, RatioInterval, TimeVerdict
 from gradeff.gate.history import HistoryStore
 from gradeff.scale.ab import ABRun, ABSettings
@@ -56,7 +56,7 @@ def test_an_ab_session_hands_its_cells_to_the_ab_and_fails_on_its_regression(rep
         return ABRun(base="HEAD (abc)", current="the working tree", settings=ABSettings(), config=config,
                      results=(CellAB(cell=cells[0].id, time=time),), seconds=1.0)
 
-    monkeypatch.setattr(gradeff.scale.ab, "run_revisions", run_revisions)
+    monkeypatch.setattr(gradeff.pytest.ab, "run_revisions", run_revisions)
     results = repo_pytester.path / "r.jsonl"
     outcome = repo_pytester.runpytest(*PLUGIN, "-k", "test_grid and llm-adam-standard", "--gradeff-ab", "HEAD",
                                       f"--gradeff-results={results}")

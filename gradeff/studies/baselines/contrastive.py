@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_outputs import ImageClassifierOutput
 
+from gradeff.models._weights import instantiate
 from gradeff.studies.baselines.classnames import class_names
 from gradeff.studies.baselines.prompts import PROMPT, load_tokenizer, synthetic_class_tokens
 
@@ -179,8 +180,6 @@ def build_zero_shot(model_cls, config, *, style: Callable[[object], TextStyle], 
     Args:
         style: the text tower's conventions, from its (possibly loaded) text configuration.
     """
-    from gradeff.models._weights import instantiate
-
     model = instantiate(model_cls, config, weights_dir=weights_dir, device=device)
     tokenizer = load_tokenizer(weights_dir)
     text_config = model.config.text_config

@@ -9,6 +9,8 @@ never runs repository code (no ``trust_remote_code``). Its cells therefore skip,
 
 from __future__ import annotations
 
+from gradeff.models import MODELS
+
 __all__ = ["CONFIGS", "build"]
 
 CONFIGS: dict[str, dict] = {}
@@ -16,6 +18,4 @@ CONFIGS: dict[str, dict] = {}
 
 def build(profile: str, *, vocab_size=None, num_labels=None, weights_dir=None, device="cpu"):
     """Not implemented (see the module docstring)."""
-    from gradeff.models import MODELS
-
     raise NotImplementedError(MODELS["mobilevlm"].unavailable)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from gradeff.data.dataset import SPECIAL_TOKENS
 from gradeff.models import vlm
@@ -67,8 +68,6 @@ def build(profile: str, *, vocab_size=None, num_labels=None, weights_dir=None, d
     model = vlm.build(profile, vocab_size=vocab_size, weights_dir=weights_dir, device=device)
     root = Path(weights_dir) if weights_dir is not None else None
     if root is not None and (root / _PROJECTOR).is_file():
-        from safetensors.torch import load_file
-
         model.projector.load_state_dict(load_file(root / _PROJECTOR, device=str(device)))
     tokenizer = load_tokenizer(root, root / "decoder" if root is not None else None)
     decoder = model.decoder.config
