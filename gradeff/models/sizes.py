@@ -20,7 +20,8 @@ __all__ = ["FINE_TUNING", "SMALL_MAIN", "TINY_CAPTION", "TINY_CLASSIFIER", "TINY
 # few hundredths), and enough steps for the adaptive optimizers to close more than half the gap from the untrained
 # loss to the floor. 64 test and 64 validation samples (2,048 tokens each for text; the image tasks' classes in
 # equal shares; the classifier's test split is larger, TINY_CLASSIFIER). The test split is evaluated every 12 steps
-# and after each epoch, the validation split once at the end, all outside the timed epochs: time to target at half-epoch resolution for a few per cent of a cell's time.
+# and after each epoch, the validation split once at the end, all outside the timed epochs: time to target at
+# half-epoch resolution for a few per cent of a cell's time.
 _TINY_SPLITS = dict(heldout_samples=64, validation_samples=64, eval_every=12)
 TINY_MAIN = MappingProxyType(dict(lr=1e-3, batch_size=32, epochs=3, train_samples=768, **_TINY_SPLITS))
 TINY_TEXT = MappingProxyType(dict(seq_len=32, num_states=124))  # model vocab 128 = 4 special ids + 124 states
