@@ -16,11 +16,58 @@ from gradeff.records.results import CellRecord, EpochRecord, Summary
 pytest_plugins = ["pytester"]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow or cluster, which a plain `pytest tests` leaves out (CI runs "
+                          "every test)")
+
+
 def pytest_configure(config):
     # The gradeff plugin registers the grids' markers; the suite's own are registered here (--strict-markers).
     config.addinivalue_line("markers", "cluster: needs the local Slurm cluster of scripts/slurm-local.sh, which "
                                        "it installs and starts (skipped where Slurm cannot run; -m 'not cluster' "
                                        "leaves these tests out)")
+    config.addinivalue_line("markers", "slow: an end-to-end test of several seconds (a pytest session of its own, "
+                                       "which every pytester test is; real cells; a command run as a user runs it); a "
+                                       "plain `pytest tests` leaves these out, --slow or -m runs them")
+
+
+# What a plain `pytest tests` leaves out, so that a developer can run it between changes: the slow end-to-end tests
+# and the cluster's (which start Slurm). A run that selects by marker (-m), names --slow, or names a test file or a
+# test runs what it selects: CI runs `pytest tests` and then `-m "slow and not cluster"` and `-m cluster`.
+LEFT_OUT_BY_DEFAULT = ("slow", "cluster")
+
+
+def _selects_for_itself(config) -> bool:
+    if config.getoption("--slow") or config.option.markexpr:
+        return True
+    return any("::" in arg or arg.split("::")[0].endswith(".py") for arg in config.args)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        # A test that runs a pytest session of its own (pytester) is end-to-end by nature: most train real cells.
+        if "pytester" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+    if _selects_for_itself(config):
+        return
+    left_out = [item for item in items if any(item.get_closest_marker(name) for name in LEFT_OUT_BY_DEFAULT)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        chosen = set(left_out)
+        items[:] = [item for item in items if item not in chosen]
+        config.stash[_LEFT_OUT] = len(left_out)
+
+
+_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.stash.get(_LEFT_OUT, 0)
+    if count:
+        terminalreporter.write_line(f"{count} slow or cluster tests left out: `pytest tests --slow` runs every test "
+                                    f"(CI does)")
 
 
 GRID_FILES = ("benchmarks/test_grid.py", "benchmarks/test_peft_grid.py", "benchmarks/test_memory_grid.py",
