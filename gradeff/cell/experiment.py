@@ -23,7 +23,8 @@ from gradeff.cell.plan import cannot_run, cell_settings
 from gradeff.cell.pretrain import cache_root, pretrained_folder, weights_checksum
 from gradeff.cell.probe import numerics_probe
 from gradeff.data.checksums import content_sha256
-from gradeff.data.real import source_checksum, source_for
+from gradeff.data.real import source_checksum
+from gradeff.data.real_sources import source_for
 from gradeff.models import MODELS
 from gradeff.records.fingerprint import experiment_section
 from gradeff.strategies import STRATEGIES

@@ -18,7 +18,9 @@ from gradeff.cell.pretrain import cache_root
 from gradeff.cell.protocols import RateChoice, choose_rate
 from gradeff.data import TASKS, Dataset, data_sizes
 from gradeff.data.cache import cached
-from gradeff.data.real import BPE_VOCAB, load_real, source_for
+from gradeff.data.real import load_real
+from gradeff.data.real_sources import source_for
+from gradeff.data.real_tensors import BPE_VOCAB
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS

@@ -118,7 +118,7 @@ _REAL_SIZES = {
                             epochs=5, lr=5e-4, eval_every=0),
                "small": dict(num_classes=10, train_samples=1_280, heldout_samples=360, eval_every=0),
                "paper": dict(num_classes=10, train_samples=1_280, heldout_samples=360, eval_every=0)},
-    # pydoc: byte-level tokens at tiny (gradeff.data.real.BPE_VOCAB), 1,024 windows of 32 in batches of 8 (384
+    # pydoc: byte-level tokens at tiny (gradeff.data.real_tensors.BPE_VOCAB), 1,024 windows of 32 in batches of 8 (384
     # steps). At 256 windows of a 512-token BPE (96 steps), the LLM's test loss (5.13) stood above a bigram count's
     # (4.42): each token came a few dozen times in the training text, too few for a tiny model to learn its
     # embedding in 96 steps, and the loss sat on the unigram's plateau. In batches of 16 (192 steps) one seed in three

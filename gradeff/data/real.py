@@ -22,39 +22,38 @@ carve-outs are the same for every cell and every ``--gradeff-seed``, and disjoin
 real task has no known loss floor: ``None``.
 
 Nothing here reaches a hub unless the source allows it (``--gradeff-allow-hub``).
+
+This module opens, checks, prepares and loads a source; what a source is and which datasets the suite knows are
+:mod:`gradeff.data.real_sources`', the built-in datasets :mod:`gradeff.data.builtin_data`', the columns' tensors and
+the tokenizer :mod:`gradeff.data.real_tensors`'.
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import importlib.util
 import json
 import os
 import pickle
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from pydoc_data.topics import topics
-from types import MappingProxyType
 
-from gradeff.data.checksums import content_sha256, read_checked, sidecar, verify, warn_rebuilt, write_checked
+from gradeff.data.builtin_data import builtin_path
+from gradeff.data.checksums import content_sha256, read_checked, write_checked
 from gradeff.data.image_rows import decode_images, undecoded_column
+from gradeff.data.real_sources import BUILTIN, ROLES, SUPPORTED_FORMATS, DataSource
+from gradeff.data.real_tensors import (
+    PREP_VERSION,
+    Tokenizer,
+    cache_key,
+    caption_tensors,
+    label_ids,
+    lm_chunks,
+    nonempty_texts,
+    to_uint8_images,
+)
 
-__all__ = [
-    "BPE_VOCAB", "BUILTIN", "HELDOUT_FRACTION", "KNOWN", "ROLES", "SUPPORTED_FORMATS", "SYNTHETIC_TOO",
-    "VALIDATION_FRACTION", "DataSource", "KnownData", "build_task", "builtin_path", "load_real", "open_splits",
-    "parse_columns", "parse_sources", "source_checksum", "source_for", "validate_source",
-]
+__all__ = ["HELDOUT_FRACTION", "VALIDATION_FRACTION", "build_task", "load_real", "open_splits", "source_checksum",
+           "validate_source"]
 
-# Bump when the prepared tensors change meaning: old cache entries are then never read.
-# 3: a validation split beside the training and test splits.
-# 4: files written with a checksum (gradeff.data.checksums); unchecked ones of version 3 are never read.
-_PREP_VERSION = 4
-# Where the built-in datasets are written: a folder of their own per layout, so a copy written before checksums
-# (which has none) is never taken for one cut short.
-_BUILTIN_FOLDER = "builtin-2"
 # The share of the training rows held out as the test split when a dataset has no test split of its own, and the
 # share of the rest held out as the validation split when it has no validation split either; the seeds that draw
 # them: fixed, so every cell and every --gradeff-seed is scored (and tuned) on the same rows.
@@ -65,145 +64,7 @@ _VALIDATION_SEED = 1235
 # Split names read as the test split, in order of preference, and as the validation split.
 _HELDOUT_SPLITS = ("test", "validation", "valid", "val")
 _VALIDATION_SPLITS = ("validation", "valid", "val")
-_SPECIAL = ("<pad>", "<bos>", "<eos>")
-# Byte-level BPE vocabulary trained when no tokenizer folder is given, per profile: big enough to hold the 256 bytes
-# and common words, small enough for the profile's embedding. At tiny, the bytes alone (no merge): a tiny model's
-# few hundred steps over some 30,000 training tokens see each byte hundreds of times and learn what follows it,
-# where a 512-token BPE's merges came a few dozen times each and the model stayed on the unigram's plateau.
-BPE_VOCAB = MappingProxyType({"tiny": 256 + len(_SPECIAL), "small": 4096, "paper": 32000})
-
-# What each kind of task reads from a row.
-ROLES = MappingProxyType({
-    "image_classification": ("image", "label"),
-    "causal_lm": ("text",),
-    "image_captioning": ("image", "text"),
-})
-
 _FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json", ".txt": "text"}
-SUPPORTED_FORMATS = (
-    "a folder written by save_to_disk",
-    "an imagefolder (one sub-folder of images per class, optionally under train/ and test/)",
-    "a folder of parquet, csv, json/jsonl or txt files (split by file name: train*, test*, validation*)",
-    "one .parquet, .csv, .json, .jsonl or .txt file",
-)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KnownData:
-    """A dataset the suite knows: its kind and where its columns usually are.
-
-    Attributes:
-        columns: role → the column names tried in order (the first present is used).
-        builtin: for data every machine has, the function that writes it (``None``: the user gives a path).
-    """
-
-    key: str
-    name: str
-    kind: str
-    columns: MappingProxyType
-    builtin: str | None = None
-
-    def __post_init__(self):
-        object.__setattr__(self, "columns", MappingProxyType(dict(self.columns)))
-
-
-_IMAGE_LABEL = {"image": ("image", "img", "pixel_values"), "label": ("label", "labels", "fine_label")}
-KNOWN: MappingProxyType = MappingProxyType({spec.key: spec for spec in (
-    # uoft-cs/cifar100 on the hub names its columns img / fine_label (coarse_label is the 20 super-classes).
-    KnownData(key="cifar100", name="CIFAR-100", kind="image_classification",
-              columns={"image": ("img", "image"), "label": ("fine_label", "label")}),
-    KnownData(key="dtd", name="DTD (Describable Textures)", kind="image_classification", columns=_IMAGE_LABEL),
-    # The main paper's VLM task: the poster captioned with its plot.
-    KnownData(key="mmimdb", name="MM-IMDb (poster → plot)", kind="image_captioning",
-              columns={"image": ("image", "poster", "img"), "text": ("plot", "text", "caption")}),
-    # The same copy read as multi-label classification: a poster's genres (several per film).
-    KnownData(key="mmimdb_genres", name="MM-IMDb (poster → genres)", kind="image_classification",
-              columns={"image": ("image", "poster", "img"), "label": ("genres", "genre", "labels", "label")}),
-    KnownData(key="images", name="Local images", kind="image_classification", columns=_IMAGE_LABEL),
-    KnownData(key="text", name="Local text", kind="causal_lm", columns={"text": ("text", "content")}),
-    KnownData(key="digits", name="Digits (scikit-learn, real)", kind="image_classification",
-              columns={"image": ("image",), "label": ("label",)}, builtin="_write_digits"),
-    KnownData(key="pydoc", name="Python docs topics (real English text)", kind="causal_lm",
-              columns={"text": ("text",)}, builtin="_write_pydoc"),
-)})
-BUILTIN = tuple(key for key, spec in KNOWN.items() if spec.builtin)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DataSource:
-    """Where one task's real data is, and how to read it.
-
-    Attributes:
-        key: the task key it replaces or fills (``cifar100``, ``images``, ``text`` ...).
-        path: the local dataset (see :data:`SUPPORTED_FORMATS`).
-        columns: ``(role, column)`` overrides of the key's usual columns.
-        tokenizer: a local folder ``AutoTokenizer`` reads (``None``: a BPE trained on the training split).
-        allow_hub: let ``datasets`` and ``transformers`` reach the hub (off: no network call is made).
-    """
-
-    key: str
-    path: str
-    columns: tuple[tuple[str, str], ...] = ()
-    tokenizer: str | None = None
-    allow_hub: bool = False
-
-    @property
-    def spec(self) -> KnownData:
-        return KNOWN[self.key]
-
-
-def parse_sources(items: Iterable[str]) -> dict[str, str]:
-    """``KEY=PATH`` items → {key: path}; a bad item raises ``ValueError`` naming it and the valid keys."""
-    sources: dict[str, str] = {}
-    for item in items:
-        key, sep, path = item.partition("=")
-        key = key.strip()
-        if not sep or not path.strip():
-            raise ValueError(f"{item!r}: expected KEY=PATH (keys: {', '.join(k for k in KNOWN if k not in BUILTIN)})")
-        if key not in KNOWN or key in BUILTIN:
-            raise ValueError(f"unknown data key {key!r}; valid keys: {', '.join(k for k in KNOWN if k not in BUILTIN)}")
-        if key in sources:
-            raise ValueError(f"{key} is given twice")
-        sources[key] = path.strip()
-    return sources
-
-
-def parse_columns(items: Iterable[str]) -> dict[str | None, dict[str, str]]:
-    """``[KEY:]ROLE=COLUMN,...`` items → {key or None (every source): {role: column}}."""
-    roles = sorted({role for kind_roles in ROLES.values() for role in kind_roles})
-    parsed: dict[str | None, dict[str, str]] = {}
-    for item in items:
-        key, colon, rest = item.partition(":")
-        if not colon:
-            key, rest = None, item
-        elif key not in KNOWN:
-            raise ValueError(f"{item!r}: unknown data key {key!r}; valid keys: {', '.join(KNOWN)}")
-        for pair in rest.split(","):
-            role, sep, column = (part.strip() for part in pair.partition("="))
-            if not sep or not column or role not in roles:
-                raise ValueError(f"{pair.strip()!r}: expected ROLE=COLUMN with a role among {', '.join(roles)}")
-            parsed.setdefault(key, {})[role] = column
-    return parsed
-
-
-def source_for(task: str, given: Iterable[DataSource]) -> DataSource | None:
-    """The real data a task trains on: a given source, else the built-in data, else ``None`` (synthetic).
-
-    Raises:
-        ValueError: a task that only exists as real data (``images``, ``text``, ``mmimdb``) without a path.
-    """
-    for source in given:
-        if source.key == task:
-            return source
-    if task in BUILTIN:
-        return DataSource(key=task, path="")
-    if task in KNOWN and task not in SYNTHETIC_TOO:
-        raise ValueError(f"the {task!r} task needs a local copy: --gradeff-data {task}=PATH")
-    return None
-
-
-# Keys that are also synthetic tasks, used when no path is given.
-SYNTHETIC_TOO = ("cifar100", "dtd")
 
 
 def _hub_guard(allow_hub: bool) -> None:
@@ -227,77 +88,6 @@ def _hub_guard(allow_hub: bool) -> None:
     huggingface_hub.constants.HF_HUB_OFFLINE = True
     if hasattr(datasets.config, "HF_DATASETS_OFFLINE"):
         datasets.config.HF_DATASETS_OFFLINE = True
-
-
-def builtin_path(key: str, cache_root: Path) -> Path:
-    """The built-in dataset on disk, written on first use (a file ``datasets`` reads like any other), checked
-    against its sha256 on every use and written again, with a warning naming it, where it does not match."""
-    folder = cache_root / "data" / _BUILTIN_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    return globals()[KNOWN[key].builtin](folder)
-
-
-def _checked_file(path: Path, write) -> Path:
-    """``path`` as a cache file with its checksum (:func:`gradeff.data.checksums.write_checked`): kept where it is
-    sound, else written by ``write(temporary)``, a damaged copy warned about by name first.
-
-    Concurrent workers share it through a file lock: the first writes it, the others find it sound. It is never
-    rewritten while sound: its mtime is part of the prepared tensors' cache key (:func:`_fingerprint`).
-    """
-    from filelock import FileLock
-
-    with FileLock(str(path) + ".lock"):
-        if path.exists() or sidecar(path).exists():
-            problem = verify(path)
-            if problem is None:
-                return path
-            warn_rebuilt(path, problem)
-        write_checked(path, write)
-    return path
-
-
-def _write_digits(folder: Path) -> Path:
-    """scikit-learn's 1,797 8×8 handwritten digits (0–16 levels) as a parquet file of PNG images + labels."""
-
-    def write(tmp: Path) -> None:
-        import datasets
-        import numpy as np
-        from PIL import Image
-
-        pixels, labels = _bundled_digits()
-        images = [Image.fromarray((image * 255 / 16).round().astype(np.uint8), mode="L") for image in pixels]
-        features = datasets.Features({"image": datasets.Image(),
-                                      "label": datasets.ClassLabel(names=[str(d) for d in range(10)])})
-        datasets.Dataset.from_dict({"image": images, "label": labels.tolist()},
-                                   features=features).to_parquet(str(tmp))
-
-    return _checked_file(folder / "digits.parquet", write)
-
-
-def _bundled_digits():
-    """scikit-learn's digits as ``load_digits`` reads them (``(1797, 8, 8)`` pixels 0–16, ``(1797,)`` labels),
-    from the file the package ships, without importing scikit-learn: its import takes ~5 s, more than the rest of
-    a real-data cell, in every process that writes the file."""
-    import numpy as np
-
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("the digits dataset ships with scikit-learn: pip install scikit-learn")
-    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
-    with gzip.open(path, "rt", encoding="utf-8") as rows:
-        data = np.loadtxt(rows, delimiter=",")
-    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
-
-
-def _write_pydoc(folder: Path) -> Path:
-    """The English help topics that ship with Python (``pydoc_data.topics``), one JSON line per topic."""
-
-    def write(tmp: Path) -> None:
-        with tmp.open("w", encoding="utf-8") as out:
-            for name in sorted(topics):
-                out.write(json.dumps({"topic": name, "text": topics[name]}) + "\n")
-
-    return _checked_file(folder / "pydoc_topics.jsonl", write)
 
 
 def _resolve_path(source: DataSource, cache_root: Path) -> Path:
@@ -495,170 +285,6 @@ def _fingerprint(path: Path) -> list:
     return entries
 
 
-def _cache_key(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
-
-
-def _to_uint8(image, size: int):
-    """An image (PIL, array) → ``(3, size, size)`` uint8, resized with antialiased bilinear interpolation."""
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-
-    if hasattr(image, "convert"):
-        array = np.asarray(image.convert("RGB"))
-    else:
-        array = np.asarray(image)
-        if array.ndim == 2:
-            array = np.repeat(array[..., None], 3, axis=2)
-        elif array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3):
-            array = array.transpose(1, 2, 0)
-        if array.shape[2] == 1:
-            array = np.repeat(array, 3, axis=2)
-    pixels = torch.tensor(array).permute(2, 0, 1).float()[None]
-    if pixels.shape[-2:] != (size, size):
-        pixels = F.interpolate(pixels, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-    return pixels[0].round().clamp(0, 255).to(torch.uint8)
-
-
-def _to_uint8_images(cells: list, size: int, *, where: str, folder: Path | None = None):
-    """An image column's cells (see :func:`undecoded_column`) → ``(N, 3, size, size)`` uint8; a cell that does
-    not decode raises :class:`BadImage` naming its row and file."""
-    import torch
-
-    images = decode_images(cells, where=where, folder=folder, convert=lambda image: _to_uint8(image, size))
-    return torch.stack(images) if images else torch.empty((0, 3, size, size), dtype=torch.uint8)
-
-
-def _multi_hot(splits, column: str):
-    """Several labels per row (MM-IMDb's genres): ``(N, K)`` uint8 indicators of the sorted distinct labels, per
-    split, and the label names."""
-    import torch
-
-    rows = [[list(v or ()) for v in split[column]] for split in splits]
-    names = sorted({label for split in rows for row in split for label in row}, key=str)
-    index = {name: i for i, name in enumerate(names)}
-
-    def encode(split):
-        out = torch.zeros((len(split), len(names)), dtype=torch.uint8)
-        for i, row in enumerate(split):
-            out[i, [index[label] for label in row]] = 1
-        return out
-
-    return (*(encode(split) for split in rows), [str(n) for n in names])
-
-
-def _label_ids(splits, column: str):
-    """Labels of every split and the class names: integer ids (a ClassLabel's, else the sorted distinct values),
-    or multi-hot indicators when a row holds a list of labels. Returns one tensor per split, then the names."""
-    import datasets
-    import torch
-
-    feature = splits[0].features[column]
-    if isinstance(feature, datasets.ClassLabel):
-        return (*(torch.tensor(split[column]) for split in splits), list(feature.names))
-    values = [v for split in splits for v in split[column]]
-    if any(isinstance(v, (list, tuple)) for v in values):
-        return _multi_hot(splits, column)
-    if any(isinstance(v, dict) or v is None for v in values):
-        raise ValueError(f"label column {column!r} holds empty or dict values; classification needs an int, a string "
-                         f"or a list of them per row")
-    names = sorted(set(values), key=lambda v: (isinstance(v, str), v))
-    if all(isinstance(v, int) for v in names) and names[0] >= 0:
-        names = list(range(max(names) + 1))
-    index = {name: i for i, name in enumerate(names)}
-    return (*(torch.tensor([index[v] for v in split[column]]) for split in splits), [str(n) for n in names])
-
-
-def _texts(split, column: str) -> list[str]:
-    return [t for t in split[column] if isinstance(t, str) and t.strip()]
-
-
-class _Tokenizer:
-    """One interface over a local ``AutoTokenizer`` and a BPE trained here: ids, special ids, vocabulary size."""
-
-    def __init__(self, source: DataSource, train_texts: list[str], vocab_size: int, cache_root: Path, fingerprint):
-        if source.tokenizer:
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(source.tokenizer, local_files_only=not source.allow_hub)
-            self.encode = lambda texts: tok(texts, add_special_tokens=False)["input_ids"]
-            self.bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-            self.eos = tok.eos_token_id if tok.eos_token_id is not None else self.bos
-            self.pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos
-            self.vocab_size = len(tok)
-            self.name = f"AutoTokenizer {source.tokenizer}"
-            if self.bos is None:
-                raise ValueError(f"tokenizer {source.tokenizer} has neither a BOS nor an EOS token")
-            return
-        tok = _bpe(train_texts, vocab_size, cache_root, fingerprint)
-        self.encode = lambda texts: [e.ids for e in tok.encode_batch(texts)]
-        self.pad, self.bos, self.eos = (tok.token_to_id(s) for s in _SPECIAL)
-        self.vocab_size = tok.get_vocab_size()
-        self.name = f"byte-level BPE ({self.vocab_size} tokens) trained on the training split"
-
-
-def _bpe(texts: list[str], vocab_size: int, cache_root: Path, fingerprint):
-    """A byte-level BPE trained on ``texts``, cached (with its checksum) by the training data's fingerprint and the
-    vocabulary size."""
-    from filelock import FileLock
-    from tokenizers import Tokenizer
-
-    path = cache_root / "data" / "tokenizers" / f"bpe-{_cache_key(fingerprint, vocab_size, _PREP_VERSION)}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        # tokenizers raises a bare Exception for a file it cannot parse.
-        tok = read_checked(path, lambda file: Tokenizer.from_file(str(file)), errors=(Exception,))
-        if tok is None:
-            tok = _train_bpe(texts, vocab_size)
-            write_checked(path, lambda temporary: tok.save(str(temporary)), best_effort=True)
-    return tok
-
-
-def _train_bpe(texts: list[str], vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(_SPECIAL), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
-
-
-def _lm_chunks(ids: list[list[int]], eos: int, seq_len: int, cap: int):
-    """Documents joined with EOS and cut into ``seq_len`` windows; at most ``cap`` of them, spread evenly."""
-    import torch
-
-    stream = [token for doc in ids for token in (*doc, eos)]
-    count = len(stream) // seq_len
-    if count == 0:
-        raise ValueError(f"{len(stream)} tokens make no window of {seq_len}")
-    windows = torch.tensor(stream[:count * seq_len]).view(count, seq_len)
-    if count > cap:
-        # Evenly spaced windows cover the whole text rather than its first documents only.
-        windows = windows[torch.linspace(0, count - 1, cap).round().long()]
-    return windows
-
-
-def _captions(ids: list[list[int]], tok: _Tokenizer, caption_len: int):
-    """``[BOS, t1..tL]`` inputs padded to ``caption_len + 1``, labels ignoring BOS and padding."""
-    import torch
-
-    from gradeff.data.dataset import IGNORE_INDEX  # noqa: PLC0415 - torch, 2.3 s: the plugin imports this module
-
-    n = len(ids)
-    input_ids = torch.full((n, caption_len + 1), tok.pad, dtype=torch.long)
-    labels = torch.full((n, caption_len + 1), IGNORE_INDEX, dtype=torch.long)
-    input_ids[:, 0] = tok.bos
-    for i, doc in enumerate(ids):
-        doc = [*doc[:caption_len - 1], tok.eos][:caption_len]
-        input_ids[i, 1:len(doc) + 1] = torch.tensor(doc)
-        labels[i, 1:len(doc) + 1] = torch.tensor(doc)
-    return input_ids, labels
-
-
 def _prepare(source: DataSource, *, image_size, seq_len, caption_len, vocab_size, train_cap, heldout_cap,
              cache_root: Path) -> dict:
     """Read, preprocess and tensorise a source's splits (see :func:`load_real`): a dict of tensors + info."""
@@ -678,35 +304,35 @@ def _prepare(source: DataSource, *, image_size, seq_len, caption_len, vocab_size
     splits: dict[str, dict] = {name: {} for name in rows}
     if "image" in columns:
         for name, split in rows.items():
-            splits[name]["pixel_values"] = _to_uint8_images(
+            splits[name]["pixel_values"] = to_uint8_images(
                 undecoded_column(split, columns["image"]), image_size,
                 where=_where(source, cache_root, "held-out" if name == "heldout" else name),
                 folder=_folder(source, cache_root))
         info["image_size"] = image_size
     if kind == "image_classification":
-        *labels, names = _label_ids(list(rows.values()), columns["label"])
+        *labels, names = label_ids(list(rows.values()), columns["label"])
         for name, split_labels in zip(rows, labels):
             splits[name]["labels"] = split_labels
         info |= {"num_classes": len(names), "class_names": names[:200], "multi_label": labels[0].dim() == 2}
     else:
-        train_texts = _texts(rows["train"], columns["text"])
+        train_texts = nonempty_texts(rows["train"], columns["text"])
         if not train_texts:
             raise ValueError(f"{source.key}: the training split has no text in column {columns['text']!r}")
         fingerprint = [_fingerprint(_resolve_path(source, cache_root)), columns, train_cap, heldout_cap]
-        tok = _Tokenizer(source, train_texts, vocab_size, cache_root, fingerprint)
+        tok = Tokenizer(source, train_texts, vocab_size, cache_root, fingerprint)
         info |= {"tokenizer": tok.name, "vocab_size": tok.vocab_size}
         if kind == "causal_lm":
             for name, split in rows.items():
                 cap = train_cap if name == "train" else heldout_cap
-                texts = train_texts if name == "train" else _texts(split, columns["text"])
-                windows = _lm_chunks(tok.encode(texts), tok.eos, seq_len, cap)
+                texts = train_texts if name == "train" else nonempty_texts(split, columns["text"])
+                windows = lm_chunks(tok.encode(texts), tok.eos, seq_len, cap)
                 splits[name] |= {"input_ids": windows, "labels": windows.clone(),
                                  "targets": torch.full((len(windows),), seq_len - 1)}
             info["seq_len"] = seq_len
         else:
             for name, split in rows.items():
                 texts = [t if isinstance(t, str) else "" for t in split[columns["text"]]]
-                input_ids, labels = _captions(tok.encode(texts), tok, caption_len)
+                input_ids, labels = caption_tensors(tok.encode(texts), tok, caption_len)
                 splits[name] |= {"input_ids": input_ids, "labels": labels,
                                  "targets": (labels != -100).sum(dim=1).clamp(min=1)}
             info["caption_len"] = caption_len
@@ -738,7 +364,7 @@ def load_real(source: DataSource, *, kind: str, image_size: int | None = None, s
     if source.spec.kind != kind:
         raise ValueError(f"{source.key} is {source.spec.kind} data; this model takes {kind}")
     path = _resolve_path(source, cache_root)
-    key = _cache_key(_PREP_VERSION, source.key, str(path.resolve()) if path.exists() else str(path),
+    key = cache_key(PREP_VERSION, source.key, str(path.resolve()) if path.exists() else str(path),
                      _fingerprint(path) if path.exists() else None, source.columns, source.tokenizer, image_size,
                      seq_len, caption_len, vocab_size, train_cap, heldout_cap)
     cached = cache_root / "data" / "prepared" / f"{source.key}-{key}.pt"

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.pretrain import INFO_FILE, pretrained_folder
 from gradeff.data import TASKS
-from gradeff.data.real import source_for
+from gradeff.data.real_sources import source_for
 from gradeff.methods import apply_method, within
 from gradeff.models import MODELS, build_model
 from gradeff.models.checkpoint import given_weights

@@ -25,7 +25,7 @@ from gradeff.analysis.sequential import DEFAULT_FIRST, DEFAULT_MOST, SeedPlan
 from gradeff.cell.devices import DEVICES, validate_device
 from gradeff.cell.pretrain import cache_root
 from gradeff.cell.protocols import DEFAULT_PROTOCOL, PROTOCOLS
-from gradeff.data import real
+from gradeff.data import real, real_sources
 from gradeff.gate.compare import parse_compare_args
 from gradeff.gate.history import HistoryStore
 from gradeff.models import MODELS
@@ -619,27 +619,27 @@ def _data_sources(config: pytest.Config) -> tuple:
     if not (given or columns or tokenizer or selected):
         return ()
     try:
-        paths = real.parse_sources(given)
-        overrides = real.parse_columns(columns)
+        paths = real_sources.parse_sources(given)
+        overrides = real_sources.parse_columns(columns)
     except ValueError as exc:
         raise pytest.UsageError(f"--gradeff-data: {exc}") from None
-    needing = sorted(key for key in selected if key in real.KNOWN and key not in real.BUILTIN
-                     and key not in real.SYNTHETIC_TOO and key not in paths)
+    needing = sorted(key for key in selected if key in real_sources.KNOWN and key not in real_sources.BUILTIN
+                     and key not in real_sources.SYNTHETIC_TOO and key not in paths)
     if needing:
         raise pytest.UsageError(f"--gradeff-datasets {','.join(needing)}: real data only; give "
                                 f"{' '.join(f'--gradeff-data {key}=PATH' for key in needing)}")
-    stray = sorted(key for key in overrides if key is not None and key not in paths and key not in real.BUILTIN)
+    stray = sorted(key for key in overrides if key is not None and key not in paths and key not in real_sources.BUILTIN)
     if stray:
         raise pytest.UsageError(f"--gradeff-data-columns: no --gradeff-data source for {', '.join(stray)}; "
                                 f"sources: {', '.join(paths) or '(none)'}")
     if tokenizer is not None and not Path(tokenizer).is_dir():
         raise _usage("--gradeff-tokenizer", tokenizer, "no such folder")
     root = cache_root(config.getoption("gradeff_cache"))
-    builtin = {key: "" for key in real.BUILTIN if key in overrides or tokenizer is not None}
+    builtin = {key: "" for key in real_sources.BUILTIN if key in overrides or tokenizer is not None}
     sources = []
     for key, path in (paths | builtin).items():
-        text = real.KNOWN[key].kind != "image_classification"
-        source = real.DataSource(key=key, path=path, tokenizer=tokenizer if text else None,
+        text = real_sources.KNOWN[key].kind != "image_classification"
+        source = real_sources.DataSource(key=key, path=path, tokenizer=tokenizer if text else None,
                                  columns=tuple(sorted((overrides.get(None, {}) | overrides.get(key, {})).items())),
                                  allow_hub=config.getoption("gradeff_allow_hub"))
         try:

@@ -35,7 +35,7 @@ from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import NA
 from gradeff.records.outputs import write_text, write_with
 from gradeff.records.results import CellRecord, record_field
-from gradeff.report import context, figures, tables
+from gradeff.report import context, figures, table_cells, tables
 from gradeff.report.answer import build_answer_view, build_real_view
 from gradeff.report.claims import build_claims_view
 from gradeff.report.csv_export import write_csv
@@ -116,7 +116,7 @@ def build_view(
             key=model, name=name, slug=slug,
             summary=f"{len(runs)} cells{seeds}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
                     + f"; trained on {naming.dataset_title(groups[model][0])}",
-            tables=(*(tables.grid_table(slug, name, tables.resolve(k, groups[model]), runs, optimizers_of[model],
+            tables=(*(tables.grid_table(slug, name, table_cells.resolve(k, groups[model]), runs, optimizers_of[model],
                                         strategies) for k in tables.grid_metrics_for(groups[model])),
                     tables.target_table(slug, runs, optimizers_of[model], strategies)),
             curves=figures.loss_curves_figure(slug, name, runs, optimizers, strategies),

@@ -20,7 +20,7 @@ from gradeff.analysis.metrics import ANSWER_OBJECTIVES, METRICS, OBJECTIVE_TITLE
 from gradeff.analysis.pairing import EQUIVALENT, OPEN
 from gradeff.analysis.runs import by_cell
 from gradeff.records.results import CellRecord
-from gradeff.report.tables import places, resolve, runs_cell
+from gradeff.report.table_cells import places, resolve, runs_cell
 from gradeff.report.view import AnswerGroupView, AnswerView, Cell, RealView, Row, Table, html_id
 
 __all__ = ["ANSWER_MISSING_NOTE", "ANSWER_RULES", "REAL_MISSING_NOTE", "build_answer_view", "build_real_view"]

@@ -14,7 +14,8 @@ import re
 from collections.abc import Sequence
 
 from gradeff.analysis import naming, scope
-from gradeff.analysis.claims import VERDICTS, ClaimResult, evaluate_claims
+from gradeff.analysis.claim_rules import VERDICTS
+from gradeff.analysis.claims import ClaimResult, evaluate_claims
 from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord
 from gradeff.report.view import Cell, ClaimGroupView, ClaimsView, Row, Table

@@ -23,7 +23,7 @@ from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import as_number, format_loss, format_percent, format_value
 from gradeff.records.results import FAILED_STATUSES
-from gradeff.report import heat_noise, plots, scatter_plots
+from gradeff.report import heat_maps, heat_noise, plots, scatter_plots
 from gradeff.report.view import FigureView, config_label, display_name, first_word, short_label
 
 __all__ = ["accuracy_curves_figure", "heatmap_figure", "loss_curves_figure", "memory_figure", "pareto_figure",
@@ -210,7 +210,7 @@ def heatmap_figure(models: Sequence[str], runs_by_model: Mapping[str, Mapping[st
             if why:
                 quiet.append(f"{title} ({why})")
                 continue
-            row.append(plots.HeatPanel(title=title, rows=tuple(optimizers_of[model]), columns=tuple(strategies),
+            row.append(heat_maps.HeatPanel(title=title, rows=tuple(optimizers_of[model]), columns=tuple(strategies),
                                        values=tuple(values), texts=tuple(texts),
                                        higher_is_better=metric.goal == "max"))
         if row:
@@ -220,7 +220,7 @@ def heatmap_figure(models: Sequence[str], runs_by_model: Mapping[str, Mapping[st
                  + "; ".join(quiet) + ".")
     if not panels:
         return FigureView(id="heatmap-grid", caption=caption, svg=None, note=note)
-    svg = plots.heatmap_grid_svg(panels, uid="heatmap-grid", title=caption)
+    svg = heat_maps.heatmap_grid_svg(panels, uid="heatmap-grid", title=caption)
     return FigureView(id="heatmap-grid", caption=caption, svg=Markup(svg), note=note)
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from markupsafe import Markup
 
 from gradeff.gate.history import METRICS, ChangePoint, HistoryStore, Point, change_points
-from gradeff.report.plots import TrendLevel, TrendPoint, trend_svg
 from gradeff.report.render import jinja_environment
+from gradeff.report.trend_plot import TrendLevel, TrendPoint, trend_svg
 from gradeff.report.view import Section, html_id
 
 __all__ = ["HISTORY_SECTIONS", "HISTORY_TEMPLATE", "ChangeRow", "HistoryView", "TrendView", "build_history_view",

@@ -25,7 +25,7 @@ from gradeff.models import MODELS
 from gradeff.records.formatting import NA, as_number, format_percent, format_seconds
 from gradeff.records.results import CellRecord, record_field
 from gradeff.report import figures, inference
-from gradeff.report.tables import places, ratio_cell, runs_cell
+from gradeff.report.table_cells import places, ratio_cell, runs_cell
 from gradeff.report.view import (
     Cell,
     FigureView,

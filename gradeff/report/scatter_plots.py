@@ -1,7 +1,8 @@
 """Panels of labelled scatter points as inline SVG: the PEFT study's accuracy against a cost.
 
-Kept apart from :mod:`gradeff.report.plots` (which holds the main study's figures) but drawn with its figure
-setup, SVG export and label placement, so every figure of the page reads the same and passes the same checks.
+Kept apart from :mod:`gradeff.report.plots` (which holds the main study's figures) but drawn with the same figure
+setup, SVG export and label placement (:mod:`gradeff.report.svg_figure`), so every figure of the page reads the same
+and passes the same checks.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradeff.report import plots
+from gradeff.report.svg_figure import place_labels, report_figure, tab10_colors, to_svg
 
 __all__ = ["ScatterPanel", "ScatterPoint", "scatter_panels_svg"]
 
@@ -43,8 +44,9 @@ def scatter_panels_svg(panels: Sequence[Sequence[ScatterPanel]], *, title: str, 
                        colors_named: Sequence[str], markers_named: Sequence[str]) -> str:
     """Rows of scatter panels sharing one legend: colours name ``colors_named``, markers ``markers_named``.
 
-    Points are labelled where a label fits without overlapping other text (:func:`plots.place_labels`); the
-    legend below the panels says what colour and marker mean, so an unlabelled point still reads.
+    Points are labelled where a label fits without overlapping other text
+    (:func:`~gradeff.report.svg_figure.place_labels`); the legend below the panels says what colour and marker mean,
+    so an unlabelled point still reads.
     """
     from matplotlib.lines import Line2D
 
@@ -53,9 +55,9 @@ def scatter_panels_svg(panels: Sequence[Sequence[ScatterPanel]], *, title: str, 
     width, height = 7.6, 1.2 + 2.3 * n_rows
     margins = dict(left=0.75 / width, right=0.98, bottom=1.25 / height, top=1 - 0.35 / height, wspace=0.3,
                    hspace=0.6)
-    with plots._figure(uid, (width, height), margins) as fig:
+    with report_figure(uid, (width, height), margins) as fig:
         axes = fig.subplots(n_rows, n_cols, squeeze=False)
-        colors = plots._colors()
+        colors = tab10_colors()
         used_colors, used_markers = set(), set()
         for r, row in enumerate(panels):
             for c in range(n_cols):
@@ -80,7 +82,7 @@ def scatter_panels_svg(panels: Sequence[Sequence[ScatterPanel]], *, title: str, 
                 ax.set_xlabel(panel.xlabel)
                 ax.set_ylabel(panel.ylabel)
                 ax.grid(True, alpha=0.3)
-                plots.place_labels(fig, ax, [(p.x, p.y, p.label) for p in panel.points if p.label], fontsize=6.5)
+                place_labels(fig, ax, [(p.x, p.y, p.label) for p in panel.points if p.label], fontsize=6.5)
         handles = [Line2D([], [], marker="o", linestyle="", color=colors[i % len(colors)]) for i in sorted(used_colors)]
         labels = [colors_named[i] if i < len(colors_named) else f"colour {i}" for i in sorted(used_colors)]
         handles += [Line2D([], [], marker=_MARKERS[i % len(_MARKERS)], linestyle="", color="#555555")
@@ -89,11 +91,11 @@ def scatter_panels_svg(panels: Sequence[Sequence[ScatterPanel]], *, title: str, 
         if handles:
             fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=min(len(handles), 4),
                        frameon=False)
-        return plots._to_svg(fig, uid, title)
+        return to_svg(fig, uid, title)
 
 
 def _log_x(ax) -> None:
-    # Plain-number tick labels: math parsing is off (see plots._log_y), so "$10^{4}$" would print literally.
+    # Plain-number tick labels: math parsing is off (see svg_figure.log_y), so "$10^{4}$" would print literally.
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     ax.set_xscale("log")

@@ -2,8 +2,7 @@
 
 import pytest
 
-from gradeff.analysis.claims import (
-    CLAIMS,
+from gradeff.analysis.claim_rules import (
     CONTRADICTED,
     NOT_MEASURABLE,
     NOT_REPRODUCED,
@@ -11,9 +10,9 @@ from gradeff.analysis.claims import (
     Effect,
     effect_of,
     effect_verdict,
-    evaluate_claims,
     range_verdict,
 )
+from gradeff.analysis.claims import CLAIMS, evaluate_claims
 from gradeff.analysis.stats import Interval
 from tests.analysis.factories import run
 

@@ -10,7 +10,7 @@ import pytest
 
 from gradeff.cell.config import RunConfig
 from gradeff.cell.experiment import experiment, experiment_inputs
-from gradeff.data.real import DataSource
+from gradeff.data.real_sources import DataSource
 from gradeff.records.fingerprint import differences, experiment_section, fingerprint
 from gradeff.studies.grid import Cell
 

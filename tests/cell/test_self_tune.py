@@ -13,7 +13,7 @@ from gradeff.cell.experiment import experiment_inputs
 from gradeff.cell.protocols import SELF_TUNED, choose_rate
 from gradeff.cell.self_tune import SearchBudget, fingerprint, needs_self_tuning, run_self_tuned
 from gradeff.data.checksums import CacheRebuiltWarning, sidecar
-from gradeff.data.real import DataSource
+from gradeff.data.real_sources import DataSource
 from gradeff.records.results import Summary
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
@@ -255,7 +255,7 @@ def test_a_real_cell_on_given_data_tunes_itself_end_to_end(cache, monkeypatch):
     rate at the full epochs, no cheaper rung), no trial reads the test split, and the record says self-tuned."""
     import gradeff.cell.run as runner
     from gradeff.cell.run import run_cell
-    from gradeff.data.real import builtin_path
+    from gradeff.data.builtin_data import builtin_path
 
     path = builtin_path("digits", cache)
     heldout_reads = []

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from gradeff.data import real
+from gradeff.data import builtin_data, real_tensors
 from gradeff.data.checksums import (
     CacheCorrupted,
     CacheRebuiltWarning,
@@ -18,7 +18,8 @@ from gradeff.data.checksums import (
     verify,
     write_checked,
 )
-from gradeff.data.real import DataSource, load_real
+from gradeff.data.real import load_real
+from gradeff.data.real_sources import DataSource
 
 DAMAGES = ("zeroed", "truncated", "no-checksum")
 
@@ -134,22 +135,22 @@ def test_hostile_prepared_real_data_damaged_on_disk_is_prepared_again(tmp_path, 
 
 
 def test_hostile_a_built_in_file_damaged_on_disk_is_written_again(tmp_path):
-    path = real.builtin_path("digits", tmp_path)
+    path = builtin_data.builtin_path("digits", tmp_path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     damage(path, "zeroed")
     with pytest.warns(CacheRebuiltWarning) as caught:
-        assert real.builtin_path("digits", tmp_path) == path
+        assert builtin_data.builtin_path("digits", tmp_path) == path
     one_warning(caught, path)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest and verify(path) is None
 
 
 def test_hostile_a_tokenizer_damaged_on_disk_is_trained_again(tmp_path):
     texts = [f"the {word} of python {i}" for i, word in enumerate(["list", "dict", "set", "tuple"] * 20)]
-    first = real._bpe(texts, 300, tmp_path, ["fingerprint"])
+    first = real_tensors._bpe(texts, 300, tmp_path, ["fingerprint"])
     (path,) = (tmp_path / "data" / "tokenizers").glob("bpe-*.json")
     damage(path, "truncated")
     with pytest.warns(CacheRebuiltWarning) as caught:
-        again = real._bpe(texts, 300, tmp_path, ["fingerprint"])
+        again = real_tensors._bpe(texts, 300, tmp_path, ["fingerprint"])
     one_warning(caught, path)
     assert again.encode("the dict of python").ids == first.encode("the dict of python").ids
     assert verify(path) is None

@@ -15,8 +15,9 @@ from PIL import Image
 
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
-from gradeff.data import real
-from gradeff.data.real import DataSource, load_real, validate_source
+from gradeff.data import builtin_data, real, real_sources
+from gradeff.data.real import load_real, validate_source
+from gradeff.data.real_sources import DataSource
 from gradeff.records.results import EpochRecord, Summary
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import largest_caps
@@ -139,9 +140,9 @@ def test_a_built_file_is_written_once_and_kept_while_sound(tmp_path):
     finds the file sound and never writes it again (its mtime is part of the prepared tensors' cache key), and no
     temporary is left behind."""
     target = tmp_path / "digits.parquet"
-    assert real._checked_file(target, lambda tmp: tmp.write_bytes(b"first")) == target
+    assert builtin_data._checked_file(target, lambda tmp: tmp.write_bytes(b"first")) == target
     mtime = target.stat().st_mtime_ns
-    assert real._checked_file(target, lambda tmp: pytest.fail("a sound file is not written again")) == target
+    assert builtin_data._checked_file(target, lambda tmp: pytest.fail("a sound file is not written again")) == target
     assert target.read_bytes() == b"first" and target.stat().st_mtime_ns == mtime
     assert sorted(p.name for p in tmp_path.iterdir()) == ["digits.parquet", "digits.parquet.lock",
                                                           "digits.parquet.sha256"]
@@ -163,7 +164,7 @@ def test_no_network_call_is_attempted(formats, tmp_path, monkeypatch):
         kind = "image_classification" if key == "images" else "causal_lm"
         load_real(source, kind=kind, image_size=8, seq_len=16, train_cap=8, heldout_cap=4, vocab_size=300,
                   cache_root=tmp_path)
-    for key in real.BUILTIN:
+    for key in real_sources.BUILTIN:
         validate_source(DataSource(key=key, path=""), tmp_path)
     assert attempts == []
 
@@ -198,9 +199,9 @@ def test_bad_sources_are_named_with_the_valid_choices(formats, tmp_path):
             validate_source(source, tmp_path)
         assert fnmatch.fnmatch(str(caught.value), message), str(caught.value)
     with pytest.raises(ValueError, match="unknown data key 'imagenet'; valid keys: cifar100, dtd, mmimdb"):
-        real.parse_sources(["imagenet=/x"])
+        real_sources.parse_sources(["imagenet=/x"])
     with pytest.raises(ValueError, match="expected ROLE=COLUMN with a role among image, label, text"):
-        real.parse_columns(["cifar100:colour=c"])
+        real_sources.parse_columns(["cifar100:colour=c"])
 
 
 def test_option_errors_stop_the_session_before_any_cell(pytester, formats, tmp_path):
@@ -433,7 +434,7 @@ def test_the_digits_are_read_from_scikit_learns_file_exactly_as_load_digits_read
     """The bundled file, read without importing scikit-learn, gives load_digits' images and labels bit for bit."""
     from sklearn.datasets import load_digits
 
-    pixels, labels = real._bundled_digits()
+    pixels, labels = builtin_data._bundled_digits()
     digits = load_digits()
     assert pixels.shape == (1797, 8, 8) and np.array_equal(pixels, digits.images)
     assert np.array_equal(labels, digits.target) and labels.dtype.kind == "i"

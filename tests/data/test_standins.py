@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp
 
 from gradeff.data import standins
+from gradeff.data.standin_objects import object_classes
+from gradeff.data.standin_textures import texture_classes
 from gradeff.data.standins import objects, stratified_classes, textures
 
 BUILDERS = {"objects": objects, "textures": textures}
@@ -93,7 +95,7 @@ def test_object_ceiling_is_the_brute_force_posterior_on_the_split():
     and floor: the ceiling is what the exact classifier reaches on these very samples."""
     data = objects(num_classes=4, image_size=8, num_samples=8, seed=5, heldout_samples=48, validation_samples=0)
     parts, order, world = standins._object_world(5)
-    classes = standins.object_classes(parts, order[:4], 8, world)
+    classes = object_classes(parts, order[:4], 8, world)
     covariance = (lambda h: h @ h.T)(_operator(np.linalg.cholesky(classes.background)))
     means = np.stack([[[np.roll(template, tuple(offset), axis=(-2, -1)).reshape(-1) for offset in classes.offsets]
                        for template in poses] for poses in classes.templates])  # (K, V, T, D)
@@ -115,7 +117,7 @@ def test_texture_ceiling_is_the_brute_force_posterior_on_the_split():
     recorded Bayes accuracy and floor are that posterior's."""
     data = textures(num_classes=3, image_size=8, num_samples=6, seed=2, heldout_samples=30, validation_samples=0)
     parts, order = standins._texture_world(2)
-    classes = standins.texture_classes(parts, order[:3], 8)
+    classes = texture_classes(parts, order[:3], 8)
     test = data.heldout
     images, labels = (test.tensors["pixel_values"].double().numpy().reshape(len(test), -1),
                       test.tensors["labels"].numpy())

@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from gradeff.report import write_report
-from gradeff.report.plots import MAX_SERIES, Point, Series, loss_curves_svg, pareto_svg
+from gradeff.report.plots import Point, Series, loss_curves_svg, pareto_svg
+from gradeff.report.svg_figure import MAX_SERIES
 from tests.report.test_report_memory import llm_cells, memory_record  # noqa: F401  (fixtures)
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -138,26 +139,26 @@ def test_overlap_check_catches_overprinted_labels():
     placed = pareto_svg([*points, far, near], title="t", uid="placed")
     assert not overlapping_texts(placed)
     assert sum(f">{p.label}<" in placed for p in points) >= 2  # placed, not merely dropped
-    from gradeff.report.plots import _figure, _to_svg
+    from gradeff.report.svg_figure import report_figure, to_svg
 
-    with _figure("naive", (4, 3), {}) as fig:  # the report's style: text kept as text
+    with report_figure("naive", (4, 3), {}) as fig:  # the report's style: text kept as text
         ax = fig.subplots()
         for p in [*points, far, near]:
             ax.plot([p.x], [p.y], "o")
             ax.annotate(p.label, (p.x, p.y), textcoords="offset points", xytext=(5, 4))
-        naive = _to_svg(fig, "naive", "t")
+        naive = to_svg(fig, "naive", "t")
     assert overlapping_texts(naive)
 
 
 def test_series_counter_counts_untagged_artists():
     """Control: a plot of eight lines drawn without series tags counts eight."""
-    from gradeff.report.plots import _figure, _to_svg
+    from gradeff.report.svg_figure import report_figure, to_svg
 
-    with _figure("plain", (4, 3), {}) as fig:
+    with report_figure("plain", (4, 3), {}) as fig:
         ax = fig.subplots()
         for i in range(8):
             ax.plot([0, 1], [i, i + 1])
-        assert series_per_axes(_to_svg(fig, "plain", "t")) == [8]
+        assert series_per_axes(to_svg(fig, "plain", "t")) == [8]
 
 
 def _y_ticks(svg: str) -> list[float]:

@@ -6,7 +6,8 @@ import pytest
 from markupsafe import escape
 
 from gradeff.analysis import peft as peft_analysis
-from gradeff.analysis.claims import CLAIMS, VERDICTS, ClaimResult
+from gradeff.analysis.claim_rules import VERDICTS
+from gradeff.analysis.claims import CLAIMS, ClaimResult
 from gradeff.analysis.netscore import netscore_family
 from gradeff.records.formatting import NA, format_energy, format_rate
 from gradeff.records.results import Summary
