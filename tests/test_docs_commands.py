@@ -174,6 +174,7 @@ def _plan(where: str, argv: list[str]) -> tuple[str, list[str]] | None:
     raise AssertionError(f"{where}: no rule for {argv}; add one to tests/test_docs_commands.py")
 
 
+@pytest.mark.slow
 def test_every_bash_block_of_the_readme_and_docs_works(scratch):
     """Quick commands run, long ones collect, those needing a reader's files have known options; all succeed."""
     started = time.perf_counter()
@@ -236,6 +237,7 @@ def test_the_named_path_pattern_finds_paths_and_skips_placeholders():
 _COUNTED = re.compile(r"^\.venv/bin/python -m pytest (?P<args>.+?)\s+# the (?:same )?(?P<count>\d+) ", re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_the_readmes_selections_collect_the_cells_their_comments_count():
     """Each README example that says how many cells it selects collects exactly that many (a `-k` word that also
     matches another method or optimizer would select more than the comment says)."""

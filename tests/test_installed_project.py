@@ -81,6 +81,7 @@ def installed(source_copy, tmp_path_factory) -> Path:  # noqa: F811
     return venv
 
 
+@pytest.mark.slow
 def test_a_project_of_ones_own_runs_from_a_wheel(installed, tmp_path):
     """Outside the checkout, with nothing but the wheel: the conftest's optimizer joins the packaged main grid and the
     public fixtures, both cells are recorded, `gradeff list` names the conftest, `gradeff --version` the wheel's."""
@@ -121,6 +122,7 @@ def test_a_project_of_ones_own_runs_from_a_wheel(installed, tmp_path):
     print(f"the project ran from the wheel in {time.perf_counter() - started:.1f} s")
 
 
+@pytest.mark.slow
 def test_a_project_records_its_own_baseline_and_checks_against_it(installed, tmp_path):
     """`gradeff baseline record` from the wheel: the slice serially, then once per perturbation, both files written;
     `gradeff baseline check` passes the unchanged code and fails a baseline whose loss was moved."""

@@ -39,6 +39,7 @@ def _wait_for_records(path: Path, count: int, proc: subprocess.Popen, timeout: f
     raise AssertionError(f"no {count} records after {timeout} s")
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_records_every_cell_exactly_once(grid_pytester):
     """SIGKILL mid-grid, then --gradeff-resume: each of the 3 cells has exactly one final record."""
     results = grid_pytester.path / "r.jsonl"

@@ -27,6 +27,7 @@ def test_ok_cell_records_its_epochs():
     assert record.environment["torch"] == torch.__version__ and record.session == "test"
 
 
+@pytest.mark.slow
 def test_model_flops_leave_out_checkpointing_s_recomputation(monkeypatch):
     """MFU's FLOPs are the model's: the same per sample whether or not the cell recomputes activations.
 
@@ -233,6 +234,7 @@ def test_missing_optional_dependency_skips_with_the_install_hint(monkeypatch):
     assert grid.incompatibility(Cell("llm", "adam", "standard", "lora")).startswith("LoRA needs")
 
 
+@pytest.mark.slow
 def test_fine_tuning_cell_records_method_dataset_and_heldout_accuracy(tmp_path, monkeypatch):
     """A PEFT cell starts from the cached pretraining and records held-out accuracy after every epoch."""
     from gradeff.studies import hparams
@@ -275,6 +277,7 @@ def test_a_method_that_trains_nothing_is_evaluated_once():
     assert record.inference["scores"]["netscore"]["value"] is not None or record.summary.final_heldout_accuracy == 0
 
 
+@pytest.mark.slow
 def test_tuning_keeps_the_rate_with_the_best_validation_loss():
     """--gradeff-tune lr: every rate of the grid and the protocol's own is tried on the validation split; the
     record is a fresh run at the best, whose test figures no trial saw."""
@@ -332,6 +335,7 @@ def test_a_tuning_free_optimizer_is_not_searched():
     assert "line search" in record.tuning["tuning_free"]
 
 
+@pytest.mark.slow
 def test_an_isolated_cell_runs_in_a_process_of_its_own():
     """--gradeff-isolate: the record comes back whole from a spawned process and says so; RSS is measured there."""
     import os
@@ -345,6 +349,7 @@ def test_an_isolated_cell_runs_in_a_process_of_its_own():
     assert [e.loss for e in record.epochs] == [e.loss for e in shared.epochs]  # the same training, elsewhere
 
 
+@pytest.mark.slow
 def test_fused_kernels_are_recorded_and_keep_checkpointing_exact():
     """--gradeff-fused: the record names the kernel that ran; checkpointing still changes nothing but memory, so a
     checkpointed cell's losses equal the standard one's to the last bit, as without it."""
@@ -358,6 +363,7 @@ def test_fused_kernels_are_recorded_and_keep_checkpointing_exact():
     assert run_cell(Cell("llm", "adam", "standard"), CONFIG).hparams["optimizer_kernel"] == "default"
 
 
+@pytest.mark.slow
 def test_compiled_cells_keep_the_laws_and_record_their_compile():
     """--gradeff-compile: every strategy trains through torch.compile, the compile is recorded in the plan and
     happens before the epochs; checkpointed, accumulated and plain compiled losses are the eager ones' within
@@ -393,6 +399,7 @@ def test_compiled_cells_keep_the_laws_and_record_their_compile():
     assert "compile_backend" not in eager["standard"].plan
 
 
+@pytest.mark.slow
 def test_dataloader_workers_feed_the_same_samples_in_the_same_order():
     """--gradeff-workers 2: micro-batches gathered ahead by DataLoader workers give the in-process gather's numbers
     to the last bit, a line search's repeated closure calls and accumulation's micro-batches included, and the wait

@@ -63,6 +63,7 @@ def test_grid_cgd_is_hager_zhang_cg_with_a_wolfe_search():
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("model", FAMILIES)
+@pytest.mark.slow
 def test_cgd_restarts_rarely_and_leaves_the_sgd_path(model, strategy, monkeypatch):
     """Restart rate < 50 % and a loss series unlike SGD's in every epoch."""
     record, stats = _run(model, "cgd", strategy, monkeypatch)

@@ -49,6 +49,7 @@ def _predicted(model: str, method: str):
 
 @pytest.mark.parametrize("model", ["tinyvit", "vim_s"])
 @pytest.mark.parametrize("method", ["full", "lora", "bitfit"])
+@pytest.mark.slow
 def test_meta_predicts_the_cpu_step_exactly(model, method):
     """Without attention kernels (TinyViT's explicit softmax, Vim's scan) the meta pass is the CPU pass: the same
     FLOPs, parameter bytes, saved activations per block and optimizer state, to the unit."""

@@ -70,6 +70,7 @@ def records() -> dict[str, object]:
             "tuned": run_cell(Cell("llm", "sgd", "standard"), dataclasses.replace(CONFIG, tune="lr", tune_points=1))}
 
 
+@pytest.mark.slow
 def test_real_records_write_only_declared_fields(records):
     assert {key: r.status for key, r in records.items()} == dict.fromkeys(records, "ok")
     for key, record in records.items():

@@ -86,6 +86,7 @@ def test_non_finite_numbers_are_stored_as_null_and_flagged(tmp_path):
     assert back.meters["gpu"]["power"] == -math.inf
 
 
+@pytest.mark.slow
 def test_a_torn_tail_then_a_resumed_run_loses_nothing(grid_pytester):
     """Two cells recorded, the second record torn (the writer killed mid-line); --gradeff-resume keeps the
     first, re-runs the second, and every cell ends with exactly one readable record."""

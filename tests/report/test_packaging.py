@@ -92,6 +92,7 @@ def test_pyproject_lists_every_package():
     assert sorted(p.name for p in TEMPLATES.glob("*.j2")) == list(TEMPLATE_NAMES)
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_templates_and_renders_from_them(source_copy, results, tmp_path):
     """The built wheel holds reports/templates/*.j2 as gradeff/report/templates/, and gradeff imported from the
     unpacked wheel (not from the checkout) renders a report with them."""
@@ -135,6 +136,7 @@ def test_wheel_ships_the_templates_and_renders_from_them(source_copy, results, t
     print(f"wheel built, unpacked and rendered in {time.perf_counter() - started:.1f} s")
 
 
+@pytest.mark.slow
 def test_editable_install_renders_the_source_tree_templates(source_copy, results, tmp_path):
     """`pip install -e .` (what scripts/setup.sh runs) maps gradeff.report.templates to reports/templates/:
     importlib.resources finds that folder and the report renders from it."""

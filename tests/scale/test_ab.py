@@ -67,6 +67,7 @@ def test_unchanged_code_passes_with_every_deterministic_figure_identical(clone):
     assert not run.regressed and run.current == "the working tree"
 
 
+@pytest.mark.slow
 def test_a_slowdown_injected_in_a_commit_is_a_time_regression_with_the_same_numbers(clone):
     repo, base, slowed = clone
     run = run_revisions(repo, base, slowed, select_cells("main", ids=[CELL]), CONFIG, QUICK)

@@ -77,6 +77,7 @@ def test_past_commits_are_measured_side_by_side_stored_and_rendered(clone, tmp_p
 FAULT = loader_source("fault_plugin", '_load_fault_plugin().inject("lr")')
 
 
+@pytest.mark.slow
 def test_find_names_the_commit_that_moved_adams_learning_rate(tmp_path):
     """Three commits on top of this checkout's HEAD: one touching no code, one making Adam's rate 1 % higher, one
     touching no code again; find bisects the final loss of an Adam cell to the second, in three runs."""

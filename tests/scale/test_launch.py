@@ -221,6 +221,7 @@ def test_a_selection_that_cannot_be_collected_submits_nothing(tmp_path, capsys, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_two_local_shards_merge_every_cell_once_and_equal_one_process(tmp_path, capsys, monkeypatch):
     """End to end: 2 local shards of a 3-cell selection → one results file, each cell once, a report; its records
     equal, in every deterministic field, those of the same selection run in one pytest process, and so does the

@@ -113,6 +113,7 @@ def _run(model, strategy, budget=None):
 
 
 @pytest.mark.parametrize("model", ["llm", "vit_s"])
+@pytest.mark.slow
 def test_budget_sweep_on_a_real_model(model, tmp_path, monkeypatch):
     """From 'everything fits' to 'nothing fits': never above the budget, monotone, standard and checkpoint at the
     ends."""

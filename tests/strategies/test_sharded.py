@@ -63,6 +63,7 @@ def _assert_sharded_law(standard, sharded, world_size):
         assert abs(rank["optimizer_state_bytes"] - state / world_size) <= per_param * slack + counters
 
 
+@pytest.mark.slow
 def test_fsdp_on_two_processes_holds_half_the_state_and_trains_as_one_process(llm_cells):
     """The law of issue 17: per-rank parameter, gradient and optimizer-state bytes ≈ 1/2; the same loss series."""
     standard, sharded, _ = llm_cells
@@ -207,6 +208,7 @@ def failing_model():
     reset()
 
 
+@pytest.mark.slow
 def test_a_rank_that_fails_ends_the_cell_without_hanging_the_others(failing_model, monkeypatch):
     """Rank 1 raises mid-epoch while rank 0 waits for it in a collective: the cell ends ``error``, promptly."""
     monkeypatch.setattr(distributed, "_GRACE_SECONDS", 1.0)
