@@ -29,7 +29,8 @@ from pathlib import Path
 
 from gradeff.gate.portability import PERTURBATIONS, perturbations, perturbed_path
 from gradeff.records.outputs import write_text
-from gradeff.records.results import CellRecord, read_records, record_field
+from gradeff.records.results import CellRecord, record_field
+from gradeff.records.store import read_records
 
 __all__ = ["DEFAULT_SLICE", "BaselineNotRecorded", "check_command", "record_baseline"]
 

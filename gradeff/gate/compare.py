@@ -85,8 +85,9 @@ from gradeff.gate.rules import (
     override_rules,
 )
 from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, colliding_outputs, write_text
-from gradeff.records.results import CellRecord, latest_by_run, read_records, record_field
+from gradeff.records.results import CellRecord, record_field
 from gradeff.records.safe_text import one_line
+from gradeff.records.store import latest_by_run, read_records
 
 __all__ = [
     "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_INCOMPLETE_OUTPUT", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE",

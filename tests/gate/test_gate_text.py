@@ -22,7 +22,7 @@ from gradeff.gate.compare import (
 )
 from gradeff.gate.portability import numerics
 from gradeff.gate.rules import DEFAULT_RULES, Row
-from gradeff.records.results import append_record
+from gradeff.records.store import append_record
 from tests.gate.test_compare_cli import record
 
 HELP = Path(__file__).with_name("compare_help.txt")

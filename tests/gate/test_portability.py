@@ -21,7 +21,8 @@ from gradeff.gate.portability import (
     same_numerics,
     sensitivities,
 )
-from gradeff.records.results import EpochRecord, Summary, append_record
+from gradeff.records.results import EpochRecord, Summary
+from gradeff.records.store import append_record
 from tests.gate.test_compare_cli import record
 
 HERE = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_id": "GenuineIntel family 6 model 207 stepping 2",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gradeff.cli import main, parse_args
-from gradeff.records.results import append_record, read_records
+from gradeff.records.store import append_record, read_records
 from gradeff.scale.collect import CollectError, collect, merge_results
 from gradeff.scale.launch import (
     LaunchError,
