@@ -13,7 +13,8 @@ import shlex
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
-from gradeff.gate.compare import UnusableInput, build_parser, load_results
+from gradeff.gate.compare import build_parser, load_results
+from gradeff.gate.comparison import UnusableInput
 from gradeff.gate.portability import perturbed_path
 from gradeff.records.outputs import colliding_outputs
 from gradeff.records.results import CellRecord

@@ -5,7 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from gradeff.gate.compare import compare_records, format_table, main, rules_line
+from gradeff.gate.compare import main
+from gradeff.gate.compare_table import format_table, rules_line
+from gradeff.gate.comparison import compare_records
 from gradeff.gate.portability import (
     NUMERICS_KEYS,
     PERTURBATIONS,
