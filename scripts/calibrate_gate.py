@@ -18,7 +18,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from gradeff.gate.rules import REGRESSION, TimeRule
-from gradeff.records.results import latest_by_cell, read_records
+from gradeff.records.store import latest_by_cell, read_records
 
 
 def _runs(directory: Path, kind: str) -> list[Path]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 from tests.report.test_packaging import BUILD_TIMEOUT_S, _clean_env, _pip, _site_packages, source_copy  # noqa: F401
 
 CONFTEST = '''

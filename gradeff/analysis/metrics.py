@@ -48,7 +48,7 @@ RSS_RESOLUTION_BYTES = 4 * 2**20
 
 def meter_value(record: CellRecord, meter: str, name: str) -> float | None:
     """One number from ``record.meters[meter][name]``, or ``None`` if absent, ``None`` or not a finite number
-    (an unknown meter or field raises :class:`gradeff.records.results.UnknownRecordField`)."""
+    (an unknown meter or field raises :class:`gradeff.records.fields.UnknownRecordField`)."""
     return as_number(meter_field(record, meter, name))
 
 

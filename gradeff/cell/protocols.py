@@ -26,8 +26,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gradeff.records.fields import SELF_TUNED
 from gradeff.records.outputs import write_text
-from gradeff.records.results import SELF_TUNED
 from gradeff.strategies import rate_strategy
 
 __all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "SELF_TUNED", "TABLE_PATH", "RateChoice", "TunedRate", "TunedTable",

@@ -45,7 +45,8 @@ from gradeff.data.trivial_cache import splits_digest
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
-from gradeff.records.results import SELF_TUNED, CellRecord, meter_field
+from gradeff.records.fields import SELF_TUNED
+from gradeff.records.results import CellRecord, meter_field
 from gradeff.strategies import rate_strategy
 from gradeff.studies.grid import incompatibility
 from gradeff.studies.hparams import lr_centre

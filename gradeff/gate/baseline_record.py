@@ -19,7 +19,9 @@ as the baseline was recorded (serially, one thread) with ``--gradeff-baseline``:
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -28,10 +30,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gradeff.gate.portability import PERTURBATIONS, perturbations, perturbed_path
-from gradeff.records.outputs import write_text
-from gradeff.records.results import CellRecord, read_records, record_field
+from gradeff.records.exits import EXIT_BAD_INPUT, EXIT_OK, error
+from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, write_text
+from gradeff.records.results import CellRecord, record_field
+from gradeff.records.store import read_records
 
-__all__ = ["DEFAULT_SLICE", "BaselineNotRecorded", "check_command", "record_baseline"]
+__all__ = ["DEFAULT_SLICE", "BaselineNotRecorded", "check_command", "record_baseline", "run_baseline_check",
+           "run_baseline_record"]
 
 # What .ci/run gates, from the installed grids (a checkout's benchmarks/test_grid.py is the same module).
 DEFAULT_SLICE = ("--pyargs", "gradeff.benchmarks.test_grid", "--gradeff-optimizers", "adam,cgd")
@@ -121,3 +126,27 @@ def check_command(baseline: str | Path, selection: Sequence[str] = DEFAULT_SLICE
     gate = " ".join(("--strict", *gate_args))
     return [sys.executable, "-m", "pytest", *selection, *_QUIET, "--gradeff-threads=1",
             f"--gradeff-baseline={baseline}", f"--gradeff-compare-args={gate}"]
+
+
+def _baseline_selection(args: argparse.Namespace) -> list[str]:
+    return list(getattr(args, "pytest_args", None) or DEFAULT_SLICE)
+
+
+def run_baseline_record(args: argparse.Namespace) -> int:
+    try:
+        record_baseline(args.out, _baseline_selection(args))
+    except BaselineNotRecorded as exc:
+        error(f"{exc}; the baseline is left as it was")
+        return EXIT_BAD_INPUT
+    except OutputError as exc:
+        error(str(exc))
+        return EXIT_INCOMPLETE_OUTPUT
+    return EXIT_OK
+
+
+def run_baseline_check(args: argparse.Namespace) -> int:
+    if not Path(args.baseline).is_file():
+        error(f"no baseline at {args.baseline}: `gradeff baseline record --out {args.baseline}` records one")
+        return EXIT_BAD_INPUT
+    return subprocess.run(check_command(args.baseline, _baseline_selection(args),
+                                        shlex.split(args.gate_args))).returncode

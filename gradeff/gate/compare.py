@@ -1,4 +1,8 @@
-"""The regression gate: compare a baseline results file with a current one, metric by metric.
+"""The regression gate's command: compare a baseline results file with a current one, metric by metric.
+
+This module reads the files and the options, and turns the comparison into a verdict, a printed table and an exit
+code; the comparison itself is :mod:`gradeff.gate.comparison`, how each cell's numbers are judged
+:mod:`gradeff.gate.judgement`, and its text :mod:`gradeff.gate.compare_table`.
 
 pytest-benchmark's ``--benchmark-compare-fail`` judges time only, with one global threshold and no
 notion of noise; this gate also judges status, loss and memory, each with its own rule
@@ -52,482 +56,33 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections import Counter, defaultdict
-from collections.abc import Collection
 from dataclasses import dataclass, replace
-from fnmatch import fnmatchcase
 from pathlib import Path
 
-from gradeff.gate.portability import (
-    COUNTED_MEMORY,
-    Band,
-    Sensitivity,
-    has_probe,
-    numerics_differences,
-    perturbations,
-    perturbed_path,
-    same_numerics,
-    sensitivities,
-)
+from gradeff.gate.compare_table import format_table, summary_line
+from gradeff.gate.comparison import Comparison, UnusableInput, compare_records
+from gradeff.gate.portability import Band, perturbed_path
 from gradeff.gate.rules import (
-    ADVISORY,
     CHANGED_BETTER,
     DEFAULT_RULES,
-    IMPROVEMENT,
     LOOSE_ACCURACY_ATOL,
     LOOSE_LOSS_RTOL,
-    NOT_COMPARED,
-    REGRESSION,
-    Row,
     Rule,
     TimeRule,
-    ToleranceRule,
     override_rules,
 )
+from gradeff.records.formatting import plural
 from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, colliding_outputs, write_text
-from gradeff.records.results import CellRecord, latest_by_run, read_records, record_field
+from gradeff.records.results import CellRecord
 from gradeff.records.safe_text import one_line
+from gradeff.records.store import read_records
 
 __all__ = [
-    "DEFAULT_RULES", "ENVIRONMENT_KEYS", "EXIT_INCOMPLETE_OUTPUT", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE",
-    "Comparison", "MismatchError", "UnusableInput", "Verdict", "arguments", "build_parser", "compare_records",
-    "format_table", "headline", "load_results", "main", "parse_compare_args", "read_cells", "rules_line", "run",
-    "summary_line",
+    "DEFAULT_RULES", "EXIT_INCOMPLETE_OUTPUT", "EXIT_OK", "EXIT_REGRESSION", "EXIT_UNUSABLE", "Verdict", "arguments",
+    "build_parser", "headline", "load_results", "main", "parse_compare_args", "read_cells", "run",
 ]
 
-# What makes two runs' times comparable: the same processor, as many cores and threads, the same
-# device and the same libraries (a new torch may change kernels, hence speed and last digits).
-ENVIRONMENT_KEYS = ("cpu", "cpu_id", "cpu_capability", "cpu_count", "torch_threads", "device", "device_name",
-                    "torch", "transformers")
-
 EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
-
-
-class UnusableInput(ValueError):
-    """The inputs cannot be compared: the gate exits 2 with this message."""
-
-
-class MismatchError(UnusableInput):
-    """Matched cells ran with another profile, seed or precision: their numbers are not comparable."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Comparison:
-    """The gate's result.
-
-    Attributes:
-        rows: one row per compared cell and rule, in baseline order, then rule order.
-        only_in_baseline, only_in_current: cells of one file only.
-        warnings: things a reader should know (other device kind, unreadable lines, …).
-        environment: how the two environments differ (printed first); empty when they match.
-        numerics: how the loss figures of cells run on another numerics environment were judged (a band,
-            with its rule, or the loose fallback); empty when every cell was compared exactly.
-        judged_by: which rule (exact, band, loose) applied to the compared cells and why (the numerics probes
-            equal or not, or the CPU's keys where a record has no probe), grouped over cells: the gate prints it
-            as one line.
-        cells_compared: number of cells present in both files.
-        missing: cells that should have a current record and have none (regressions unless
-            ``allow_missing``).
-        unbaselined: under ``strict``, cells the current run selected that the baseline lacks (regressions).
-    """
-
-    rows: tuple[Row, ...]
-    only_in_baseline: tuple[str, ...] = ()
-    only_in_current: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    environment: tuple[str, ...] = ()
-    numerics: tuple[str, ...] = ()
-    judged_by: tuple[str, ...] = ()
-    cells_compared: int = 0
-    missing: tuple[str, ...] = ()
-    unbaselined: tuple[str, ...] = ()
-
-    @property
-    def regressions(self) -> tuple[Row, ...]:
-        return tuple(r for r in self.rows if r.verdict == REGRESSION)
-
-    @property
-    def improvements(self) -> tuple[Row, ...]:
-        return tuple(r for r in self.rows if r.verdict == IMPROVEMENT)
-
-
-def _grouped(differences: dict[str, list[str]]) -> list[str]:
-    """``message (n cells: a, b, c, …)`` per distinct difference."""
-    lines = []
-    for message, cells in differences.items():
-        shown = ", ".join(cells[:3]) + (", …" if len(cells) > 3 else "")
-        lines.append(f"{message} ({_plural(len(cells), 'cell')}: {shown})")
-    return lines
-
-
-def _differences(b: CellRecord, c: CellRecord) -> tuple[list[str], list[str]]:
-    """What differs between two runs of a cell: (reasons to refuse, reasons to warn)."""
-    # Another profile or seed trains another model on other data, another precision in other arithmetic: no
-    # number is comparable.
-    settings = [(key, getattr(b, key), getattr(c, key)) for key in ("profile", "seed")]
-    settings.append(("precision", record_field(b, "hparams", "precision", "fp32"),
-                     record_field(c, "hparams", "precision", "fp32")))
-    refusals = [f"{key} differs: {before} (baseline) vs {after} (current)" for key, before, after in settings
-                if before != after]
-    warnings = []
-    kinds = b.device.split(":")[0], c.device.split(":")[0]
-    if kinds[0] != kinds[1]:
-        warnings.append(f"device differs: {kinds[0]} (baseline) vs {kinds[1]} (current); time and memory are not "
-                        "comparable")
-    return refusals, warnings
-
-
-def _environment_differences(b: CellRecord, c: CellRecord) -> dict[str, str]:
-    """``{key: "cpu differs: X (baseline) vs Y (current)"}`` for each of ``ENVIRONMENT_KEYS`` that differs."""
-    messages = {}
-    for key in ENVIRONMENT_KEYS:
-        before, after = record_field(b, "environment", key), record_field(c, "environment", key)
-        if key == "device":  # cuda:0 and cuda:1 are the same kind of device
-            before, after = (str(v).split(":")[0] if v is not None else None for v in (before, after))
-        if before != after:
-            messages[key] = f"{key} differs: {before} (baseline) vs {after} (current)"
-    return messages
-
-
-def widened(rules: tuple[Rule, ...], loss_rtol: float, accuracy_atol: float, basis: str = "", *,
-            memory_rtol: float = 0.0, memory_basis: str = "") -> tuple[Rule, ...]:
-    """``rules`` with loss tolerances widened to at least ``loss_rtol`` (relative), held-out accuracy's to
-    ``accuracy_atol`` and, where ``memory_rtol`` > 0, counted memory's to ``memory_rtol`` (never narrowed: an
-    explicit ``--rule`` or ``--loose`` wider still wins), noting ``basis``."""
-    out = []
-    for rule in rules:
-        if isinstance(rule, ToleranceRule) and fnmatchcase(rule.metric, "*_loss"):
-            rule = replace(rule, rtol=max(rule.rtol, loss_rtol), basis=basis)
-        elif isinstance(rule, ToleranceRule) and rule.metric == "heldout_accuracy":
-            rule = replace(rule, atol=max(rule.atol, accuracy_atol), basis=basis)
-        elif isinstance(rule, ToleranceRule) and memory_rtol > 0 and rule.source in _COUNTED_SOURCES:
-            rule = replace(rule, rtol=max(rule.rtol, memory_rtol), basis=memory_basis or basis)
-        out.append(rule)
-    return tuple(out)
-
-
-_COUNTED_SOURCES = frozenset(f"meters.memory.{name}" for name in COUNTED_MEMORY)
-
-
-def loosened(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
-    """``rules`` with loss and accuracy tolerances widened to at least ``--loose``'s."""
-    return widened(rules, LOOSE_LOSS_RTOL, LOOSE_ACCURACY_ATOL, "--loose: no perturbation run of this cell")
-
-
-@dataclass(frozen=True, slots=True)
-class _Judgement:
-    """How one cell is judged: against which baseline record, with which rules, and what to say about it."""
-
-    reference: CellRecord
-    rules: tuple[Rule, ...]
-    numerics: str = ""  # "" exact; else the line (grouped over cells) telling how its losses were judged
-    why: str = ""  # which rule applied and why, in a few words (grouped over cells into the gate's rules line)
-
-
-def _probe_or_cpu(primary: CellRecord, current: CellRecord) -> str:
-    """What decided the numerics question: the two probes, or (a record without one) the CPU's keys."""
-    if has_probe(primary) and has_probe(current):
-        return ""
-    if not (has_probe(primary) or has_probe(current)):
-        who = "neither run has a"
-    else:
-        who = "the baseline has no" if not has_probe(primary) else "the current run has no"
-    return (f"{who} numerics probe (recorded before probes), so the CPU model, threads and kernel settings decide, "
-            "as before probes")
-
-
-def _exact_why(reference: CellRecord, primary: CellRecord, current: CellRecord) -> str:
-    """Why a cell is judged exactly: equal probes (whatever the CPUs are called) or, without probes, the same CPU."""
-    against = "" if reference is primary else " against a perturbation run"
-    fallback = _probe_or_cpu(reference, current)
-    if fallback:
-        cpu = record_field(current, "environment", "cpu")
-        return f"exact (1e-6){against}: {fallback}, and they match" + (f" ({cpu})" if cpu else "")
-    cpus = record_field(reference, "environment", "cpu"), record_field(current, "environment", "cpu")
-    names = f", whatever the CPU's name ({cpus[0]} baseline, {cpus[1]} current)" if cpus[0] != cpus[1] else ""
-    return (f"exact (1e-6){against}: the numerics probe {record_field(current, 'environment', 'numerics_probe')} "
-            f"equals the {'baseline' if reference is primary else 'run'}'s{names}")
-
-
-def _judgement(primary: CellRecord, runs: list[CellRecord], current: CellRecord, rules: tuple[Rule, ...],
-               band: Band, sensitivity: Sensitivity | None) -> _Judgement:
-    """Exact against the baseline record (or perturbation run) of the current run's numerics environment; else
-    the primary record within the band its sensitivity sets, or at ``--loose`` tolerance where none was measured."""
-    for reference in (primary, *runs):
-        if same_numerics(reference, current):
-            return _Judgement(reference, rules, why=_exact_why(reference, primary, current))
-    differences = numerics_differences(primary, current)
-    differs = ", ".join(f"{key} {before} (baseline) vs {after} (current)"
-                        for key, (before, after) in differences.items())
-    fallback = _probe_or_cpu(primary, current)
-    if fallback:
-        why = f"{fallback}, and they differ ({differs})"
-    else:
-        probes = differences.get("numerics_probe")
-        why = (f"the numerics probe differs ({probes[0]} baseline vs {probes[1]} current)" if probes
-               else f"the numerics environment differs ({differs})")
-    if sensitivity is None:
-        return _Judgement(primary, loosened(rules), f"numerics environment differs ({differs}) and the baseline has "
-                                                    f"no perturbation run of these cells: losses compared at --loose "
-                                                    f"tolerance (rtol {LOOSE_LOSS_RTOL:g})",
-                          why=f"--loose (no perturbation run to measure a band): {why}")
-    change = sensitivity.change
-    runs = _plural(sensitivity.runs, "perturbation run")
-    basis = f"band: {band.factor:g} × {change:.2g}, the largest change of {runs}"
-    return _Judgement(primary, widened(rules, band.loss_rtol(change), band.accuracy_atol(change), basis,
-                                       memory_rtol=band.memory_rtol(sensitivity.memory_change),
-                                       memory_basis=f"band: {band.factor:g} × {sensitivity.memory_change:.2g}, the "
-                                                    f"largest memory change of {runs}"),
-                      f"numerics environment differs ({differs}): losses judged within a band measured by the "
-                      f"baseline's perturbation runs: {band.rule()}", why=f"band: {why}")
-
-
-def _same_experiment(primary: CellRecord, run: CellRecord) -> list[str]:
-    """Why a perturbation run is not the baseline record's experiment with another summation order."""
-    problems = [problem.replace(" (current)", " (perturbation run)") for problem in _differences(primary, run)[0]]
-    if run.code_version != primary.code_version:
-        problems.append(f"code_version differs: {primary.code_version} (baseline) vs {run.code_version} "
-                        "(perturbation run)")
-    return problems
-
-
-def _advisory(row: Row) -> Row:
-    """A time row measured in another environment: shown, never a regression or an improvement."""
-    if row.verdict not in (REGRESSION, IMPROVEMENT):
-        return row
-    return replace(row, verdict=ADVISORY, note=f"would be {row.verdict} (environment differs): {row.note}",
-                   noteworthy=True)
-
-
-def paired_runs(baseline: list[CellRecord], current: list[CellRecord]) -> tuple[dict[str, CellRecord],
-                                                                               dict[str, CellRecord]]:
-    """The last record of each run on both sides, keyed so that equal keys are compared.
-
-    A cell repeated over seeds (``--gradeff-seeds``) on either side is compared seed by seed, each run keyed
-    ``<cell>-seed<S>`` (its pytest id): a seeded CPU run is deterministic, so the same seed must give the same
-    numbers, and a regression of one seed would hide in a mean over seeds. A seed on one side only is a cell of
-    that side only. A cell with one seed on each side is keyed by its id, as before repeats existed, so a
-    baseline of another seed is still refused as a mismatch rather than silently not compared.
-    """
-    runs = latest_by_run(baseline), latest_by_run(current)
-    # Each side holds one record per (cell, seed): a cell counted more than once on a side ran several seeds there.
-    repeated = {cell for side in runs for cell, n in Counter(cell for cell, _ in side).items() if n > 1}
-    return tuple({f"{cell}-seed{seed}" if cell in repeated else cell: record for (cell, seed), record in side.items()}
-                 for side in runs)
-
-
-def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules: tuple[Rule, ...] = DEFAULT_RULES,
-                    *, allow_mismatch: bool = False, allow_missing: bool = False,
-                    selected: Collection[str] | None = None, strict_environment: bool = False,
-                    perturbed: list[CellRecord] = (), band: Band = Band(),  # noqa: B008 - frozen
-                    strict: bool = False) -> Comparison:
-    """Compare the last record of every cell of ``current`` with the last one of ``baseline`` (seed by seed).
-
-    Args:
-        baseline, current: records in file order; a later record of a cell and seed supersedes earlier ones
-            (see :func:`paired_runs` for cells repeated over seeds).
-        rules: one row per rule and common cell.
-        allow_mismatch: compare cells run with another profile or seed (as warnings) instead of raising.
-        allow_missing: list cells without a current record instead of counting them as regressions.
-        selected: the cells the current run was asked to run (its ``-k``/axis selection). Given,
-            only these are judged: baseline cells outside it are ignored, and a selected cell
-            without a current record is missing even when the baseline lacks it too. ``None``:
-            every baseline cell should be in current.
-        strict_environment: another environment raises instead of making time rows advisory.
-        perturbed: the baseline's perturbation runs (see :mod:`gradeff.gate.portability`).
-        band: how far a cell on another numerics environment may move, from its perturbation runs.
-        strict: a selected cell the baseline lacks is a regression (``--strict``), not only listed.
-
-    Returns:
-        The comparison; cells present on one side only are listed, missing ones as regressions.
-
-    Raises:
-        MismatchError: a common cell ran with another profile or seed, and ``allow_mismatch`` is false;
-            or the environments differ under ``strict_environment``.
-        UnusableInput: a perturbation run is not its baseline record's experiment (another profile, seed,
-            precision or code version).
-    """
-    before, after = paired_runs(baseline, current)
-    scope = set(selected) if selected is not None else set()
-    if selected is not None:
-        # A selected cell id covers its runs over seeds.
-        before = {cell: r for cell, r in before.items() if cell in scope or r.cell in scope}
-    common = [cell for cell in before if cell in after]
-    runs = perturbations(perturbed)
-    foreign = defaultdict(list)
-    for cell in common:
-        for run in runs.get((before[cell].cell, before[cell].seed), []):
-            for problem in _same_experiment(before[cell], run):
-                foreign[problem].append(cell)
-    if foreign:
-        raise UnusableInput("perturbation runs of another experiment: " + "; ".join(_grouped(foreign))
-                            + "; record the baseline and its perturbation runs together (scripts/record_baseline.py)")
-    measured = sensitivities(latest_by_run(baseline).values(), perturbed)
-    judgements = {cell: _judgement(before[cell], runs.get(key := (before[cell].cell, before[cell].seed), []),
-                                   after[cell], rules, band, measured.get(key)) for cell in common}
-    mismatches: dict[str, list[str]] = defaultdict(list)
-    notes: dict[str, list[str]] = defaultdict(list)
-    environment: dict[str, list[str]] = defaultdict(list)
-    judged: dict[str, list[str]] = defaultdict(list)
-    why: dict[str, list[str]] = defaultdict(list)
-    for cell in common:
-        why[judgements[cell].why].append(cell)
-        refusals, warnings = _differences(before[cell], after[cell])
-        for message in refusals:
-            mismatches[message].append(cell)
-        for message in warnings:
-            notes[message].append(cell)
-        for message in _environment_differences(judgements[cell].reference, after[cell]).values():
-            environment[message].append(cell)
-        if judgements[cell].reference is not before[cell]:
-            # Recorded two cells at a time (scripts/record_baseline.py): its numbers are the yardstick, its time is not.
-            environment["the current run's numerics are a perturbation run's: compared with it exactly, its time "
-                        "recorded under pytest -n 2"].append(cell)
-        if judgements[cell].numerics:
-            judged[judgements[cell].numerics].append(cell)
-    if mismatches and not allow_mismatch:
-        raise MismatchError("refusing to compare: " + "; ".join(_grouped(mismatches))
-                            + " (pass --allow-mismatch to compare anyway)")
-    if environment and strict_environment:
-        raise MismatchError("refusing to compare under --strict-environment: " + "; ".join(_grouped(environment)))
-    elsewhere = {cell for cells in environment.values() for cell in cells}
-    rows = []
-    for cell in common:
-        judgement = judgements[cell]
-        for rule in judgement.rules:
-            # The run's key names it (llm-adam-accum-seed1 where a cell is repeated over seeds).
-            row = replace(rule.compare(judgement.reference, after[cell]), cell=cell)
-            rows.append(_advisory(row) if isinstance(rule, TimeRule) and cell in elsewhere else row)
-    only_in_baseline = tuple(cell for cell in before if cell not in after)
-    ran = {*before, *after, *(r.cell for r in (*before.values(), *after.values()))}
-    missing = only_in_baseline + tuple(cell for cell in dict.fromkeys(selected or ()) if cell not in ran)
-    rows += [Row(cell=cell, metric="presence", before="present" if cell in before else "", after="missing",
-                 change="", verdict=NOT_COMPARED if allow_missing else REGRESSION,
-                 note=("only in baseline" if cell in before else "selected, no record")
-                 + (" (--allow-missing)" if allow_missing else ""), noteworthy=True) for cell in missing]
-    only_in_current = tuple(cell for cell in after if cell not in before)
-    # A cell the run selected and the baseline lacks has nothing to be judged against: under --strict that is a
-    # regression (refresh the baseline), not a cell silently passed over.
-    unbaselined = tuple(cell for cell in only_in_current
-                        if strict and (selected is None or cell in scope or after[cell].cell in scope))
-    rows += [Row(cell=cell, metric="presence", before="missing", after="present", change="", verdict=REGRESSION,
-                 note="not in the baseline (--strict): nothing to judge it against; record the baseline again "
-                      "(scripts/record_baseline.py) or leave the cell out of the selection", noteworthy=True)
-             for cell in unbaselined]
-    return Comparison(rows=tuple(rows), only_in_baseline=only_in_baseline, only_in_current=only_in_current,
-                      warnings=tuple(_grouped(mismatches) + _grouped(notes)),
-                      environment=tuple(_grouped(environment)), numerics=tuple(_grouped(judged)),
-                      judged_by=tuple(_grouped(why)), cells_compared=len(common), missing=missing,
-                      unbaselined=unbaselined)
-
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' * (n != 1)}"
-
-
-def summary_line(comparison: Comparison) -> str:
-    """``3 regressions in 2 cells, 1 improvement, 70 cells compared`` (+ cells of one side only).
-
-    A deterministic figure that moved the good way is a regression noted ``changed: better`` (it must repeat until
-    the baseline is refreshed), never an improvement: the line counts those among the regressions and says so.
-    """
-    regressions = comparison.regressions
-    better = sum(r.note.startswith(CHANGED_BETTER) for r in regressions)
-    parts = [f"{_plural(len(regressions), 'regression')} in {_plural(len({r.cell for r in regressions}), 'cell')}"
-             + (f" ({better} of them {CHANGED_BETTER}: a deterministic figure must repeat until the baseline is "
-                "refreshed)" if better else ""),
-             _plural(len(comparison.improvements), "improvement"),
-             f"{_plural(comparison.cells_compared, 'cell')} compared"]
-    if comparison.missing:
-        parts.append(f"{len(comparison.missing)} missing")
-    if comparison.only_in_baseline:
-        parts.append(f"{len(comparison.only_in_baseline)} only in baseline")
-    if comparison.only_in_current:
-        parts.append(f"{len(comparison.only_in_current)} only in current")
-    return ", ".join(parts)
-
-
-def headline(verdict: Verdict, *, output: Path | None = None) -> str:
-    """The gate's verdict in one line, the last a gated pytest session prints: ``GATE FAILED: 19 regressions in 6
-    cells (exit 1) — details above`` or ``gate: no regression (24 cells compared)``.
-
-    Args:
-        verdict: what :func:`run` decided.
-        output: the file the table went to (``--output``), named as where the details are.
-    """
-    where = f"details above{f' / in {output}' if output is not None else ''}"
-    comparison = verdict.comparison
-    if comparison is None:
-        return one_line(f"GATE FAILED: unusable input (exit {verdict.code}): {verdict.error}")
-    regressions = comparison.regressions
-    if regressions:
-        better = sum(r.note.startswith(CHANGED_BETTER) for r in regressions)
-        return one_line(f"GATE FAILED: {_plural(len(regressions), 'regression')} in "
-                        f"{_plural(len({r.cell for r in regressions}), 'cell')}"
-                        + (f", {better} of them {CHANGED_BETTER}" if better else "")
-                        + f" (exit {EXIT_REGRESSION}) — {where}")
-    text = f"gate: no regression ({summary_line(comparison).split(', ', 1)[1]})"
-    if verdict.code == EXIT_INCOMPLETE_OUTPUT:
-        text += f"; its --output was not written (exit {EXIT_INCOMPLETE_OUTPUT})"
-    return one_line(text)
-
-
-def rules_line(comparison: Comparison) -> str:
-    """``rules: exact (1e-6): the numerics probe v1:… equals the baseline's (24 cells: …)``: which rule judged the
-    compared cells' losses and why, on one line (empty without a compared cell)."""
-    return one_line("rules: " + "; ".join(comparison.judged_by)) if comparison.judged_by else ""
-
-
-def _md(text: str) -> str:
-    # A pipe inside a cell would end it early.
-    return text.replace("|", "\\|")
-
-
-_COLUMNS = ("cell", "metric", "before", "after", "change", "verdict", "note")
-
-
-def format_table(comparison: Comparison, markdown: bool = False, all_rows: bool = False) -> str:
-    """The comparison as a table, then cells of one side only, warnings and the total line.
-
-    Args:
-        comparison: from ``compare_records``.
-        markdown: a GitHub-flavoured markdown table (CI logs, PR comments) instead of aligned text.
-        all_rows: every row; by default only noteworthy ones (see ``Row.noteworthy``).
-
-    Returns:
-        The text, ending with a newline.
-    """
-    rows = [r for r in comparison.rows if all_rows or r.noteworthy]
-    # Every field comes from a results file someone else wrote: one line each, control characters made visible.
-    cells = [[one_line(getattr(r, column)) for column in _COLUMNS] for r in rows]
-    bullet = "- " if markdown else ""
-    # First, before any verdict: numbers from two machines are read differently.
-    lines = [f"{bullet}environment differs: {one_line(line)}" for line in comparison.environment]
-    if comparison.environment:
-        lines += [f"{bullet}time rows are advisory: time measured in another environment is not a regression"]
-    if comparison.judged_by:
-        lines.append(f"{bullet}{rules_line(comparison)}")
-    lines += [f"{bullet}{one_line(line)}" for line in comparison.numerics]
-    if comparison.environment or comparison.numerics or comparison.judged_by:
-        lines.append("")
-    if not rows:
-        lines.append("no change beyond tolerance")
-    elif markdown:
-        lines.append("| " + " | ".join(_COLUMNS) + " |")
-        lines.append("|" + "---|" * len(_COLUMNS))
-        lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in cells]
-    else:
-        widths = [max(len(c) for c in column) for column in zip(_COLUMNS, *cells)]
-        for row in (_COLUMNS, *cells):
-            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    extra = [f"only in baseline: {', '.join(comparison.only_in_baseline)}"] if comparison.only_in_baseline else []
-    extra += [f"only in current: {', '.join(comparison.only_in_current)}"] if comparison.only_in_current else []
-    extra += [f"warning: {w}" for w in comparison.warnings]
-    extra = [one_line(line) for line in extra]
-    lines += ([""] + [bullet + line for line in extra]) if extra else []
-    lines += ["", f"**{summary_line(comparison)}**" if markdown else summary_line(comparison)]
-    return "\n".join(lines) + "\n"
 
 
 def load_results(path: str | Path, *, strict: bool = False) -> tuple[list[CellRecord], list[str]]:
@@ -556,7 +111,7 @@ def load_results(path: str | Path, *, strict: bool = False) -> tuple[list[CellRe
     if not records:
         raise UnusableInput(f"{path}: no records (empty file)")
     # Every bad line, each with its number: fixing a file should not take one rerun per line.
-    warnings = [f"{path}: skipped {_plural(len(errors), 'unreadable line')}: " + "; ".join(errors)] if errors else []
+    warnings = [f"{path}: skipped {plural(len(errors), 'unreadable line')}: " + "; ".join(errors)] if errors else []
     return records, warnings
 
 
@@ -721,6 +276,30 @@ class Verdict:
     error: str | None = None
     comparison: Comparison | None = None
 
+
+def headline(verdict: Verdict, *, output: Path | None = None) -> str:
+    """The gate's verdict in one line, the last a gated pytest session prints: ``GATE FAILED: 19 regressions in 6
+    cells (exit 1) — details above`` or ``gate: no regression (24 cells compared)``.
+
+    Args:
+        verdict: what :func:`run` decided.
+        output: the file the table went to (``--output``), named as where the details are.
+    """
+    where = f"details above{f' / in {output}' if output is not None else ''}"
+    comparison = verdict.comparison
+    if comparison is None:
+        return one_line(f"GATE FAILED: unusable input (exit {verdict.code}): {verdict.error}")
+    regressions = comparison.regressions
+    if regressions:
+        better = sum(r.note.startswith(CHANGED_BETTER) for r in regressions)
+        return one_line(f"GATE FAILED: {plural(len(regressions), 'regression')} in "
+                        f"{plural(len({r.cell for r in regressions}), 'cell')}"
+                        + (f", {better} of them {CHANGED_BETTER}" if better else "")
+                        + f" (exit {EXIT_REGRESSION}) — {where}")
+    text = f"gate: no regression ({summary_line(comparison).split(', ', 1)[1]})"
+    if verdict.code == EXIT_INCOMPLETE_OUTPUT:
+        text += f"; its --output was not written (exit {EXIT_INCOMPLETE_OUTPUT})"
+    return one_line(text)
 
 def run(args: argparse.Namespace, *, current_records: list[CellRecord] | None = None,
         selected_cells: list[str] | None = None) -> Verdict:

@@ -13,10 +13,12 @@ import shlex
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
-from gradeff.gate.compare import UnusableInput, build_parser, load_results
+from gradeff.gate.compare import build_parser, load_results
+from gradeff.gate.comparison import UnusableInput
 from gradeff.gate.portability import perturbed_path
 from gradeff.records.outputs import colliding_outputs
-from gradeff.records.results import CellRecord, read_records
+from gradeff.records.results import CellRecord
+from gradeff.records.store import read_records
 
 # The modules gradeff.pytest.plugin's pytest_plugins registers are imported inside functions: pytest marks each for
 # assertion rewriting as it registers it, and warns about one imported before (noqa: PLC0415 - registered plugin).

@@ -16,7 +16,7 @@ import pytest
 
 from gradeff.gate.history import Commit, HistoryStore, machine_of, measurements_of_record
 from gradeff.pytest.options import SETTINGS
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 
 __all__ = []
 

@@ -54,8 +54,9 @@ from gradeff.pytest.seeding import Seeding, by_round
 from gradeff.pytest.summary import answer_lines, summary_lines
 from gradeff.pytest.workers import forward_to_workers
 from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, write_text
-from gradeff.records.results import read_records, record_field
+from gradeff.records.results import record_field
 from gradeff.records.safe_text import one_line
+from gradeff.records.store import read_records
 from gradeff.scale.shard import ShardPlan, read_shard, shard_items
 from gradeff.scale.shard import add_options as add_shard_options
 from gradeff.specs import hookspecs

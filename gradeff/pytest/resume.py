@@ -21,8 +21,9 @@ import pytest
 from gradeff.models import MODELS
 from gradeff.pytest.options import SETTINGS, run_config
 from gradeff.records.fingerprint import differences
-from gradeff.records.results import FINAL_STATUSES, read_records, record_section
+from gradeff.records.results import FINAL_STATUSES, record_section
 from gradeff.records.safe_text import one_line
+from gradeff.records.store import read_records
 
 # The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
 # (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them

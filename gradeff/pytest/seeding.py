@@ -27,7 +27,8 @@ import pytest
 from gradeff.analysis.answer import AnswerOptions
 from gradeff.analysis.scope import STUDIES
 from gradeff.analysis.sequential import SeedPlan, contention
-from gradeff.records.results import CellRecord, read_records
+from gradeff.records.results import CellRecord
+from gradeff.records.store import read_records
 
 __all__ = ["WAIT_SECONDS", "Seeding", "by_round", "group_key"]
 

@@ -1,7 +1,7 @@
 """This session's records, kept in memory as they are made: a disk too full to keep them still gets the summary and
 the gate's verdict.
 
-Each record goes to the results file the moment its cell ends (:func:`gradeff.records.results.append_record`, one
+Each record goes to the results file the moment its cell ends (:func:`gradeff.records.store.append_record`, one
 ``fsync``-ed line; a refused append is truncated back, leaving no partial line). It is also kept here, in the process
 that made it; a pytest-xdist worker hands its records, and its lost writes, to the controller when it finishes. The
 session's summary and gate read the file's records of the session merged with these (:func:`merged`), so a record
@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 from gradeff.records.outputs import OutputError
-from gradeff.records.results import CellRecord, append_record
+from gradeff.records.results import CellRecord
+from gradeff.records.store import append_record
 
 __all__ = ["keep", "lost_writes", "merged"]
 

@@ -12,7 +12,7 @@ from numbers import Real
 
 __all__ = [
     "NA", "as_number", "format_bytes", "format_energy", "format_joules", "format_loss", "format_percent",
-    "format_quantity", "format_rate", "format_ratio", "format_seconds", "format_value",
+    "format_quantity", "format_rate", "format_ratio", "format_seconds", "format_value", "plural",
 ]
 
 NA = "n/a"
@@ -124,6 +124,11 @@ _FORMATTERS = {
     "loss": format_loss,
     "ratio": format_ratio,
 }
+
+
+def plural(n: int, word: str) -> str:
+    """``1 cell``, ``3 cells``: a count and its noun, which takes an ``s`` unless the count is one."""
+    return f"{n} {word}{'s' * (n != 1)}"
 
 
 def format_value(value: object, unit: str) -> str:

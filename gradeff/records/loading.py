@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradeff.records.results import CellRecord, read_records
+from gradeff.records.results import CellRecord
+from gradeff.records.store import read_records
 
 __all__ = ["LoadedResults", "ResultsFileError", "bad_lines", "load_results"]
 

@@ -9,7 +9,7 @@ held, and :class:`OutputError` carries one line naming the file and the reason; 
 printing its summary and verdict, and exits :data:`EXIT_INCOMPLETE_OUTPUT`.
 
 The append-only results store is not written here: it appends one ``fsync``-ed line per cell
-(:func:`gradeff.records.results.append_record`).
+(:func:`gradeff.records.store.append_record`).
 """
 
 from __future__ import annotations

@@ -1,45 +1,35 @@
-"""Cell records and the append-only JSON-lines store.
+"""Cell records, and a section's or a meter's field read from one by name.
 
 A record is the complete result of one cell: what ran, how it ended, the per-epoch series and
 their summary, in raw units (seconds, bytes, joules). Records are frozen values that round-trip
-through JSON; each carries the schema version so old results files stay readable or fail loudly.
-
-The store is strict JSON, one object per line: any JSON reader (``jq``, a browser, another language)
-reads every line. JSON has no NaN or infinity, so a non-finite number (a diverged cell's loss, a
-meter's failed reading) is written as ``null`` and named in the record's ``nonfinite`` object, a
-JSON Pointer (RFC 6901) per value with ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``::
-
-    {"schema_version": 3, ..., "epochs": [{"loss": null, ...}], "nonfinite": {"/epochs/0/loss": "NaN"}}
-
-Reading puts the value back, so a NaN survives the round trip as a NaN, never as ``None``.
-
-Appends are crash-safe: a line is written with one ``write`` and ``fsync``; a file whose last line
-was torn (a writer killed mid-line, a copy cut short) first gets its missing newline, so the torn line
-costs only itself and the next record starts a line of its own. An append the disk refuses (full, failing) is
-truncated back, leaving no partial line, and raises one line naming the file and why. Reading skips an unreadable line —
-bad JSON, a bad record, bytes that are not UTF-8 — and reports it with its line number.
+through JSON (:mod:`gradeff.records.strict_json`); each carries the schema version so old results files stay readable
+or fail loudly. The append-only results store that keeps them is :mod:`gradeff.records.store`; the names of their
+sections' and meters' fields, :mod:`gradeff.records.fields`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
-import math
-import os
-import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 
 from gradeff.records.curve import first_at_target, target_loss, time_to_target
-from gradeff.records.outputs import OutputError
+from gradeff.records.fields import METER_FIELDS, SECTION_FIELDS, UnknownRecordField
+from gradeff.records.strict_json import (
+    NONFINITE,
+    NONFINITE_KEY,
+    SURROGATE_ESCAPE,
+    check_kinds,
+    replace_nonfinite,
+    restore_nonfinite,
+    version_at_least,
+    whole_characters,
+)
 from gradeff.studies.grid import cell_id
 
 __all__ = [
-    "FAILED_STATUSES", "FINAL_STATUSES", "METER_FIELDS", "NONFINITE_KEY", "SCHEMA_VERSION", "SECTION_FIELDS",
-    "SELF_TUNED", "STATUSES", "CellRecord", "EpochRecord", "Summary", "UnknownRecordField", "append_record",
-    "latest_by_cell", "latest_by_run", "meter_field", "meter_section", "read_records", "record_field", "record_section",
+    "FAILED_STATUSES", "FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "CellRecord", "EpochRecord", "Summary",
+    "meter_field", "meter_section", "record_field", "record_section",
 ]
 
 # 5: ``seeding``: the seed plan (fixed or adaptive) and why a seed past the first ones ran; older records read
@@ -55,9 +45,6 @@ __all__ = [
 #    as main-study cells (full training on the model's own task, no held-out split).
 SCHEMA_VERSION = 5
 _READABLE_VERSIONS = (1, 2, 3, 4, 5)
-# The record-level object naming the values stored as null because they were NaN or infinite.
-NONFINITE_KEY = "nonfinite"
-_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 # ok: trained all epochs · diverged: NaN/Inf loss · oom: out of memory (or over the memory budget) ·
 # error: any other failure · skipped: the cell is incompatible (the reason is in ``detail``) ·
 # interrupted: stopped by Ctrl-C.
@@ -66,84 +53,6 @@ STATUSES = ("ok", "diverged", "oom", "error", "skipped", "interrupted")
 FINAL_STATUSES = ("ok", "diverged", "oom", "skipped")
 # The cell ran and failed: what a regression gate flags and a loss curve marks with a cross.
 FAILED_STATUSES = ("diverged", "oom", "error")
-
-
-# What a record's ``meters`` holds, meter by meter (a cell's, and each epoch's ram, gpu, energy and cost): the fields
-# of the records the meters yield (gradeff/meters/: RamRecord, GpuRecord, EnergyRecord, MemoryBreakdown,
-# ComputeRecord; conjugate gradient's counters, gradeff.optim.cg.cg_stats), what gradeff.cell.metering.aggregate adds
-# for a cell (energy's grams of CO2, the metering cost's share of the epochs' time), why the FLOPs were not counted,
-# and a sharded cell's per-rank breakdowns. Named here, not read off those classes, because reading records never
-# imports torch; tests/records/test_record_fields.py holds the two to each other. A reader naming a field outside this
-# table fails at once (UnknownRecordField) rather than reading "not measured" in every table.
-METER_FIELDS: dict[str, frozenset[str]] = {
-    "ram": frozenset({"peak_rss_bytes", "peak_source", "mean_rss_bytes", "peak_system_percent", "samples",
-                      "duration_s"}),
-    "gpu": frozenset({"available", "device_name", "util_mean_percent", "util_max_percent", "mem_used_peak_bytes",
-                      "power_mean_w", "alloc_peak_bytes", "reserved_peak_bytes", "samples", "short_window",
-                      "duration_s"}),
-    "energy": frozenset({"joules", "source", "duration_s", "co2_grams"}),
-    "cost": frozenset({"reads_s", "sampler_cpu_s", "epoch_s", "fraction"}),
-    "memory": frozenset({"parameter_bytes", "trainable_parameter_bytes", "gradient_bytes", "optimizer_state_bytes",
-                         "activation_bytes", "peak_bytes", "peak_by_device", "ranks"}),
-    "compute": frozenset({"flops_per_sample", "model_flops", "seconds", "achieved_flops_per_s", "peak_flops_per_s",
-                          "peak_source", "mfu", "not_measured"}),
-    "cg": frozenset({"steps", "iterations", "restarts", "restart_rate", "restart_reasons", "func_evals",
-                     "line_search_evals"}),
-}
-
-
-# What a record's other sections hold, section by section. Writers: gradeff/cell/record.py (task, parameters,
-# weights: StartingWeights.to_record, environment: gradeff.cell.environment.environment and the process, hparams:
-# HParams's fields, the method's settings and how the rate was chosen), the runner (plan: what a strategy did,
-# inference: InferenceCost and the NetScore family, tuning: the rate search, evaluation: the held-out passes' cost)
-# and a sharded cell's coordinator (plan and hparams: its world). A strategy registered by a project may write plan
-# fields of its own; the readers here ask only for these. tests/records/test_record_fields.py holds the table to the
-# writers.
-# What ``hparams.protocol`` says for a cell of the tuned protocol that had no row of the table and searched its own
-# rate (gradeff.cell.self_tune): never ``tuned``, which names the committed table's rates.
-SELF_TUNED = "self-tuned"
-
-SECTION_FIELDS: dict[str, frozenset[str]] = {
-    # trivial_baselines: name → {"metric": "accuracy" | "loss", "value", "what", ...} on the test split
-    # (gradeff.data.trivial); absent from records written before it (read as None, never as a 0).
-    "task": frozenset({"key", "name", "train_samples", "loss_floor", "heldout_samples", "heldout_loss_floor",
-                       "bayes_accuracy", "sanity_accuracy", "trivial_baselines", "info"}),
-    "parameters": frozenset({"total", "trainable"}),
-    "weights": frozenset({"source", "path", "pretraining", "format", "checkpoint", "stand_in", "real"}),
-    "plan": frozenset({
-        # checkpointing and offload
-        "checkpointed_layers", "layers", "offload", "offloaded_bytes_per_step",
-        # a budget: its kind, the step's profile, the plan chosen (BudgetPlan.to_record) or the compiler's fraction
-        "kind", "budget_fraction", "profile", "budget_bytes", "margin", "target_bytes", "checkpointed",
-        "predicted_peak_bytes", "unconstrained_peak_bytes", "fits", "prefix_peak_bytes", "measured_frugal_peak_bytes",
-        "activation_memory_budget", "compile_backend", "compile_seconds",
-        # a sharded cell
-        "sharded_blocks", "row_bytes", "world_size", "backend", "devices"}),
-    "inference": frozenset({"parameters", "macs_per_image", "macs_by_op", "grad_mode", "latency_s", "latency_p90_s",
-                            "latency_samples", "batch_size", "throughput_images", "throughput_seconds",
-                            "images_per_s", "peak_bytes", "peak_by_device", "allocator_peak_bytes", "energy_source",
-                            "energy_joules", "energy_per_image_j", "mean_power_w", "energy_estimated", "scores"}),
-    "tuning": frozenset({"param", "tuning_free", "trials", "seconds", "joules", "chosen", "reference",
-                         "reference_source", "at_edge", "picked_on", "budget",
-                         # a self-tuned cell's (gradeff.cell.self_tune.SelfTuned.tuning)
-                         "protocol", "fingerprint", "cached", "searched_at", "seed", "search_seconds",
-                         "search_joules"}),
-    "evaluation": frozenset({"every_steps", "points", "test_seconds", "validation_seconds", "fraction"}),
-    "hparams": frozenset({"lr", "batch_size", "accum_steps", "epochs", "train_samples", "heldout_samples",
-                          "validation_samples", "eval_every", "warmup_ratio", "seq_len", "num_states", "num_classes",
-                          "image_size", "caption_len", "method", "precision", "protocol", "lr_source",
-                          "optimizer_kernel", "world_size"}),
-    # how many seeds the run spent and why this one ran (gradeff.analysis.sequential.SeedPlan.to_record)
-    "seeding": frozenset({"plan", "first", "most", "level", "why"}),
-    "experiment": frozenset({"fingerprint", "inputs", "error"}),
-    "environment": frozenset({"python", "torch", "transformers", "cuda", "platform", "cpu", "cpu_id", "cpu_count",
-                              "cpu_capability", "kernel_env", "device", "device_name", "gpu_driver", "gpu_index",
-                              "gpu_uuid", "torch_threads", "numerics_probe", "process", "project_commit"}),
-}
-
-
-class UnknownRecordField(LookupError):
-    """A reader asked for a section, meter or field no writer fills (a typo, a renamed field)."""
 
 
 def record_section(record: CellRecord, section: str) -> Mapping:
@@ -420,7 +329,7 @@ class CellRecord:
     def to_json(self) -> str:
         """One line of strict JSON (no newline); non-finite numbers as ``null``, named under ``nonfinite``."""
         nonfinite: dict[str, str] = {}
-        data = _finite(asdict(self), "", nonfinite)
+        data = replace_nonfinite(asdict(self), "", nonfinite)
         if nonfinite:
             data[NONFINITE_KEY] = nonfinite
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
@@ -437,12 +346,12 @@ class CellRecord:
 
         def constant(name: str) -> float:
             tokens.append(name)
-            return _NONFINITE[name]
+            return NONFINITE[name]
 
         data = json.loads(text, parse_constant=constant)
-        if _SURROGATE_ESCAPE.search(text):
-            data = _whole_characters(data)
-        if tokens and isinstance(data, dict) and _version_at_least(data.get("schema_version"), 3):
+        if SURROGATE_ESCAPE.search(text):
+            data = whole_characters(data)
+        if tokens and isinstance(data, dict) and version_at_least(data.get("schema_version"), 3):
             raise ValueError(f"{tokens[0]} is not JSON: a version-3 record stores a non-finite number as null "
                              f"and names it under {NONFINITE_KEY!r}")
         return cls.from_dict(data)
@@ -461,218 +370,21 @@ class CellRecord:
         if version not in _READABLE_VERSIONS:
             raise ValueError(f"record schema version {version!r}; this gradeff reads versions "
                              f"{', '.join(map(str, _READABLE_VERSIONS))}")
-        if NONFINITE_KEY in data and _version_at_least(version, 3):
-            data = _restore_nonfinite({k: v for k, v in data.items() if k != NONFINITE_KEY}, data[NONFINITE_KEY])
+        if NONFINITE_KEY in data and version_at_least(version, 3):
+            data = restore_nonfinite({k: v for k, v in data.items() if k != NONFINITE_KEY}, data[NONFINITE_KEY])
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown record fields: {sorted(unknown)}")
         # Every value of the kind its field holds, said by name: a reader (summary, report, gate) computes with them.
-        _check_kinds(cls, data, "", skip=("schema_version",))
+        check_kinds(cls, data, "", skip=("schema_version",))
         epochs = data.get("epochs", ())
         for index, epoch in enumerate(epochs):
-            _check_kinds(EpochRecord, epoch, f"epochs[{index}].")
-        _check_kinds(Summary, data["summary"], "summary.")
+            check_kinds(EpochRecord, epoch, f"epochs[{index}].")
+        check_kinds(Summary, data["summary"], "summary.")
         # Version 1 had no grid, method or dataset fields: their defaults are what it meant.
         values = dict(data) | {"schema_version": SCHEMA_VERSION}
         values["epochs"] = tuple(EpochRecord(**e) for e in epochs)
         values["curve"] = tuple(data.get("curve", ()))
         values["summary"] = Summary(**data["summary"])
         return cls(**values)
-
-
-# A JSON escape of a UTF-16 surrogate: a string may then hold a lone one, which is no character at all.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _whole_characters(value: object) -> object:
-    """``value`` with every lone surrogate in its strings (``"\\ud800"`` in JSON, from a writer that cut a character
-    in half) replaced by U+FFFD, and escaped pairs joined into their character: a lone surrogate is no text any
-    encoder writes, so a terminal, a CSV or a parquet file would fail on it instead of showing the record."""
-    if isinstance(value, str):
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if isinstance(value, dict):
-        return {_whole_characters(key): _whole_characters(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_whole_characters(item) for item in value]
-    return value
-
-
-# What each annotation of the record's dataclasses admits from JSON (``float`` takes an integer too; neither number
-# takes a boolean).
-_KINDS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,), "None": (type(None),),
-          "tuple": (list, tuple), "Summary": (dict,), "EpochRecord": (dict,)}
-
-
-def _admits(annotation: str, value: object) -> bool:
-    for part in annotation.split("|"):
-        kind = part.strip().split("[")[0]
-        if kind in ("int", "float") and isinstance(value, bool):
-            continue
-        if isinstance(value, _KINDS.get(kind, (object,))):
-            return True
-    return False
-
-
-def _check_kinds(cls: type, data: object, where: str, skip: tuple[str, ...] = ()) -> None:
-    """Raise ``ValueError`` naming the first field of ``data`` (a record's, an epoch's or its summary's) that is
-    missing, unknown or of another kind than ``cls`` declares (``epochs[0].seconds is null, expected float``)."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{where.rstrip('.') or 'a record'} is {_kind(data)}, expected an object")
-    declared = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(declared))
-    if unknown:
-        raise ValueError(f"unknown {where.rstrip('.') or 'record'} fields: {unknown}")
-    for name, spec in declared.items():
-        if name in skip:
-            continue
-        if name not in data:
-            if spec.default is MISSING and spec.default_factory is MISSING:
-                raise ValueError(f"{where}{name} is missing")
-            continue
-        if not _admits(spec.type, data[name]):
-            raise ValueError(f"{where}{name} is {_kind(data[name])}, expected {spec.type}")
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    text = json.dumps(value, default=repr)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:39] + '…'}"
-
-
-def _version_at_least(version: object, least: int) -> bool:
-    return isinstance(version, int) and not isinstance(version, bool) and version >= least
-
-
-def _pointer_token(key: object) -> str:
-    # RFC 6901: "~" and "/" inside a key are escaped, so any key (a module path, a ratio "1/2") is safe.
-    return str(key).replace("~", "~0").replace("/", "~1")
-
-
-def _finite(value: object, pointer: str, found: dict[str, str]) -> object:
-    """``value`` with every non-finite float replaced by ``None``, its pointer and kind added to ``found``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        found[pointer] = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item, f"{pointer}/{_pointer_token(key)}", found) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item, f"{pointer}/{index}", found) for index, item in enumerate(value)]
-    return value
-
-
-def _restore_nonfinite(data: dict, flags: object) -> dict:
-    """A copy of ``data`` with the values ``flags`` names (pointer → kind) put back where they are ``null``."""
-    if not isinstance(flags, dict):
-        raise ValueError(f"{NONFINITE_KEY} must be an object of JSON Pointers, got {type(flags).__name__}")
-    data = copy.deepcopy(data)
-    for pointer, kind in flags.items():
-        if kind not in _NONFINITE:
-            raise ValueError(f"{NONFINITE_KEY}: {pointer!r} is {kind!r}; expected one of {', '.join(_NONFINITE)}")
-        if not pointer.startswith("/"):
-            raise ValueError(f"{NONFINITE_KEY}: {pointer!r} is not a JSON Pointer")
-        tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
-        parent: object = data
-        try:
-            for token in tokens[:-1]:
-                parent = parent[int(token)] if isinstance(parent, list) else parent[token]
-            last = int(tokens[-1]) if isinstance(parent, list) else tokens[-1]
-            if parent[last] is not None:
-                raise ValueError(f"{NONFINITE_KEY}: {pointer!r} holds {parent[last]!r}, not null")
-            parent[last] = _NONFINITE[kind]
-        except (KeyError, IndexError, TypeError) as exc:
-            raise ValueError(f"{NONFINITE_KEY}: {pointer!r} names no value ({type(exc).__name__}: {exc})") from None
-    return data
-
-
-def append_record(path: str | Path, record: CellRecord) -> None:
-    """Append ``record`` as one line to ``path``, durably, as soon as a cell ends.
-
-    One ``write`` on an ``O_APPEND`` descriptor puts the whole line at the end of the file even
-    when several pytest-xdist workers append at once (an exclusive ``flock`` keeps a failed append's undoing
-    from touching another writer's line); ``fsync`` keeps it through a crash. A file that does not end with a
-    newline (its last line was torn) gets one in the same write, so the torn line stays a bad line of its own
-    instead of swallowing this record.
-
-    Raises:
-        OutputError: the disk refused the line (full, failing): whatever part of it was written is truncated
-            back, so the file holds exactly what it held before, and the message names the file and the reason.
-    """
-    import fcntl  # noqa: PLC0415 - POSIX only; the records import everywhere
-
-    path = Path(path)
-    line = (record.to_json() + "\n").encode()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise OutputError(path, exc) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        try:
-            if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-                line = b"\n" + line
-            view = memoryview(line)
-            while view:  # a regular file takes the whole line at once; the loop only guards a short write
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        except OSError as exc:
-            # No partial line left behind: the next append (or the next session) starts on a clean line.
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, size)
-            raise OutputError(path, exc) from exc
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def latest_by_cell(records: Iterable[CellRecord]) -> dict[str, CellRecord]:
-    """The last record of each cell, keyed by cell id in order of first appearance.
-
-    Results files are append-only: a rerun of a cell supersedes its earlier records.
-    """
-    latest: dict[str, CellRecord] = {}
-    for record in records:
-        latest[record.cell] = record  # a dict keeps the first insertion's position
-    return latest
-
-
-def latest_by_run(records: Iterable[CellRecord]) -> dict[tuple[str, int], CellRecord]:
-    """The last record of each cell and seed, keyed by ``(cell id, seed)`` in order of first appearance.
-
-    A cell repeated over seeds (``--gradeff-seeds``) has one record per seed; each is a draw of its own,
-    and only a rerun with the same seed supersedes an earlier record.
-    """
-    latest: dict[tuple[str, int], CellRecord] = {}
-    for record in records:
-        latest[(record.cell, record.seed)] = record
-    return latest
-
-
-def read_records(path: str | Path, *, errors: list[str] | None = None) -> Iterator[CellRecord]:
-    """Yield the records of a results file in order.
-
-    Args:
-        path: a JSON-lines results file.
-        errors: if given, unreadable lines are described here (``path:line: reason``) and
-            skipped; if ``None`` the first unreadable line raises ``ValueError``. Bytes that are
-            not UTF-8 make only their own line unreadable.
-    """
-    # Bytes, decoded line by line: one corrupt byte must not cost the rest of the file.
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-                record = CellRecord.from_json(line) if line.strip() else None
-            # RecursionError: absurdly nested JSON is a bad line, not a reason to stop reading.
-            except (ValueError, TypeError, KeyError, RecursionError) as exc:
-                reason = (f"not UTF-8 text ({exc.reason} at byte {exc.start})" if isinstance(exc, UnicodeDecodeError)
-                          else str(exc))
-                message = f"{path}:{number}: {reason}"
-                if errors is None:
-                    raise ValueError(message) from exc
-                errors.append(message)
-                continue
-            if record is not None:
-                yield record

@@ -13,7 +13,8 @@ PEFT study (:mod:`gradeff.report.peft`, :mod:`gradeff.report.inference`), the me
 print; they run with autoescape on and ``StrictUndefined``, so a field name typo fails a test instead of
 printing nothing. :mod:`gradeff.report.csv_export` writes the flat CSV table instead.
 
-:func:`write_report` is the entry point for the pytest plugin and the CLI.
+:func:`write_report` is the entry point for the pytest plugin and the CLI (``gradeff report``:
+:mod:`gradeff.report.command`).
 
 May import: :mod:`gradeff.analysis`, :mod:`gradeff.records` and everything below them; never the gate or the cell.
 """

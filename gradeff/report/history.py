@@ -2,8 +2,8 @@
 
 One trend per machine, cell and metric (time per optimizer step, final losses, test accuracy, peak memory counted
 from tensors) in commit order, each point with its interval; the change points found in it
-(:func:`gradeff.gate.history.change_points`) drawn as dashed lines before their commits and listed, with the size of
-each step and its interval, in one table on top. A figure that never moved is listed in a line instead of drawn.
+(:func:`gradeff.gate.change_points.change_points`) drawn as dashed lines before their commits and listed, with the
+size of each step and its interval, in one table on top. A figure that never moved is listed in a line instead of drawn.
 The page is self-contained like the report: inline SVG, no network, the report's stylesheet (``base.html.j2``).
 """
 
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from gradeff.gate.history import METRICS, ChangePoint, HistoryStore, Point, change_points
+from gradeff.gate.change_points import ChangePoint, change_points
+from gradeff.gate.history import METRICS, HistoryStore, Point
 from gradeff.report.render import jinja_environment
 from gradeff.report.trend_plot import TrendLevel, TrendPoint, trend_svg
 from gradeff.report.view import Section, html_id

@@ -23,8 +23,9 @@ from gradeff.analysis.runs import CellRuns
 from gradeff.analysis.verdicts import verdict
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
+from gradeff.records.fields import SELF_TUNED
 from gradeff.records.formatting import NA, as_number, format_loss, format_value
-from gradeff.records.results import SELF_TUNED, CellRecord, meter_field, record_field
+from gradeff.records.results import CellRecord, meter_field, record_field
 from gradeff.report.papers import cite
 from gradeff.report.table_cells import places, ratio_cell, resolve, runs_cell
 from gradeff.report.view import (

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from gradeff.records.loading import ResultsFileError, load_results
 from gradeff.records.outputs import write_text
-from gradeff.records.results import CellRecord, Summary, latest_by_run
+from gradeff.records.results import CellRecord, Summary
+from gradeff.records.store import latest_by_run
 from gradeff.scale.manifest import LaunchManifest
 from gradeff.scale.status import ShardStatus
 

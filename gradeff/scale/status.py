@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 from gradeff.scale.manifest import LaunchManifest
 from gradeff.scale.slurm import GONE, TaskRun, TaskState, array_tasks, is_final
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 from gradeff.scale.slurm import array_runs, array_tasks, current_state, is_final
 from tests.cluster.slurm_cluster import ROOT
 from tests.scale.same_records import answer_verdicts, deterministic_view, differences

@@ -12,7 +12,8 @@ import gradeff.cell.run as runner
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
 from gradeff.gate.compare import main
-from gradeff.records.results import CellRecord, EpochRecord, Summary, append_record
+from gradeff.records.results import CellRecord, EpochRecord, Summary
+from gradeff.records.store import append_record
 from gradeff.studies.grid import Cell
 
 

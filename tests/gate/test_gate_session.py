@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gradeff.pytest.options import default_threads
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 CELL = ("-k", "vit-sgd-standard", "--gradeff-epochs", "1", "--benchmark-disable")
@@ -57,7 +57,7 @@ def recorded(tmp_path_factory) -> Path:
     a serial run of the suite), not the cell's: the sessions below leave ``peak_rss_bytes`` out of the gate."""
     from gradeff.cell.config import RunConfig
     from gradeff.cell.run import run_cell
-    from gradeff.records.results import append_record
+    from gradeff.records.store import append_record
     from gradeff.studies.grid import Cell
 
     path = tmp_path_factory.mktemp("baseline") / "baseline.jsonl"

@@ -4,25 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.gate.compare import (
-    Comparison,
-    MismatchError,
-    UnusableInput,
-    _environment_differences,
-    arguments,
-    compare_records,
-    format_table,
-    load_results,
-    loosened,
-    main,
-    parse_compare_args,
-    read_cells,
-    run,
-    widened,
-)
+from gradeff.gate.compare import arguments, load_results, main, parse_compare_args, read_cells, run
+from gradeff.gate.compare_table import format_table
+from gradeff.gate.comparison import Comparison, MismatchError, UnusableInput, _environment_differences, compare_records
+from gradeff.gate.judgement import loosened, widened
 from gradeff.gate.portability import numerics
 from gradeff.gate.rules import DEFAULT_RULES, Row
-from gradeff.records.results import append_record
+from gradeff.records.store import append_record
 from tests.gate.test_compare_cli import record
 
 HELP = Path(__file__).with_name("compare_help.txt")

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from gradeff.gate.ab import Slice, balanced_order
+from gradeff.gate.change_points import change_points
 from gradeff.gate.history import (
     Commit,
     Estimate,
@@ -16,7 +17,6 @@ from gradeff.gate.history import (
     Measurement,
     Point,
     bisect_change,
-    change_points,
     interleaved_estimates,
     machine_of,
     measurements_of_record,

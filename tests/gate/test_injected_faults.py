@@ -9,7 +9,8 @@ import torch
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
 from gradeff.gate.compare import main
-from gradeff.records.results import CellRecord, append_record
+from gradeff.records.results import CellRecord
+from gradeff.records.store import append_record
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
 

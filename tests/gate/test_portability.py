@@ -5,7 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from gradeff.gate.compare import compare_records, format_table, main, rules_line
+from gradeff.gate.compare import main
+from gradeff.gate.compare_table import format_table, rules_line
+from gradeff.gate.comparison import compare_records
 from gradeff.gate.portability import (
     NUMERICS_KEYS,
     PERTURBATIONS,
@@ -21,7 +23,8 @@ from gradeff.gate.portability import (
     same_numerics,
     sensitivities,
 )
-from gradeff.records.results import EpochRecord, Summary, append_record
+from gradeff.records.results import EpochRecord, Summary
+from gradeff.records.store import append_record
 from tests.gate.test_compare_cli import record
 
 HERE = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_id": "GenuineIntel family 6 model 207 stepping 2",

@@ -2,8 +2,9 @@
 
 import re
 
-from gradeff.gate.compare import compare_records, main, paired_runs
-from gradeff.records.results import append_record
+from gradeff.gate.compare import main
+from gradeff.gate.comparison import compare_records, paired_runs
+from gradeff.records.store import append_record
 from tests.gate.test_compare_cli import record
 
 

@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from gradeff.analysis.answer import answer, line_text
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "extending.md"

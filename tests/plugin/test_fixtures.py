@@ -7,7 +7,7 @@ import torch
 
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import build_cell, run_cell
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 from gradeff.studies.grid import Cell
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")

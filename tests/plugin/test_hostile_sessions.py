@@ -65,7 +65,7 @@ def test_hostile_resume_keeps_the_same_experiment_and_reruns_another_saying_what
     rerun.assert_outcomes(passed=1)
     rerun.stdout.fnmatch_lines(["*gradeff --gradeff-resume: 1 cell(s) re-run, their records not kept*",
                                 "re-run llm-adam-standard (seed 0): fused false → true; *threads 1 → 2"])
-    from gradeff.records.results import read_records
+    from gradeff.records.store import read_records
 
     records = list(read_records(results))
     assert len(records) == 2 and records[-1].environment["torch_threads"] == 2
@@ -150,7 +150,7 @@ def test_hostile_sigterm_to_the_xdist_controller_records_the_cells_in_flight(gri
     import sys
     import time
 
-    from gradeff.records.results import read_records
+    from gradeff.records.store import read_records
 
     grid_pytester.makeconftest(STARTED)
     results = tmp_path / "r.jsonl"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 

@@ -6,7 +6,7 @@ import pytest
 
 from gradeff.analysis.sequential import SeedPlan, contention
 from gradeff.pytest.options import parse_seed_plan, parse_seeds
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 

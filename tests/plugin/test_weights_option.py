@@ -5,7 +5,7 @@ import fnmatch
 
 import pytest
 
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 from tests.models.published import perturbed, save_reference, to_reference
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")

@@ -18,8 +18,9 @@ import pytest
 
 from gradeff.records import outputs
 from gradeff.records.outputs import OutputError, write_text
-from gradeff.records.results import CellRecord, append_record, read_records
+from gradeff.records.results import CellRecord
 from gradeff.records.safe_text import csv_safe, one_line
+from gradeff.records.store import append_record, read_records
 from tests.conftest import build_record
 
 # --- a full disk -----------------------------------------------------------------------------------------------
@@ -79,7 +80,7 @@ def test_hostile_an_append_the_disk_refuses_leaves_no_partial_line(tmp_path, mon
         if disk == "tmpfs":
             fill(folder, leave=2048)  # less than a record
         else:
-            monkeypatch.setattr("gradeff.records.results.os", _FailingWrites())
+            monkeypatch.setattr("gradeff.records.store.os", _FailingWrites())
         with pytest.raises(OutputError) as refused:
             append_record(results, build_record("llm-adam-accum", detail="x" * 8192))
         assert str(refused.value).startswith(f"cannot write {results}: No space left on device (ENOSPC)")

@@ -1,4 +1,4 @@
-"""A record's sections are named once (gradeff.records.results.SECTION_FIELDS, METER_FIELDS): what the writers
+"""A record's sections are named once (gradeff.records.fields.SECTION_FIELDS, METER_FIELDS): what the writers
 fill, and all that a reader may ask for; a reader naming anything else fails instead of reading "not measured"."""
 
 import ast
@@ -19,15 +19,8 @@ from gradeff.meters.flops import ComputeRecord
 from gradeff.meters.ram import RamRecord
 from gradeff.models.weights import StartingWeights
 from gradeff.optim.cg import ConjugateGradient, cg_stats
-from gradeff.records.results import (
-    METER_FIELDS,
-    SECTION_FIELDS,
-    UnknownRecordField,
-    meter_field,
-    meter_section,
-    record_field,
-    record_section,
-)
+from gradeff.records.fields import METER_FIELDS, SECTION_FIELDS, UnknownRecordField
+from gradeff.records.results import meter_field, meter_section, record_field, record_section
 from gradeff.specs.profiles import HParams
 from gradeff.studies.grid import Cell
 

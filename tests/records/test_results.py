@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from gradeff.records.results import SCHEMA_VERSION, CellRecord, EpochRecord, Summary, append_record, read_records
+from gradeff.records.results import SCHEMA_VERSION, CellRecord, EpochRecord, Summary
+from gradeff.records.store import append_record, read_records
 
 
 def make_record(cell="llm-adam-standard", status="ok", **overrides) -> CellRecord:
@@ -109,7 +110,8 @@ def test_store_appends_and_reports_bad_lines(tmp_path):
 
 _WRITER = """
 import sys
-from gradeff.records.results import CellRecord, Summary, append_record
+from gradeff.records.results import CellRecord, Summary
+from gradeff.records.store import append_record
 for i in range(50):
     append_record(sys.argv[1], CellRecord(cell="llm-adam-standard", model="llm", optimizer="adam",
         strategy="standard", profile="tiny", seed=0, device="cpu", status="ok", detail=sys.argv[2] * 2000,
@@ -347,7 +349,7 @@ def test_every_kind_of_bad_line_is_reported_and_skipped(tmp_path):
 
 def test_latest_record_wins_in_order_of_first_appearance():
     """latest_by_cell keeps each cell's last record at its first position; latest_by_run does so per seed."""
-    from gradeff.records.results import latest_by_cell, latest_by_run
+    from gradeff.records.store import latest_by_cell, latest_by_run
 
     a0, b0, a1, a0_again = (make_record(), make_record("vit-sgd-accum"), make_record(seed=1),
                             make_record(detail="rerun"))

@@ -5,17 +5,12 @@ import math
 
 import pytest
 
-from gradeff.gate.compare import UnusableInput
 from gradeff.gate.compare import load_results as gate_load
+from gradeff.gate.comparison import UnusableInput
 from gradeff.records.loading import ResultsFileError, load_results
-from gradeff.records.results import (
-    NONFINITE_KEY,
-    CellRecord,
-    EpochRecord,
-    Summary,
-    append_record,
-    read_records,
-)
+from gradeff.records.results import CellRecord, EpochRecord, Summary
+from gradeff.records.store import append_record, read_records
+from gradeff.records.strict_json import NONFINITE_KEY
 
 
 def make_record(cell="llm-adam-standard", loss=1.5) -> CellRecord:

@@ -12,7 +12,7 @@ import pytest
 from gradeff.cli import main as cli_main
 from gradeff.gate.compare import main as compare_main
 from gradeff.records.outputs import OutputError
-from gradeff.records.results import append_record
+from gradeff.records.store import append_record
 from gradeff.report import write_report
 from gradeff.report.csv_export import write_csv
 from gradeff.scale.collect import collect

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from gradeff.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from gradeff.records.results import append_record
+from gradeff.cli import main
+from gradeff.records.exits import EXIT_BAD_INPUT, EXIT_OK
+from gradeff.records.store import append_record
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import gradeff
 from gradeff.cli import main
 from gradeff.records.loading import ResultsFileError
-from gradeff.records.results import append_record
+from gradeff.records.store import append_record
 from gradeff.report.csv_export import write_csv
 from gradeff.report.dataframe import records_frame
 from tests.conftest import build_peft_record, build_record

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.records.results import append_record
+from gradeff.records.store import append_record
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 TEMPLATES = CHECKOUT / "reports" / "templates"

@@ -8,7 +8,7 @@ from gradeff.analysis.netscore import LABELS
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
 from gradeff.models import build_model
-from gradeff.records.results import append_record, read_records
+from gradeff.records.store import append_record, read_records
 from gradeff.report import write_report
 from gradeff.studies.grid import Cell
 from tests.report.test_report_browser import CHROMIUM, _open

@@ -9,7 +9,7 @@ from gradeff.analysis import memory as ma
 from gradeff.analysis import peft as peft_analysis
 from gradeff.pytest.summary import summary_lines
 from gradeff.records.formatting import NA
-from gradeff.records.results import append_record, read_records
+from gradeff.records.store import append_record, read_records
 from gradeff.report import MAIN_MISSING_NOTE, SECTIONS, build_view, render_html, write_report
 from gradeff.report.csv_export import csv_table
 from gradeff.report.memory import MISSING_NOTE, TABLE_HEADER, build_memory_view, format_change, format_range

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from gradeff.records.results import append_record, read_records
+from gradeff.records.store import append_record, read_records
 from gradeff.report import SECTIONS, build_view, render_html, write_report
 from tests.analysis.factories import run
 

@@ -6,8 +6,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from gradeff.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from gradeff.records.results import append_record
+from gradeff.cli import main
+from gradeff.records.exits import EXIT_BAD_INPUT, EXIT_OK
+from gradeff.records.store import append_record
 from gradeff.report import build_view, jinja_environment, render_html, write_report
 from gradeff.report.render import TEMPLATES_ENV, ResourceLoader, packaged_templates
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gradeff.analysis.answer import answer, verdict_text
-from gradeff.records.results import CellRecord, latest_by_run
+from gradeff.records.results import CellRecord
+from gradeff.records.store import latest_by_run
 
 RECORD_FIELDS = ("cell", "grid", "model", "optimizer", "strategy", "method", "dataset", "profile", "seed", "device",
                  "status", "detail", "failed_step", "loss_floor", "task", "parameters", "weights", "plan", "hparams",

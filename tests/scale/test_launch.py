@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gradeff.cli import main, parse_args
-from gradeff.records.results import append_record, read_records
+from gradeff.records.store import append_record, read_records
 from gradeff.scale.collect import CollectError, collect, merge_results
 from gradeff.scale.launch import (
     LaunchError,
@@ -259,7 +259,7 @@ def test_two_local_shards_merge_every_cell_once_and_equal_one_process(tmp_path, 
 
 def test_command_line_options_before_and_after_n(tmp_path, monkeypatch):
     """Launch's options may follow N; everything after -- is pytest's; no pytest arguments means the grids."""
-    import gradeff.cli
+    import gradeff.scale.launch_command
 
     seen = []
 
@@ -267,7 +267,7 @@ def test_command_line_options_before_and_after_n(tmp_path, monkeypatch):
         seen.append(options)
         raise LaunchError("stop here")
 
-    monkeypatch.setattr(gradeff.cli, "launch", fake_launch)
+    monkeypatch.setattr(gradeff.scale.launch_command, "launch", fake_launch)
     assert main(["launch", "3", "--engine", "slurm", "--partition", "gpu", "--account", "lab", "--qos", "high",
                  "--throttle", "2", "--sbatch", "constraint=a100", "--gpu", "H100", "--", "benchmarks", "-k",
                  "vit"]) == 2

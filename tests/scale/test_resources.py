@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from gradeff.records.results import append_record
+from gradeff.records.store import append_record
 from gradeff.scale.resources import (
     FALLBACK_TIMEOUT_MIN,
     PROCESS_BYTES,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 from gradeff.scale.shard import Shard, assign, cell_costs, parse_shard
 
 BASELINE = Path(__file__).parents[2] / "baselines" / "tiny-cpu.jsonl"

@@ -7,7 +7,7 @@ import pytest
 
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 from gradeff.specs.registry import Registry, RegistryClosedError, open_for_registration
 from gradeff.studies.hparams import hparams_for
 

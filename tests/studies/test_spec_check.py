@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.records.results import read_records
+from gradeff.records.store import read_records
 from gradeff.studies.spec_check import lora_target_misses, missing_batch_keys
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
