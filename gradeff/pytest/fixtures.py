@@ -154,9 +154,9 @@ class _Setup:
         return not (judgement is not None and judgement.reuse) and trains_prebuilt(self.cell, self.config)
 
     def build(self):
-        """The cell's :class:`gradeff.cell.run.Built`, built once (``None`` where the runner builds its own)."""
+        """The cell's :class:`gradeff.cell.build.Built`, built once (``None`` where the runner builds its own)."""
         if self.built is None and self.builds():
-            from gradeff.cell.run import build_cell, release  # noqa: PLC0415 - torch, see the imports
+            from gradeff.cell.build import build_cell, release  # noqa: PLC0415 - torch, see the imports
 
             # The previous test has let go of its model by now: free it before this one's peak is measured.
             release(self.device)

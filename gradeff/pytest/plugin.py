@@ -356,7 +356,7 @@ def _pretrain_ahead(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or config.pluginmanager.get_plugin("dsession") is not None or not session.items:
         return
-    from gradeff.cell.run import intra_op_threads  # noqa: PLC0415 - torch, see the imports
+    from gradeff.cell.arithmetic import intra_op_threads  # noqa: PLC0415 - torch, see the imports
 
     settings = config.stash[SETTINGS]
     needed = [(model, item.callspec.params.get("gradeff_seed", settings.seed)) for item in session.items
@@ -406,7 +406,7 @@ def gradeff_threads(request: pytest.FixtureRequest):
     would otherwise take torch's default, one thread per core: under ``-n 2`` that is three busy threads on two
     cores, and torch's workers spin waiting for the core the other worker holds. Yields the count.
     """
-    from gradeff.cell.run import intra_op_threads  # noqa: PLC0415 - torch, see the imports
+    from gradeff.cell.arithmetic import intra_op_threads  # noqa: PLC0415 - torch, see the imports
 
     threads = request.config.stash[SETTINGS].threads
     with intra_op_threads(threads):
