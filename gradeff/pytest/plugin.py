@@ -36,6 +36,7 @@ from gradeff.pytest.benchmark_table import quiet_benchmark_table
 from gradeff.pytest.dryrun import add_options as add_dry_run_options
 from gradeff.pytest.dryrun import dry_run_lines, plan_cell, plan_document, pretraining_seconds, target_for
 from gradeff.pytest.fitting import terminal_width
+from gradeff.pytest.fixture_setup import cell_setup
 from gradeff.pytest.gate import cell_of_nodeid, cells_of_items, current_records, path_conflicts, session_files
 from gradeff.pytest.gate_verdict import HEADLINE, LastWord
 from gradeff.pytest.options import (
@@ -426,7 +427,6 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     ``gradeff_meters``; another cell from a build of its own, the same way.
     """
     from gradeff.cell.run import run_cell  # noqa: PLC0415 - torch, see the imports
-    from gradeff.pytest.fixtures import cell_setup  # noqa: PLC0415 - registered plugin, see the imports
     from gradeff.pytest.session_records import keep  # noqa: PLC0415 - registered plugin, see the imports
 
     settings = request.config.stash[SETTINGS]

@@ -242,7 +242,7 @@ def test_a_benchmarks_cell_id_carries_its_method_and_dataset_as_grid_ids_do():
     """Known at collection for the gate: the main study's convention, with the benchmark in the strategy's place."""
     from types import SimpleNamespace
 
-    from gradeff.pytest.fixtures import bench_cell_id
+    from gradeff.pytest.fixture_setup import bench_cell_id
     from gradeff.studies.grid import cell_id
 
     def item(**params):
