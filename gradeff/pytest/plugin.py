@@ -39,13 +39,13 @@ from gradeff.pytest.fitting import terminal_width
 from gradeff.pytest.fixture_setup import cell_setup
 from gradeff.pytest.gate import cell_of_nodeid, cells_of_items, current_records, path_conflicts, session_files
 from gradeff.pytest.gate_verdict import HEADLINE, LastWord
+from gradeff.pytest.option_checks import benchmark_storage_given
 from gradeff.pytest.options import (
     DEFAULT_RESULTS,
     PRECISION,
     SETTINGS,
     WORLD_SIZE,
     add_options,
-    benchmark_storage_given,
     read_settings,
     run_config,
 )
