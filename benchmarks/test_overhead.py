@@ -33,10 +33,10 @@ import time
 import pytest
 import torch
 
+from gradeff.cell.build import prepare_state
 from gradeff.cell.config import RunConfig
 from gradeff.cell.loop import train_epoch, warm_up
 from gradeff.cell.metering import EpochMetering, aggregate
-from gradeff.cell.run import prepare_state
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
 

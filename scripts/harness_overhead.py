@@ -33,9 +33,9 @@ import time
 import torch
 
 from gradeff.benchmarks.test_overhead import bare_epoch, median_with_interval
+from gradeff.cell.build import prepare_state
 from gradeff.cell.config import RunConfig
 from gradeff.cell.loop import train_epoch, warm_up
-from gradeff.cell.run import prepare_state
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
 

@@ -5,8 +5,8 @@ instruction set path through ATen, MKL and oneDNN, the same thread split, the sa
 model name does not say that (a virtual machine shows one name over two generations; two vendors' CPUs may take
 the same AVX-512 paths, one vendor's may take another path through MKL), so the gate asks the kernels themselves:
 every record's environment carries the digest of this probe, run with the cell's thread count and arithmetic
-(denormals flushed, as :func:`gradeff.cell.run.cell_arithmetic` sets them), and the gate judges exactly wherever a
-run's probe equals its baseline's (:mod:`gradeff.gate.portability`).
+(denormals flushed, as :func:`gradeff.cell.arithmetic.cell_arithmetic` sets them), and the gate judges exactly
+wherever a run's probe equals its baseline's (:mod:`gradeff.gate.portability`).
 
 The probe runs what a cell's step runs: matrix products (forward and backward, through a linear layer with
 bias), a convolution, softmax, layer norm, GELU, scaled dot-product attention, a cross-entropy loss, a reduction

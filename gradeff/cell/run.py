@@ -8,17 +8,16 @@ session or other cells down.
 
 from __future__ import annotations
 
-import gc
-import math
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from gradeff.cell import stop
+from gradeff.cell.arithmetic import cell_arithmetic, intra_op_threads
+from gradeff.cell.build import Built, build_cell, build_into, release, use_device
 from gradeff.cell.config import EpochTimer, MemoryBudgetExceeded, RunConfig
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.distributed import run_sharded
@@ -28,28 +27,24 @@ from gradeff.cell.inference import InferenceCost, measure_inference
 from gradeff.cell.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.cell.metering import EpochMetering, aggregate, memory_breakdown
 from gradeff.cell.plan import CellSettings, cannot_run, cell_data, cell_settings
-from gradeff.cell.precision import autocast, make_scaler
-from gradeff.cell.pretrain import StartingWeights, starting_weights
+from gradeff.cell.precision import autocast
+from gradeff.cell.pretrain import StartingWeights
 from gradeff.cell.protocols import RateChoice
 from gradeff.cell.record import cell_record, hparams_record
 from gradeff.cell.self_tune import needs_self_tuning, run_self_tuned
 from gradeff.data import TASKS, Dataset
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
-from gradeff.methods import METHODS, apply_method
-from gradeff.models import MODELS, build_model
-from gradeff.models._layers import freeze_batch_statistics
-from gradeff.models.checkpoint import load_checkpoint
-from gradeff.optim import OPTIMIZERS, build_optimizer
+from gradeff.methods import METHODS
+from gradeff.optim import OPTIMIZERS
 from gradeff.optim.cg import cg_stats
 from gradeff.records.results import CellRecord, EpochRecord, Summary
-from gradeff.strategies import STRATEGIES, micro_batches_per_step
+from gradeff.strategies import STRATEGIES
 from gradeff.strategies.budget import profile_step
 from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
-from gradeff.strategies.sharded import Ranks, shard_model
 from gradeff.studies.grid import Cell, incompatibility
-from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, HParams, MethodHParams, method_hparams_for
+from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, HParams, MethodHParams
 
-__all__ = ["Built", "build_cell", "model_flops", "prepare_state", "run_cell", "trains_prebuilt"]
+__all__ = ["model_flops", "run_cell", "trains_prebuilt"]
 
 # A cell ends ``oom`` on any of these: the device ran out, or the budget says it would.
 _OUT_OF_MEMORY = (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded, BudgetUnreachable)
@@ -61,194 +56,14 @@ def _loop_timer(epoch_fn: Callable[[], object], rounds: int, after_epoch: Callab
         after_epoch()
 
 
-def _warmup_scheduler(optimizer, hp: HParams, total_steps: int):
-    warmup_steps = math.ceil(hp.warmup_ratio * total_steps)
-    if warmup_steps == 0:
-        return None
-    # Linear warm-up, then constant: the paper gives the warm-up ratio and nothing after it.
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
-
-
-def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.device, *,
-                  weights: StartingWeights | None = None, method_hp: MethodHParams | None = None,
-                  dataset: Dataset | None = None) -> TrainState:
-    """Build the data, model (weights loaded, method applied), optimizer and scheduler of a cell.
-
-    The strategy's own preparation of the model (:func:`gradeff.strategies.prepare.prepare`) follows.
-
-    Args:
-        dataset: the cell's data as :func:`gradeff.cell.plan.cell_data` gave it, with ``hp`` its sizes;
-            ``None``: resolved here.
-    """
-    model_spec = MODELS[cell.model]
-    if dataset is None:
-        dataset, hp = cell_data(cell, config, hp)
-    method_hp = method_hp or method_hparams_for(cell.method, cell.model, config.profile)
-    # Same seed before building: every optimizer, strategy and method of a model starts from the same
-    # weights (and the same fresh head when a pretrained backbone meets a new dataset).
-    torch.manual_seed(config.seed)
-    # A published checkpoint (a state dict) loads into the built model by its key map; a folder through
-    # transformers.
-    state_dict = weights is not None and weights.format == "state_dict"
-    weights_dir = weights.path if weights is not None and not state_dict else None
-    model = build_model(cell.model, config.profile, num_labels=hp.num_classes, weights_dir=weights_dir,
-                        vocab_size=dataset.info.get("vocab_size"), image_size=hp.image_size)
-    if state_dict:
-        load_checkpoint(model, cell.model, weights.path, num_labels=hp.num_classes)
-    if weights is not None and weights.source != "random" and model_spec.batch_norm:
-        # Fine-tuning keeps the pretrained backbone's BatchNorm statistics (see freeze_batch_statistics).
-        freeze_batch_statistics(model)
-    model = model.to(device)
-    k = micro_batches_per_step(cell.strategy, hp.accum_steps)
-    steps = len(dataset) // (hp.batch_size * k) * hp.epochs
-    adapted = apply_method(cell.method, model, method_hp, total_steps=steps, head=model_spec.head)
-    ranks = None
-    if config.rank is not None:
-        # Sharded before the optimizer is built: it must hold this process's shards, not the whole parameters.
-        shard_model(adapted.model, device, config.world_size)
-        ranks = Ranks(config.rank, config.world_size)
-    trainable = [p for p in adapted.model.parameters() if p.requires_grad]
-    # A method that trains nothing (a zero-shot baseline) gets no optimizer: its cell only evaluates.
-    optimizer = (build_optimizer(cell.optimizer, trainable, hp.lr * method_hp.lr_scale, fused=config.fused)
-                 if trainable else None)
-    return TrainState(model=adapted.model, optimizer=optimizer, dataset=dataset, batch_size=hp.batch_size,
-                      micro_batches_per_step=k, seed=config.seed, device=device,
-                      scheduler=_warmup_scheduler(optimizer, hp, steps) if optimizer is not None else None,
-                      after_step=adapted.after_step, scaler=make_scaler(device, config.precision), ranks=ranks,
-                      workers=config.workers)
-
-
-@dataclass(kw_only=True)
-class Built:
-    """A cell's state built before :func:`run_cell` (by :func:`build_cell`): what the public fixtures hand a
-    grid test, and then what the runner trains.
-
-    Attributes:
-        state: data, model (weights loaded, method applied), optimizer and scheduler; ``None`` if building failed.
-        weights: the starting weights, once resolved.
-        started: when building the model began (a one-off pretraining is the cache's cost): the record's start.
-        hp: the cell's sizes once its data was resolved (real data sets its own); ``None`` if that failed.
-        error: what building raised; :func:`run_cell` raises it again inside the cell, so it becomes the
-            cell's status (``oom``, ``error``, ``interrupted``) like a failure of its own build.
-    """
-
-    state: TrainState | None = None
-    weights: StartingWeights | None = None
-    started: float = 0.0
-    hp: HParams | None = None
-    error: BaseException | None = None
-
-
-def _use_device(device: torch.device) -> None:
-    if device.type == "cuda" and device.index is not None:
-        # Calls that take no device (empty_cache, library kernels) then use this cell's GPU, and a pinned
-        # xdist worker opens no context on GPU 0.
-        torch.cuda.set_device(device)
-
-
-def _build_into(target, cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
-                device: torch.device, dataset: Dataset) -> None:
-    """Starting weights, then model and optimizer on the cell's ``dataset``, into ``target`` (a :class:`Built` or
-    the cell's progress): whatever was resolved before a failure stays there for the record."""
-    target.weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
-                                      cache_dir=config.cache_dir, device=str(device), num_labels=hp.num_classes)
-    # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
-    target.started = time.time()
-    target.state = prepare_state(cell, config, hp, device, weights=target.weights, method_hp=method_hp,
-                                 dataset=dataset)
-
-
 def trains_prebuilt(cell: Cell, config: RunConfig) -> bool:
     """Whether :func:`run_cell` trains this cell once, in this process, from one build: the path that takes a
-    :class:`Built`. Not a cell it skips (with its reason), tunes or that tunes itself (a fresh model per trial),
-    isolates (built in its own process) or shards (built in each rank's process)."""
+    :class:`~gradeff.cell.build.Built`. Not a cell it skips (with its reason), tunes or that tunes itself (a fresh
+    model per trial), isolates (built in its own process) or shards (built in each rank's process)."""
     return (not config.isolate and cannot_run(cell, config) is None
             and not (config.tune is not None and METHODS[cell.method].trains)
             and not needs_self_tuning(cell, config)
             and not STRATEGIES[cell.strategy].shards)
-
-
-def build_cell(cell: Cell, config: RunConfig) -> Built:
-    """Build a cell's data, model and optimizer as :func:`run_cell` would, for ``run_cell(..., built=)``.
-
-    Never raises: a failure is kept in ``error`` for the cell's record. The caller owns the objects;
-    :func:`release` before the next cell's build drops what the previous one left.
-    """
-    built = Built(started=time.time())
-    device = resolve_device(config.device)
-    _use_device(device)
-    hp, method_hp, _ = cell_settings(cell, config)
-    try:
-        # As while training: a pretraining run on the way sees the same arithmetic.
-        with cell_arithmetic(cell, config):
-            dataset, built.hp = cell_data(cell, config, hp)
-            _build_into(built, cell, config, built.hp, method_hp, device, dataset)
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the build's failure is kept and becomes the cell's record
-        built.error = exc
-    return built
-
-
-@contextmanager
-def cell_arithmetic(cell: Cell, config: RunConfig):
-    """The conditions a cell is built and trained under, restored after it: its torch thread count
-    (:func:`intra_op_threads`), subnormal floats flushed to zero, and, unless the cell is compiled, no
-    ``torch.compile`` at all.
-
-    Subnormal floats (gradients and Adam moments of parameters that barely learn, e.g. an unused token) run
-    10-100x slower on CPUs; flushing them to zero, as GPUs do, keeps one such tensor from setting a cell's time (a
-    tiny DINOv2 step: 2.4 s with them, 0.1 s without). The flag is process-wide, so it is switched back to torch's
-    default after the cell: code that runs next (a user's own, a test of exact float laws) gets IEEE arithmetic.
-
-    An eager cell runs eager: a library may ``torch.compile`` its own functions (bitsandbytes compiles its generic
-    4-bit dequantisation, used on a CPU for a weight with an odd input width such as Vim's ``dt_proj``), which
-    would build C++ kernels inside the cell (20 s of a tiny Vim-S QLoRA cell's first evaluation under ``-n 2``)
-    and measure another implementation than the one the cell names. Under ``force_eager`` such a function runs
-    as written; a compiled cell (``--gradeff-compile``, the compiler's budget) keeps torch's default stance.
-    """
-    compiled = config.compile is not None or STRATEGIES[cell.strategy].budget == "compiler"
-    torch.set_flush_denormal(True)
-    try:
-        with intra_op_threads(config.threads), \
-                (nullcontext() if compiled else torch.compiler.set_stance("force_eager")):
-            yield
-    finally:
-        torch.set_flush_denormal(False)
-
-
-@contextmanager
-def intra_op_threads(threads: int | None):
-    """torch's intra-op thread count set to ``threads`` inside the block (``None``: left alone), then restored.
-
-    The thread count decides how a kernel splits its float sums, hence the last bits of every loss: a cell that
-    took its count from the machine or from how pytest was started (serial, ``-n 2``) would not repeat its own
-    numbers. The record's environment says the count the cell ran with.
-    """
-    if threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def release(device: torch.device | str) -> None:
-    """What the runner does after each cell it built itself: free the last cell's tensors, freeze what survives."""
-    _release(resolve_device(device) if isinstance(device, str) else device)
-
-
-def _release(device: torch.device) -> None:
-    # Drop the cell's tensors before the next cell so peaks and OOMs do not leak across cells.
-    gc.collect()
-    # What survives a cell is the session's own (imported modules, cached datasets): freezing it keeps
-    # the next cell's full collection from walking the hundreds of thousands of objects transformers,
-    # peft and torch import (0.2 s per cell on two cores). Frozen objects are still freed by reference
-    # counting; only cycles among them would stay.
-    gc.freeze()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _state_bytes(optimizer_key: str, model: torch.nn.Module) -> int:
@@ -331,9 +146,10 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, 
         config: profile, seed, epochs, device, starting weights, tuning.
         timer: runs the epoch function ``epochs`` times and the held-out evaluation after each,
             untimed; pass pytest-benchmark's pedantic wrapper to time each epoch as a benchmark round.
-        built: the cell's state from :func:`build_cell`, trained instead of a build of the runner's own: only
-            where :func:`trains_prebuilt` holds (tuning and isolation build their own models). The caller
-            keeps the objects and releases them (:func:`release`) before the next cell's build.
+        built: the cell's state from :func:`~gradeff.cell.build.build_cell`, trained instead of a build of the
+            runner's own: only where :func:`trains_prebuilt` holds (tuning and isolation build their own models).
+            The caller keeps the objects and releases them (:func:`~gradeff.cell.build.release`) before the next
+            cell's build.
         metering: the meters to record the epochs with (default: new ones).
 
     Returns:
@@ -390,7 +206,7 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
     hp, method_hp, rate = cell_settings(cell, config)
     reason = cannot_run(cell, config)
     device = resolve_device(config.device)
-    _use_device(device)
+    use_device(device)
     status, detail, failed_step = "ok", "", None
     if metering is None:
         metering = EpochMetering(device=device, settings=config.meters)
@@ -421,7 +237,7 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
     progress = None  # the cell's model and optimizer are released before the next cell
     if built is None:
         # A prebuilt state is its owner's: released (see release) before the next cell's build.
-        _release(device)
+        release(device)
     return record
 
 
@@ -463,7 +279,7 @@ def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
     inference cost, no strategy, no epochs.
     """
     if built is None:
-        _build_into(progress, cell, config, hp, method_hp, device, dataset)
+        build_into(progress, cell, config, hp, method_hp, device, dataset)
     else:
         progress.weights, progress.started, progress.state = built.weights, built.started, built.state
         if built.error is not None:

@@ -25,15 +25,9 @@ is a bidirectional selective state-space model instead of attention:
 * **Head**: a final RMSNorm, the class token's state, and a linear ``classifier`` (with bias).
 
 The selective scan ``h_t = exp(Δ_t A) ⊙ h_{t-1} + Δ_t B_t x_t``, ``y_t = C_t · h_t + D x_t`` runs as the parallel
-(Blelloch) scan of ``mambapy.pscan``; both directions, stacked on a direction axis, go through one scan call.
-The factors ``exp(Δ A)`` lie in (0, 1] because ``Δ >= 0`` and ``A < 0``, and the scan only multiplies them, so
-nothing can overflow (no cumulative sums of ``Δ A`` are ever exponentiated); the scan is made of
-deterministic element-wise ops, so recomputing a layer under activation checkpointing reproduces it bit
-for bit. ``pscan`` pads the sequence to the next power of two internally (197 tokens at 224 px -> 256);
-lengths just past a power of two (17 and 65 tokens in the CPU profiles) are scanned as a power-of-two head
-and a carried tail instead (see :func:`parallel_scan`). Unlike the fused CUDA kernel of ``mamba_ssm``, this
-path materialises the ``(batch, length, 2, d_state, d_inner)`` discretised inputs and states, which dominate
-both the step time and the activation memory.
+scan of :mod:`gradeff.models.vim_scan`; both directions, stacked on a direction axis, go through one scan call.
+Unlike the fused CUDA kernel of ``mamba_ssm``, this path materialises the ``(batch, length, 2, d_state, d_inner)``
+discretised inputs and states, which dominate both the step time and the activation memory.
 
 Published numbers: Vim-S uses ``embed_dim=384``, ``depth=24``, patch 16 / stride 16, RMSNorm (eps 1e-5),
 ``d_state=16``, ``expand=2``, ``d_conv=4``, ``dt_rank = ceil(384 / 16) = 24`` (the reference's
@@ -51,11 +45,9 @@ zero head bias.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from mambapy.pscan import pscan
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
@@ -64,6 +56,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClass
 
 from gradeff.models._layers import DropPath
 from gradeff.models._weights import classifier_builders
+from gradeff.models.vim_scan import SCANS
 
 __all__ = [
     "CONFIGS",
@@ -74,8 +67,6 @@ __all__ = [
     "VimModel",
     "build",
     "config",
-    "parallel_scan",
-    "sequential_scan",
 ]
 
 CONFIGS: dict[str, dict] = {
@@ -149,8 +140,8 @@ class VimConfig(PretrainedConfig):
         scan_impl: str = "parallel",
         **kwargs,
     ):
-        if scan_impl not in _SCANS:
-            raise ValueError(f"scan_impl must be one of {sorted(_SCANS)}, got {scan_impl!r}")
+        if scan_impl not in SCANS:
+            raise ValueError(f"scan_impl must be one of {sorted(SCANS)}, got {scan_impl!r}")
         self.image_size = image_size
         self.patch_size = patch_size
         self.stride = stride
@@ -186,54 +177,6 @@ class VimConfig(PretrainedConfig):
         """Patch tokens per image (the sequence has one more: the class token)."""
         side = (self.image_size - self.patch_size) // self.stride + 1
         return side * side
-
-
-def parallel_scan(decay: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
-    """``h_t = decay_t ⊙ h_{t-1} + inputs_t`` (``h_{-1} = 0``) for all ``t`` by ``mambapy``'s parallel scan.
-
-    ``pscan`` pads the length to the next power of two, and its cost grows with the padded length. A
-    sequence just past a power of two (``2^k + 1`` tokens: a square grid of patches plus the class token)
-    would nearly double it, so such lengths are cut into a power-of-two head and the rest, the head's last
-    state entering the rest's first step (``inputs_0 += decay_0 ⊙ h_head``): the same recurrence, exactly.
-    Lengths whose padding costs less than half their size (197 at 224 px -> 256) take a single call.
-
-    Args:
-        decay, inputs: ``(batch, length, groups, elements)``: ``mambapy``'s ``(B, L, D, N)``, the last two
-            axes being independent recurrences.
-
-    Returns:
-        The states ``h``, same shape.
-    """
-    length = inputs.shape[1]
-    if length == 1:
-        return inputs
-    padded = 1 << (length - 1).bit_length()
-    if 3 * length > 2 * padded:
-        return pscan(decay, inputs)
-    head = padded // 2
-    # split (not slicing): its backward concatenates the two gradients instead of zero-filling each.
-    decay_head, decay_tail = decay.split([head, length - head], dim=1)
-    inputs_head, inputs_tail = inputs.split([head, length - head], dim=1)
-    states = pscan(decay_head, inputs_head)
-    first = inputs_tail[:, :1] + decay_tail[:, :1] * states[:, -1:]
-    inputs_tail = torch.cat([first, inputs_tail[:, 1:]], dim=1)
-    return torch.cat([states, parallel_scan(decay_tail, inputs_tail)], dim=1)
-
-
-def sequential_scan(decay: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
-    """The same recurrence as :func:`parallel_scan`, one step at a time (a reference and a baseline)."""
-    state = torch.zeros_like(inputs[:, 0])
-    states = []
-    for t in range(inputs.shape[1]):
-        state = decay[:, t] * state + inputs[:, t]
-        states.append(state)
-    return torch.stack(states, dim=1)
-
-
-_SCANS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "parallel": parallel_scan,
-    "sequential": sequential_scan,
-}
 
 
 class VimRMSNorm(nn.Module):
@@ -290,7 +233,7 @@ class VimMixer(nn.Module):
         self.state_size = config.state_size
         self.dt_rank = config.dt_rank
         self.divide_output = config.divide_output
-        self.scan = _SCANS[config.scan_impl]
+        self.scan = SCANS[config.scan_impl]
         self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=False)
 
         def conv() -> nn.Conv1d:

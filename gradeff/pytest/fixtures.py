@@ -34,7 +34,6 @@ Datasets are built once per session (per task, sizes and seed); the model and op
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,11 +43,11 @@ from typing import Any
 import pytest
 
 from gradeff.cell import stop
-from gradeff.cell.devices import resolve_device
 from gradeff.data import TASKS
 from gradeff.methods import METHODS
 from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
+from gradeff.pytest.fixture_setup import CUSTOM_GRID, FixtureSetup, bench_id, bench_name, cell_setup
 from gradeff.pytest.options import SETTINGS, run_config
 from gradeff.records.results import EpochRecord, Summary
 from gradeff.specs.registry import UnknownKeyError
@@ -64,131 +63,12 @@ from gradeff.studies.grid import Cell, incompatibility
 __all__ = ["BenchData", "BenchMeters", "EpochLog", "gradeff_data", "gradeff_meters", "gradeff_method",
            "gradeff_model", "gradeff_optimizer"]
 
-CUSTOM_GRID = "custom"
-
 
 def _param(request: pytest.FixtureRequest, name: str, default: str | None = None) -> str | None:
     callspec = getattr(request.node, "callspec", None)
     if callspec is not None and name in callspec.params:
         return callspec.params[name]
     return default
-
-
-def _bench_name(test_name: str) -> str:
-    """A benchmark's strategy key: its test's name without ``test_`` (``test_my_step`` → ``my_step``)."""
-    return re.sub(r"[^a-z0-9_]", "_", test_name.lower().removeprefix("test_")) or "bench"
-
-
-def _bench_id(model: str, optimizer: str, bench: str, method: str, dataset: str | None) -> str:
-    """``model-optimizer-bench``, then the method and the dataset where they depart from the full model on its own
-    task: the main study's ids with the benchmark as the strategy (``llm-adam-my_step-lora``)."""
-    own_task = MODELS[model].task if model in MODELS else None
-    return "-".join([model, optimizer, bench, *([method] if method != "full" else []),
-                     *([dataset] if dataset is not None and dataset != own_task else [])])
-
-
-def bench_cell_id(item) -> str | None:
-    """The cell id a collected test of the public fixtures records (``llm-adam-my_step``), or ``None``.
-
-    Known at collection, so the gate counts a benchmark among the cells a session selected.
-    """
-    callspec = getattr(item, "callspec", None)
-    params = callspec.params if callspec is not None else {}
-    if "gradeff_meters" not in getattr(item, "fixturenames", ()) or params.get("gradeff_model") is None:
-        return None
-    return _bench_id(params["gradeff_model"], params.get("gradeff_optimizer", "adamw"), _bench_name(item.originalname),
-                     params.get("gradeff_method", "full"), params.get("gradeff_data"))
-
-
-@dataclass(kw_only=True)
-class _Setup:
-    """One benchmark's or grid cell's cell, settings and sizes, shared by the public fixtures of a test.
-
-    Data, model and optimizer are built as the runner builds them (``cell_data``, ``build_cell``), and a
-    grid cell's build is the one :func:`gradeff.cell.run.run_cell` trains: one path from the registries to the
-    tensors.
-
-    Attributes:
-        grid: the test is a grid cell (parametrized with ``cell``): the fixtures are what the runner trains,
-            and a failing build is kept for the cell's record instead of raised.
-    """
-
-    cell: Any
-    config: Any
-    # The settings the runner builds the cell's optimizer with (its rate as the protocol sets it): what the data is
-    # sized by and what a benchmark's record names.
-    planned: Any
-    device: Any
-    settings: Any
-    bench: str = ""
-    grid: bool = False
-    weights: Any = None
-    state: Any = None
-    dataset: Any = None
-    built: Any = None
-    # The pytest session's configuration: where the session keeps its records, and for a grid cell whether
-    # --gradeff-resume keeps its earlier one.
-    pytest_config: Any = None
-
-    @classmethod
-    def of(cls, cell, config, settings, **fields) -> _Setup:
-        from gradeff.cell.plan import cell_settings  # noqa: PLC0415 - torch, see the imports
-
-        return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
-                   planned=cell_settings(cell, config), **fields)
-
-    @property
-    def hp(self):
-        return self.planned.hp
-
-    def builds(self) -> bool:
-        """Whether the fixtures build anything: a grid cell's only where the runner trains one build in this
-        process (not a skipped, already recorded, tuned, isolated or sharded cell)."""
-        from gradeff.cell.run import trains_prebuilt  # noqa: PLC0415 - torch, see the imports
-
-        if not self.grid:
-            return True
-        from gradeff.pytest.resume import judge  # noqa: PLC0415 - registered plugin, see the imports
-
-        judgement = judge(self.pytest_config, self.cell, self.config.seed) if self.pytest_config else None
-        return not (judgement is not None and judgement.reuse) and trains_prebuilt(self.cell, self.config)
-
-    def build(self):
-        """The cell's :class:`gradeff.cell.run.Built`, built once (``None`` where the runner builds its own)."""
-        if self.built is None and self.builds():
-            from gradeff.cell.run import build_cell, release  # noqa: PLC0415 - torch, see the imports
-
-            # The previous test has let go of its model by now: free it before this one's peak is measured.
-            release(self.device)
-            self.built = build_cell(self.cell, self.config)
-            if self.built.error is not None and not self.grid:
-                raise self.built.error
-            self.weights, self.state = self.built.weights, self.built.state
-            if self.state is not None:
-                self.dataset = self.state.dataset
-        return self.built
-
-    def data(self):
-        if self.dataset is None:
-            from gradeff.cell.plan import cell_data  # noqa: PLC0415 - torch, see the imports
-
-            # Real data sets its own sizes (rows, classes): the hyper-parameters follow, as in a cell.
-            self.dataset, hp = cell_data(self.cell, self.config, self.hp)
-            self.planned = self.planned._replace(hp=hp)
-        return self.dataset
-
-    def train_state(self):
-        """The built state (``None`` for a grid cell the fixtures do not build, or whose build failed)."""
-        if self.state is None:
-            if not self.grid:
-                self.data()
-            self.build()
-        return self.state
-
-
-def cell_setup(config: pytest.Config, cell, seed: int) -> _Setup:
-    """The setup of a grid cell (what ``gradeff_cell`` runs): the public fixtures' source in a grid test."""
-    return _Setup.of(cell, run_config(config, seed), config.stash[SETTINGS], grid=True, pytest_config=config)
 
 
 @pytest.fixture
@@ -210,7 +90,7 @@ def gradeff_method(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_method: str) -> _Setup:
+def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_method: str) -> FixtureSetup:
     cell = _param(request, "cell")
     if isinstance(cell, Cell):
         # A grid test: the fixtures are its cell's, built as the runner trains them.
@@ -226,10 +106,10 @@ def _gradeff_setup(request: pytest.FixtureRequest, gradeff_seed: int, gradeff_me
         dataset = TASKS[_param(request, "gradeff_data", spec.task)].key
     except UnknownKeyError as exc:
         pytest.fail(f"{request.node.nodeid}: {exc}", pytrace=False)
-    bench = _bench_name(request.node.originalname)
+    bench = bench_name(request.node.originalname)
     # Built as the main study's cell of these keys with the standard strategy: the user's loop is the strategy.
     cell = Cell(model, optimizer, "standard", method=gradeff_method, dataset=dataset)
-    setup = _Setup.of(cell, run_config(request.config, gradeff_seed), settings, bench=bench,
+    setup = FixtureSetup.of(cell, run_config(request.config, gradeff_seed), settings, bench=bench,
                       pytest_config=request.config)
     reason = incompatibility(cell)
     if reason is not None:
@@ -296,7 +176,7 @@ class BenchData:
 
 
 @pytest.fixture
-def gradeff_data(_gradeff_setup: _Setup) -> BenchData:
+def gradeff_data(_gradeff_setup: FixtureSetup) -> BenchData:
     """The data of the benchmark's task (``indirect`` parameter: a dataset key; default: the model's own task).
 
     Built once per session for each task, sizes and seed, and shared with the grid's cells. In a grid test, the
@@ -315,7 +195,7 @@ def gradeff_data(_gradeff_setup: _Setup) -> BenchData:
 
 
 @pytest.fixture
-def gradeff_model(_gradeff_setup: _Setup):
+def gradeff_model(_gradeff_setup: FixtureSetup):
     """A fresh model of the registry key it is parametrized with (``indirect=True``), on the session's device.
 
     Built as a grid cell builds it: the same seed, the profile's size, the task's classes, and the same
@@ -332,7 +212,7 @@ def gradeff_model(_gradeff_setup: _Setup):
 
 
 @pytest.fixture
-def gradeff_optimizer(_gradeff_setup: _Setup, gradeff_model):
+def gradeff_optimizer(_gradeff_setup: FixtureSetup, gradeff_model):
     """The optimizer of the key it is parametrized with (default AdamW) over the model's trainable parameters,
     at the model's learning rate, as a grid cell builds it; in a grid test the cell's (see ``gradeff_model``)."""
     state = _gradeff_setup.train_state()
@@ -376,7 +256,7 @@ class BenchMeters:
     ``record`` is the cell's record and ``epochs_meters`` its epochs' meter records.
     """
 
-    def __init__(self, setup: _Setup):
+    def __init__(self, setup: FixtureSetup):
         self._setup = setup
         self._metering = None
         self._epochs: list = []
@@ -528,7 +408,7 @@ class BenchMeters:
         return cell_record(
             cell, config, device=str(setup.device), started=self._started, finished=finished, dataset=dataset,
             model=setup.state.model if setup.state is not None else None, weights=setup.weights,
-            cell=_bench_id(cell.model, cell.optimizer, setup.bench, cell.method, cell.dataset), grid=CUSTOM_GRID,
+            cell=bench_id(cell.model, cell.optimizer, setup.bench, cell.method, cell.dataset), grid=CUSTOM_GRID,
             strategy=setup.bench, status=status, detail=detail, epochs=epochs,
             summary=Summary.of(list(epochs), finished - self._started, untrained=self._untrained,
                                floor=heldout.loss_floor if heldout is not None else None),
@@ -539,6 +419,6 @@ class BenchMeters:
 
 
 @pytest.fixture
-def gradeff_meters(_gradeff_setup: _Setup) -> BenchMeters:
+def gradeff_meters(_gradeff_setup: FixtureSetup) -> BenchMeters:
     """RAM, GPU and energy meters around a benchmark of your own; its record goes to the results file."""
     return BenchMeters(_gradeff_setup)

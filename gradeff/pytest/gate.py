@@ -16,12 +16,10 @@ from pathlib import Path
 from gradeff.gate.compare import build_parser, load_results
 from gradeff.gate.comparison import UnusableInput
 from gradeff.gate.portability import perturbed_path
+from gradeff.pytest.fixture_setup import bench_cell_id
 from gradeff.records.outputs import colliding_outputs
 from gradeff.records.results import CellRecord
 from gradeff.records.store import read_records
-
-# The modules gradeff.pytest.plugin's pytest_plugins registers are imported inside functions: pytest marks each for
-# assertion rewriting as it registers it, and warns about one imported before (noqa: PLC0415 - registered plugin).
 
 __all__ = ["LAST_SESSION_CELLS", "LAST_SESSION_RECORDS", "cell_of_nodeid", "cells_of_items", "current_records",
            "path_conflicts", "session_files"]
@@ -90,9 +88,7 @@ _SEED_SUFFIX = re.compile(r"-seed\d+$")
 
 def cells_of_items(items: Iterable) -> list[str]:
     """Cell ids of the collected grid tests (those parametrized with a ``cell``) and benchmarks written with the
-    public fixtures (:func:`gradeff.pytest.fixtures.bench_cell_id`), in order, once each."""
-    from gradeff.pytest.fixtures import bench_cell_id  # noqa: PLC0415 - registered plugin, see the imports
-
+    public fixtures (:func:`gradeff.pytest.fixture_setup.bench_cell_id`), in order, once each."""
     found = []
     for item in items:
         callspec = getattr(item, "callspec", None)

@@ -12,15 +12,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
-import sys
-import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
-from gradeff.analysis.sequential import SeedPlan
 from gradeff.cell import stop
 from gradeff.cell.devices import pin_worker_device, resolve_device
 from gradeff.cell.distributed import add_options as add_world_size_option
@@ -28,7 +24,6 @@ from gradeff.cell.distributed import read_world_size
 from gradeff.cell.environment import environment
 from gradeff.cell.precision import add_options as add_precision_options
 from gradeff.cell.precision import read_precision
-from gradeff.cell.pretrain import pretrain_ahead
 from gradeff.cell.stop import raise_if_requested
 from gradeff.gate.compare import EXIT_REGRESSION, EXIT_UNUSABLE, arguments, headline, run
 from gradeff.models import MODELS
@@ -38,48 +33,48 @@ from gradeff.pytest.dryrun import dry_run_lines, plan_cell, plan_document, pretr
 from gradeff.pytest.fitting import terminal_width
 from gradeff.pytest.gate import cell_of_nodeid, cells_of_items, current_records, path_conflicts, session_files
 from gradeff.pytest.gate_verdict import HEADLINE, LastWord
+from gradeff.pytest.option_checks import benchmark_storage_given
 from gradeff.pytest.options import (
     DEFAULT_RESULTS,
     PRECISION,
     SETTINGS,
     WORLD_SIZE,
     add_options,
-    benchmark_storage_given,
     read_settings,
     run_config,
 )
-from gradeff.pytest.progress import PRETRAINED, STATUS, CellProgress
-from gradeff.pytest.schedule import fine_tuned_backbone, interleave_backbones, to_front
-from gradeff.pytest.seeding import Seeding, by_round
+from gradeff.pytest.pretraining import pretrain_selected
+from gradeff.pytest.progress import CellProgress
+from gradeff.pytest.schedule import fine_tuned_backbone, interleave_backbones, to_front, tunes_itself
+from gradeff.pytest.seeding import SEED_WHY, Seeding, by_round
+from gradeff.pytest.stop_signals import stop_like_ctrl_c
 from gradeff.pytest.summary import answer_lines, summary_lines
-from gradeff.pytest.workers import forward_to_workers
 from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError, write_text
-from gradeff.records.results import record_field
 from gradeff.records.safe_text import one_line
-from gradeff.records.store import read_records
 from gradeff.scale.shard import ShardPlan, read_shard, shard_items
 from gradeff.scale.shard import add_options as add_shard_options
 from gradeff.specs import hookspecs
 from gradeff.studies.extend import add_options as add_extension_options
 from gradeff.studies.extend import register_all, reset
-from gradeff.studies.grid import GRIDS, PLURALS, Cell, cells
+from gradeff.studies.grid import GRIDS, PLURALS, cells
 
 # The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch
-# (2.3 s); the plugin loads this module in every pytest session, so the functions that need them import them
-# (noqa: PLC0415 - torch).
+# (2.3 s): the plugin loads this module in every pytest session, so it imports none of them; the modules it imports
+# import them inside the functions that need them.
 
 # The modules pytest_plugins (below) registers are imported inside functions: pytest marks each for assertion
 # rewriting as it registers it, and warns about one imported before (noqa: PLC0415 - registered plugin).
 
 __all__ = ["DEFAULT_RESULTS", "grid_params"]
-# --gradeff-list (`gradeff list`): the registries after this session's registrations; the public fixtures of a
-# benchmark of one's own (gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters, gradeff_method); the file
-# pytest-benchmark's --benchmark-save will write, checked once its storage is open; what --gradeff-resume kept and
-# re-ran; the session's records kept in memory as well as on disk; the selected cells side by side with another
-# revision (--gradeff-ab); the session's figures into a history store (--gradeff-history).
-pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures", "gradeff.pytest.plugin_outputs",
-                  "gradeff.pytest.resume", "gradeff.pytest.session_records", "gradeff.pytest.ab",
-                  "gradeff.pytest.history"]
+# --gradeff-list (`gradeff list`): the registries after this session's registrations; the cell fixtures (gradeff_cell,
+# gradeff_seed, gradeff_threads); the public fixtures of a benchmark of one's own (gradeff_model, gradeff_data,
+# gradeff_optimizer, gradeff_meters, gradeff_method); the file pytest-benchmark's --benchmark-save will write, checked
+# once its storage is open; what --gradeff-resume kept and re-ran; the session's records kept in memory as well as
+# on disk; the selected cells side by side with another revision (--gradeff-ab); the session's figures into a history
+# store (--gradeff-history).
+pytest_plugins = ["gradeff.pytest.listing", "gradeff.pytest.fixtures", "gradeff.pytest.cell_fixture",
+                  "gradeff.pytest.plugin_outputs", "gradeff.pytest.resume", "gradeff.pytest.session_records",
+                  "gradeff.pytest.ab", "gradeff.pytest.history"]
 _SESSION_KEY = "gradeff_session"
 
 
@@ -97,57 +92,6 @@ def pytest_addhooks(pluginmanager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def _stop_like_ctrl_c(*, controller: bool = False, worker: bool = False) -> None:
-    """SIGTERM (what CI timeouts and schedulers send) stops the run as Ctrl-C does; a second signal ends it at once.
-
-    The first SIGINT or SIGTERM raises KeyboardInterrupt in the main thread: the running cell is recorded
-    ``interrupted`` (by that signal), the summary is printed and the results file stays whole. A second one, while
-    that is happening, exits without a traceback (status 128 + signal number, the shell's convention). A pytest-xdist
-    ``controller`` passes the first on to its workers (:mod:`gradeff.pytest.workers`); a ``worker`` takes no later
-    interrupt for a second signal (xdist's shutdown interrupts it too), so it is never cut off writing its record.
-    """
-    received: list[int] = []
-    stop.clear()
-
-    def handler(signum, frame):
-        received.append(signum)
-        if len(received) == 1:
-            why = f"signal {signal.Signals(signum).name}"
-            stop.request(why)
-            if controller:
-                forward_to_workers(signum)
-            if _safe_to_raise_in(frame):
-                raise KeyboardInterrupt(why)
-            # Raised inside a __del__, Python would print it as ignored and go on; raised at an instruction without a
-            # line number, pytest's report of it fails and the session ends in an internal error (status 1). The next
-            # optimizer step, test setup or the session's end raises it instead (gradeff.cell.stop).
-            return
-        if worker:
-            return  # the controller ends its workers (and kills one that does not end)
-        sys.stderr.write(f"\ngradeff: second {signal.Signals(signum).name}, stopping now\n")
-        sys.stderr.flush()
-        os._exit(128 + signum)
-
-    # Only the main thread may install handlers (an embedding program may configure pytest elsewhere).
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, handler)
-
-
-def _safe_to_raise_in(frame) -> bool:
-    """Whether a KeyboardInterrupt raised in the interrupted code reaches pytest whole.
-
-    Not inside an object's ``__del__``, where Python drops an exception; not where a frame of the interrupted stack
-    sits at an instruction without a line number (Python 3.11 has them in a ``with`` statement's set-up), where the
-    traceback entry's line is None and pytest's rendering of the interruption raises TypeError.
-    """
-    while frame is not None:
-        if frame.f_code.co_name == "__del__" or frame.f_lineno is None:
-            return False
-        frame = frame.f_back
-    return True
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A stop requested while its KeyboardInterrupt was swallowed: no further test starts. Under --gradeff-seeds
@@ -155,7 +99,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     raise_if_requested()
     seeding = item.config.stash.get(_SEEDING, None)
     if seeding is not None:
-        item.stash[_SEED_WHY] = seeding.decide(item)
+        item.stash[SEED_WHY] = seeding.decide(item)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -200,7 +144,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # The controller names the session; xdist workers inherit the name so the summary can find
     # exactly this session's records in an append-only file that may hold earlier runs.
     workerinput = getattr(config, "workerinput", None)
-    _stop_like_ctrl_c(controller=workerinput is None and config.getoption("dist", "no") != "no",
+    stop_like_ctrl_c(controller=workerinput is None and config.getoption("dist", "no") != "no",
                       worker=workerinput is not None)
     session = workerinput[_SESSION_KEY] if workerinput and _SESSION_KEY in workerinput else uuid.uuid4().hex[:12]
     if workerinput is not None:
@@ -262,9 +206,8 @@ def grid_params(grid: str = "main", **axes) -> list:
 
 _SHARD = pytest.StashKey[ShardPlan | None]()
 _SHARD_LINE = pytest.StashKey[str]()
-# --gradeff-seeds auto: the session's plan at work, and why an item's further seed runs.
+# --gradeff-seeds auto: the session's plan at work.
 _SEEDING = pytest.StashKey["Seeding"]()
-_SEED_WHY = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(trylast=True)
@@ -277,26 +220,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     if SETTINGS in config.stash and not config.option.collectonly:
         # Only for a run: deciding it builds the cells' settings (torch and the registries' modules), which a listing
         # of the cells does without.
-        items[:] = to_front(items, lambda item: _tunes_itself(config, item))
+        items[:] = to_front(items, lambda item: tunes_itself(config, item))
     seeding = config.stash.get(_SEEDING, None)
     if seeding is not None:
         # Round by round: every cell's first seeds, then every cell's next one; a further seed's decision waits only
         # for earlier rounds, which xdist hands out first.
         items[:] = by_round(items, seeding.seeds)
         seeding.collected(items)
-
-
-def _tunes_itself(config: pytest.Config, item: pytest.Item) -> bool:
-    """Whether a collected grid test's cell searches its own rate in this session (:mod:`gradeff.cell.self_tune`)."""
-    from gradeff.cell.self_tune import needs_self_tuning  # noqa: PLC0415 - torch, see the imports
-
-    cell = getattr(getattr(item, "callspec", None), "params", {}).get("cell")
-    if not isinstance(cell, Cell):
-        return False
-    try:
-        return needs_self_tuning(cell, run_config(config, config.stash[SETTINGS].seeds[0]))
-    except Exception:  # noqa: BLE001 - a cell that cannot be planned says why when it runs; here it keeps its place
-        return False
 
 
 def _keep_shard(config: pytest.Config, items: list) -> None:
@@ -318,7 +248,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     config = session.config
     named = config.getoption("gradeff_dry_run")
     if named is None:
-        _pretrain_ahead(session)
+        pretrain_selected(session)
         return None
     settings = config.stash[SETTINGS]
     target = target_for(named, settings.device, precision=config.stash[PRECISION],
@@ -350,26 +280,6 @@ def _write_plan_json(session: pytest.Session, plans: list, target, pretraining: 
     _write_session_file(config, Path(config.getoption("gradeff_dry_run_json")), json.dumps(document, indent=1) + "\n")
 
 
-def _pretrain_ahead(session: pytest.Session) -> None:
-    """Pretrain the selected cells' backbones before the first cell, each by the process that claims it first
-    (:func:`gradeff.cell.pretrain.pretrain_ahead`): under pytest-xdist the workers pretrain side by side. Not on
-    xdist's controller (it runs no cell), nor in a session that runs none."""
-    config = session.config
-    if config.option.collectonly or config.pluginmanager.get_plugin("dsession") is not None or not session.items:
-        return
-    from gradeff.cell.run import intra_op_threads  # noqa: PLC0415 - torch, see the imports
-
-    settings = config.stash[SETTINGS]
-    needed = [(model, item.callspec.params.get("gradeff_seed", settings.seed)) for item in session.items
-              if (model := fine_tuned_backbone(item)) is not None]
-    if not needed:
-        return
-    # The cells' thread count: it is part of a pretraining's recipe (see gradeff.cell.pretrain).
-    with intra_op_threads(settings.threads):
-        pretrain_ahead(needed, settings.profile, local=dict(settings.weights), cache_dir=settings.cache_dir,
-                       device=str(resolve_device(settings.device)))
-
-
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     line = config.stash.get(_SHARD_LINE, None)
     return [line] if line else []
@@ -391,137 +301,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # Repeats: one call per cell and seed (llm-adam-accum-seed1). With one seed the ids stay the cells' own,
         # so -k selections and baselines keep working.
         metafunc.parametrize("gradeff_seed", settings.seeds, ids=[f"seed{seed}" for seed in settings.seeds])
-
-
-@pytest.fixture
-def gradeff_seed(request: pytest.FixtureRequest) -> int:
-    """The seed a cell runs with: ``--gradeff-seed``, or one of ``--gradeff-seeds`` (grid tests are parametrized)."""
-    return request.config.stash[SETTINGS].seed
-
-
-@pytest.fixture
-def gradeff_threads(request: pytest.FixtureRequest):
-    """torch's intra-op threads set to the session's ``--gradeff-threads`` for a test that trains outside a cell.
-
-    A cell sets its own count; a benchmark that runs torch itself (the measurement overhead, CG's test problems)
-    would otherwise take torch's default, one thread per core: under ``-n 2`` that is three busy threads on two
-    cores, and torch's workers spin waiting for the core the other worker holds. Yields the count.
-    """
-    from gradeff.cell.run import intra_op_threads  # noqa: PLC0415 - torch, see the imports
-
-    threads = request.config.stash[SETTINGS].threads
-    with intra_op_threads(threads):
-        yield threads
-
-
-@pytest.fixture
-def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
-    """Run a cell (a :class:`~gradeff.studies.grid.Cell`, or its keys: ``gradeff_cell(model, optimizer, strategy,
-    method=, dataset=, grid=)``): time each epoch with ``benchmark``, append the record, return it.
-
-    The record goes to the results file the moment the cell ends (also under pytest-xdist, where
-    pytest-benchmark switches itself off and the epochs are then timed by the loop alone).
-
-    The test's own cell is trained from its public fixtures (``gradeff_model``, ``gradeff_optimizer``,
-    ``gradeff_data``: the objects the test received, built at its setup) and recorded with its
-    ``gradeff_meters``; another cell from a build of its own, the same way.
-    """
-    from gradeff.cell.run import run_cell  # noqa: PLC0415 - torch, see the imports
-    from gradeff.pytest.fixtures import cell_setup  # noqa: PLC0415 - registered plugin, see the imports
-    from gradeff.pytest.session_records import keep  # noqa: PLC0415 - registered plugin, see the imports
-
-    settings = request.config.stash[SETTINGS]
-    callspec = getattr(request.node, "callspec", None)
-    own = callspec.params.get("cell") if callspec is not None else None
-
-    used: dict[str, object] = {}
-
-    def timer(epoch_fn, rounds, after_epoch):
-        # pytest-benchmark's fixture is requested here, when a cell times its epochs: a cell that ends before
-        # training (a budget out of reach, a failed build) would leave it unused, which it warns about.
-        benchmark = used["benchmark"] = request.getfixturevalue("benchmark")
-        benchmark.group = used["group"]
-        if benchmark.disabled:
-            # Disabled (--benchmark-disable, or under xdist) pedantic runs its target once:
-            # hand it all epochs, timed by the loop.
-            benchmark.pedantic(lambda: [(epoch_fn(), after_epoch()) for _ in range(rounds)])
-        else:
-            # One round per epoch: --benchmark-json then holds every epoch's time; the held-out
-            # evaluation runs in the round's teardown, outside its timing.
-            benchmark.pedantic(epoch_fn, rounds=rounds, iterations=1, warmup_rounds=0,
-                               teardown=lambda: after_epoch())
-
-    def run(cell: Cell | str, optimizer: str | None = None, strategy: str | None = None, method: str | None = None,
-            dataset: str | None = None, grid: str = "main"):
-        if not isinstance(cell, Cell):
-            given = {"optimizer": optimizer, "strategy": strategy, "method": method, "dataset": dataset}
-            # An axis the test does not pass is the one value its grid holds it at.
-            axes = {axis: value if value is not None else GRIDS[grid].fixed_value(axis, cell)
-                    for axis, value in given.items()}
-            cell = Cell(cell, **axes, grid=grid)
-        from gradeff.pytest.resume import judge, note  # noqa: PLC0415 - registered plugin, see the imports
-
-        judgement = judge(request.config, cell, gradeff_seed)
-        if judgement is not None:
-            note(request.node, cell.id, gradeff_seed, judgement)
-            if judgement.reuse:
-                pytest.skip(f"--gradeff-resume: already recorded as {judgement.status} in {settings.results} (the "
-                            f"same experiment: {judgement.fingerprint})")
-        used["group"] = cell.model
-        if cell == own:
-            setup = request.getfixturevalue("_gradeff_setup")
-            meters = request.getfixturevalue("gradeff_meters") if "gradeff_meters" in request.fixturenames else None
-        else:
-            setup, meters = cell_setup(request.config, cell, gradeff_seed), None
-        built = setup.build()
-        metering = meters._new_metering() if meters is not None and not setup.config.isolate else None
-        record = run_cell(cell, setup.config, timer=timer, built=built, metering=metering)
-        del built, setup  # a hand-run cell's objects go with it; the test's own stay its fixtures'
-        plan = settings.seed_plan or SeedPlan(first=len(settings.seeds), most=len(settings.seeds), adaptive=False)
-        record = dataclasses.replace(record, seeding=plan.to_record(request.node.stash.get(_SEED_WHY, "")))
-        if meters is not None:
-            meters._recorded(record)
-        # On disk the moment the cell ends, and in memory: a full disk still gets the summary and the verdict.
-        keep(request.config, settings.results, record)
-        _tell_progress(request.node, record)
-        if record.status == "interrupted":
-            # The running cell is on file; now stop the session the way Ctrl-C always does.
-            raise KeyboardInterrupt
-        if "benchmark" in used:
-            used["benchmark"].extra_info.update(cell=record.cell, status=record.status, record=record.to_json())
-        return record
-
-    return run
-
-
-def _tell_progress(node: pytest.Item, record) -> None:
-    """The record's status, and a pretraining it ran, for the progress lines (user_properties reach the
-    controller under pytest-xdist too)."""
-    node.user_properties.append((STATUS, record.status))
-    info = record_field(record, "weights", "pretraining")
-    if isinstance(info, dict) and info.get("reused") is False and isinstance(info.get("seconds"), (int, float)):
-        node.user_properties.append((PRETRAINED, {"model": record.model, "seconds": float(info["seconds"])}))
-
-
-_SESSION_RECORDS = pytest.StashKey[tuple[list, list[str]]]()
-
-
-def _session_records(config: pytest.Config) -> tuple[list, list[str]]:
-    """This session's records and the results file's unreadable lines, read once at session end: the file's records
-    of the session, and those the disk refused, kept in memory (:mod:`gradeff.pytest.session_records`)."""
-    if _SESSION_RECORDS not in config.stash:
-        from gradeff.pytest.session_records import merged  # noqa: PLC0415 - registered plugin, see the imports
-
-        settings = config.stash[SETTINGS]
-        records: list = []
-        errors: list[str] = []
-        try:
-            if settings.results.exists():
-                records = [r for r in read_records(settings.results, errors=errors) if r.session == settings.session]
-        except OSError as exc:  # gone or unreadable now: the records kept in memory are the session's
-            errors.append(f"{settings.results}: cannot be read back ({exc.strerror or exc})")
-        config.stash[_SESSION_RECORDS] = (merged(config, records), errors)
-    return config.stash[_SESSION_RECORDS]
 
 
 _GATE = pytest.StashKey[tuple[int, str]]()
@@ -612,12 +391,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if seeding is not None:
         # The skipped seeds' ledger served the workers' decisions; each skip is in the session's test report.
         seeding.ledger.unlink(missing_ok=True)
-    from gradeff.pytest.session_records import lost_writes  # noqa: PLC0415 - registered plugin, see the imports
+    from gradeff.pytest.session_records import lost_writes, of_session  # noqa: PLC0415 - registered plugin, see the imports
 
     # Records the disk refused (here or in a worker): each said in one line, and the session exits 74.
     config.stash[_UNWRITTEN].extend(lost_writes(config))
 
-    records, _ = _session_records(config)
+    records, _ = of_session(config)
     from gradeff.pytest.resume import kept_runs  # noqa: PLC0415 - registered plugin, see the imports
 
     records = current_records(records, settings.results, kept_runs(config))
@@ -666,7 +445,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     settings = config.stash.get(SETTINGS, None)
     if settings is None:
         return
-    records, errors = _session_records(config)
+    from gradeff.pytest.session_records import of_session  # noqa: PLC0415 - registered plugin, see the imports
+
+    records, errors = of_session(config)
     if not records:
         return
     def write(line: str) -> None:

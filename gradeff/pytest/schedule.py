@@ -20,10 +20,16 @@ from collections.abc import Callable, Hashable, Sequence
 from itertools import zip_longest
 from typing import TypeVar
 
+import pytest
+
 from gradeff.models import MODELS
+from gradeff.pytest.options import SETTINGS, run_config
 from gradeff.studies.grid import Cell
 
-__all__ = ["fine_tuned_backbone", "interleave_backbones", "to_front"]
+# The modules that build, train and meter a cell import torch (2.3 s); the plugin loads this module in every pytest
+# session, so the functions that need them import them (noqa: PLC0415 - torch).
+
+__all__ = ["fine_tuned_backbone", "interleave_backbones", "to_front", "tunes_itself"]
 
 T = TypeVar("T")
 _GAP = object()  # fills a backbone's turns once its cells have run out
@@ -62,3 +68,16 @@ def to_front(items: Sequence[T], first: Callable[[T], bool]) -> list[T]:
     flags = [first(item) for item in items]
     return [item for item, flag in zip(items, flags, strict=True) if flag] + \
         [item for item, flag in zip(items, flags, strict=True) if not flag]
+
+
+def tunes_itself(config: pytest.Config, item: pytest.Item) -> bool:
+    """Whether a collected grid test's cell searches its own rate in this session (:mod:`gradeff.cell.self_tune`)."""
+    from gradeff.cell.self_tune import needs_self_tuning  # noqa: PLC0415 - torch, see the imports
+
+    cell = getattr(getattr(item, "callspec", None), "params", {}).get("cell")
+    if not isinstance(cell, Cell):
+        return False
+    try:
+        return needs_self_tuning(cell, run_config(config, config.stash[SETTINGS].seeds[0]))
+    except Exception:  # noqa: BLE001 - a cell that cannot be planned says why when it runs; here it keeps its place
+        return False

@@ -30,7 +30,10 @@ from gradeff.analysis.sequential import SeedPlan, contention
 from gradeff.records.results import CellRecord
 from gradeff.records.store import read_records
 
-__all__ = ["WAIT_SECONDS", "Seeding", "by_round", "group_key"]
+__all__ = ["SEED_WHY", "WAIT_SECONDS", "Seeding", "by_round", "group_key"]
+
+# Why an item's further seed runs: decided when its test starts (pytest_runtest_setup), recorded with its cell.
+SEED_WHY = pytest.StashKey[str]()
 
 # How long a decision waits for the earlier seeds of its group before deciding on what is there (a worker that died
 # mid-cell leaves neither a record nor a skip behind).

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import pytest
 
+from gradeff.pytest.options import SETTINGS
 from gradeff.records.outputs import OutputError
 from gradeff.records.results import CellRecord
-from gradeff.records.store import append_record
+from gradeff.records.store import append_record, read_records
 
-__all__ = ["keep", "lost_writes", "merged"]
+__all__ = ["keep", "lost_writes", "merged", "of_session"]
 
 _KEPT = pytest.StashKey[list[CellRecord]]()
 _LOST = pytest.StashKey[list[str]]()
@@ -79,3 +80,22 @@ def pytest_testnodedown(node, error) -> None:
         if _identity(record) not in known:
             kept.append(record)
     config.stash.setdefault(_LOST, []).extend(output.get(_LOST_OUTPUT, ()))
+
+
+_OF_SESSION = pytest.StashKey[tuple[list, list[str]]]()
+
+
+def of_session(config: pytest.Config) -> tuple[list, list[str]]:
+    """This session's records and the results file's unreadable lines, read once at session end: the file's records
+    of the session, and those the disk refused, kept in memory (:mod:`gradeff.pytest.session_records`)."""
+    if _OF_SESSION not in config.stash:
+        settings = config.stash[SETTINGS]
+        records: list = []
+        errors: list[str] = []
+        try:
+            if settings.results.exists():
+                records = [r for r in read_records(settings.results, errors=errors) if r.session == settings.session]
+        except OSError as exc:  # gone or unreadable now: the records kept in memory are the session's
+            errors.append(f"{settings.results}: cannot be read back ({exc.strerror or exc})")
+        config.stash[_OF_SESSION] = (merged(config, records), errors)
+    return config.stash[_OF_SESSION]

@@ -13,7 +13,7 @@ import pytest
 
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
-from gradeff.pytest.plugin import _safe_to_raise_in
+from gradeff.pytest.stop_signals import _safe_to_raise_in
 from gradeff.records.store import read_records
 from gradeff.studies.grid import Cell
 

@@ -114,7 +114,7 @@ def test_training_lowers_the_loss():
 
 def test_warmup_scheduler_ramps_the_learning_rate():
     """With warm-up, the learning rate grows linearly to its target over the warm-up steps."""
-    from gradeff.cell.run import _warmup_scheduler
+    from gradeff.cell.build import _warmup_scheduler
 
     hp = hparams_for("llm", "paper")
     param = torch.nn.Parameter(torch.zeros(1))

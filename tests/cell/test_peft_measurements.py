@@ -138,8 +138,8 @@ def test_a_fine_tuning_cell_keeps_its_pretrained_batch_statistics(tmp_path):
     """A BatchNorm backbone fine-tuned from weights: its BatchNorms stay in eval mode through training (the running
     statistics the weights came with, unchanged after an epoch), their scale and shift train; the same backbone from
     random weights normalises with its batches' statistics and moves them."""
+    from gradeff.cell.build import prepare_state
     from gradeff.cell.loop import train_epoch
-    from gradeff.cell.run import prepare_state
     from gradeff.models.weights import StartingWeights
 
     hp = dataclasses.replace(hparams_for("tinyvit", "tiny", dataset="cifar100"), train_samples=128)

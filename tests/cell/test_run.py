@@ -5,7 +5,9 @@ import dataclasses
 import pytest
 import torch
 
+import gradeff.cell.build as build
 import gradeff.cell.run as runner
+from gradeff.cell.arithmetic import cell_arithmetic
 from gradeff.cell.config import RunConfig
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.plan import cannot_run, cell_data, cell_settings, task_dataset
@@ -117,7 +119,7 @@ def test_only_a_compiled_cell_lets_torch_compile_compile(strategy, compile_backe
 
     library_function = torch.compile(lambda x: x * 2 + 1, backend=recording_backend, dynamic=False)
     config = dataclasses.replace(CONFIG, compile=compile_backend)
-    with runner.cell_arithmetic(Cell("llm", "adamw", strategy), config):
+    with cell_arithmetic(Cell("llm", "adamw", strategy), config):
         out = library_function(torch.ones(3))
     assert torch.equal(out, torch.full((3,), 3.0))
     assert bool(graphs) is compiles
@@ -129,12 +131,12 @@ def test_only_a_compiled_cell_lets_torch_compile_compile(strategy, compile_backe
 
 
 def _patched_builder(monkeypatch, wrap):
-    original = runner.build_model
+    original = build.build_model
 
-    def build(*args, **kwargs):
+    def build_wrapped(*args, **kwargs):
         return wrap(original(*args, **kwargs))
 
-    monkeypatch.setattr(runner, "build_model", build)
+    monkeypatch.setattr(build, "build_model", build_wrapped)
 
 
 def test_out_of_memory_in_forward_is_an_oom_record(monkeypatch):
@@ -425,8 +427,10 @@ def test_a_prebuilt_cell_resolves_its_data_once_and_records_the_same_as_a_cell_b
 
     cell = Cell("llm", "adam", "standard")
     own = run_cell(cell, CONFIG)
+    # Both the build and the run look the data up: only the build may.
+    monkeypatch.setattr(build, "cell_data", counted)
     monkeypatch.setattr(runner, "cell_data", counted)
-    built = runner.build_cell(cell, CONFIG)
+    built = build.build_cell(cell, CONFIG)
     record = run_cell(cell, CONFIG, built=built)
     assert calls == [cell.id] and built.hp == cell_settings(cell, CONFIG).hp
     assert record.status == own.status == "ok" and record.hparams == own.hparams

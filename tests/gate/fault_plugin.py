@@ -26,17 +26,17 @@ def inject(fault: str) -> None:
     """Patch gradeff so that every cell built from now on carries ``fault``."""
     if fault not in FAULTS:
         raise ValueError(f"{ENV} must be one of {', '.join(FAULTS)}, got {fault!r}")
-    import gradeff.cell.run as runner
+    import gradeff.cell.build as build
 
     if fault == "lr":
-        build = runner.build_optimizer
+        build_one = build.build_optimizer
 
         def build_optimizer(key, params, lr, **overrides):
-            return build(key, params, lr * 1.01 if key == "adam" else lr, **overrides)
+            return build_one(key, params, lr * 1.01 if key == "adam" else lr, **overrides)
 
-        runner.build_optimizer = build_optimizer
+        build.build_optimizer = build_optimizer
     elif fault == "accum":
-        prepare_state = runner.prepare_state
+        prepare_state = build.prepare_state
 
         def summed_micro_batches(*args, **kwargs):
             state = prepare_state(*args, **kwargs)
@@ -44,7 +44,7 @@ def inject(fault: str) -> None:
                 _sum_gradients(state.optimizer, state.micro_batches_per_step)
             return state
 
-        runner.prepare_state = summed_micro_batches
+        build.prepare_state = summed_micro_batches
     else:
         import gradeff.strategies.prepare as prepare
 

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-import gradeff.cell.run as runner
+import gradeff.cell.build
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
 from gradeff.gate.compare import main
@@ -303,14 +303,14 @@ def test_real_injected_slowdown_is_flagged(tmp_path, monkeypatch, capsys):
     assert main([base, rerun]) in (0, 1)
     unchanged = capsys.readouterr().out
 
-    original = runner.build_model
+    original = gradeff.cell.build.build_model
 
     def slow_build(*args, **kwargs):
         model = original(*args, **kwargs)
         model.register_forward_pre_hook(lambda module, inputs: time.sleep(SLEEP_PER_FORWARD_S))
         return model
 
-    monkeypatch.setattr(runner, "build_model", slow_build)
+    monkeypatch.setattr(gradeff.cell.build, "build_model", slow_build)
     slow = write(tmp_path / "slow.jsonl", run_cell(cell, config))
     assert main([base, slow]) == 1
     gate = capsys.readouterr().out

@@ -3,25 +3,26 @@
 import pytest
 import torch
 
-import gradeff.cell.run as runner
+import gradeff.cell.build as build
 import gradeff.strategies.prepare as prepare
+from gradeff.cell.config import RunConfig
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
 from tests.gate.fault_plugin import inject
 
-CONFIG = runner.RunConfig(epochs=1, device="cpu", threads=1)
+CONFIG = RunConfig(epochs=1, device="cpu", threads=1)
 
 
 @pytest.fixture(autouse=True)
 def restored(monkeypatch):
     """Every patch the plugin makes is undone after the test."""
-    for module, name in ((runner, "build_optimizer"), (runner, "prepare_state"), (prepare, "enable_checkpointing")):
+    for module, name in ((build, "build_optimizer"), (build, "prepare_state"), (prepare, "enable_checkpointing")):
         monkeypatch.setattr(module, name, getattr(module, name))
 
 
 def _state(optimizer: str, strategy: str):
     cell = Cell("llm", optimizer, strategy)
-    return runner.prepare_state(cell, CONFIG, hparams_for("llm", "tiny", epochs=1), torch.device("cpu"))
+    return build.prepare_state(cell, CONFIG, hparams_for("llm", "tiny", epochs=1), torch.device("cpu"))
 
 
 def test_lr_raises_adams_rate_by_one_percent_only():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.pytest.options import default_threads
+from gradeff.pytest.option_values import default_threads
 from gradeff.records.store import read_records
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")

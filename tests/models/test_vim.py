@@ -12,9 +12,8 @@ from gradeff.models.vim import (
     VimConfig,
     VimForImageClassification,
     build,
-    parallel_scan,
-    sequential_scan,
 )
+from gradeff.models.vim_scan import parallel_scan, sequential_scan
 
 # Table 1 of Zhu et al., "Vision Mamba" (ICML 2024): #Param of the ImageNet-1K models (224 px, 1000 classes).
 PUBLISHED_PARAMETERS = {

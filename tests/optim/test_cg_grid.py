@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-import gradeff.cell.run
+import gradeff.cell.build
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
 from gradeff.optim import OPTIMIZERS
@@ -33,14 +33,14 @@ def _run(model: str, optimizer: str, strategy: str, monkeypatch: pytest.MonkeyPa
          **overrides) -> tuple[CellRecord, dict | None]:
     """Run a tiny cell; return its record and its optimizer's CG counters (None for other optimizers)."""
     built = []
-    build = gradeff.cell.run.build_optimizer
+    build = gradeff.cell.build.build_optimizer
 
     def capture(key, params, lr, **kwargs):
         built.append(build(key, params, lr, **(kwargs | overrides)))
         return built[-1]
 
     with monkeypatch.context() as patch:
-        patch.setattr(gradeff.cell.run, "build_optimizer", capture)
+        patch.setattr(gradeff.cell.build, "build_optimizer", capture)
         # One shared rate for both optimizers: fixed-step CG equals SGD only at SGD's own rate.
         record = run_cell(Cell(model, optimizer, strategy),
                           RunConfig(profile="tiny", device="cpu", epochs=EPOCHS, protocol="shared"))

@@ -5,8 +5,9 @@ import re
 import pytest
 import torch
 
+from gradeff.cell.build import build_cell
 from gradeff.cell.config import RunConfig
-from gradeff.cell.run import build_cell, run_cell
+from gradeff.cell.run import run_cell
 from gradeff.records.store import read_records
 from gradeff.studies.grid import Cell
 
@@ -44,12 +45,12 @@ def test_a_prebuilt_cell_trains_as_the_runners_own_build():
 ])
 def test_a_failed_build_is_the_cells_status(monkeypatch, raised, status):
     """What building raised is kept, and run_cell records it as the cell's status instead of raising."""
-    import gradeff.cell.run
+    import gradeff.cell.build
 
     def fail(*args, **kwargs):
         raise raised
 
-    monkeypatch.setattr(gradeff.cell.run, "prepare_state", fail)
+    monkeypatch.setattr(gradeff.cell.build, "prepare_state", fail)
     built = build_cell(Cell("llm", "sgd", "standard"), CONFIG)
     assert built.state is None and built.error is raised and built.weights is not None
     record = run_cell(Cell("llm", "sgd", "standard"), CONFIG, built=built)
@@ -241,7 +242,7 @@ def test_a_benchmarks_cell_id_carries_its_method_and_dataset_as_grid_ids_do():
     """Known at collection for the gate: the main study's convention, with the benchmark in the strategy's place."""
     from types import SimpleNamespace
 
-    from gradeff.pytest.fixtures import bench_cell_id
+    from gradeff.pytest.fixture_setup import bench_cell_id
     from gradeff.studies.grid import cell_id
 
     def item(**params):

@@ -101,7 +101,7 @@ def test_cell(cell, gradeff_seed):
 
 def _pretrain_calls(pytester, monkeypatch, *args):
     calls = []
-    monkeypatch.setattr("gradeff.pytest.plugin.pretrain_ahead", lambda backbones, profile, **kw: calls.append(
+    monkeypatch.setattr("gradeff.pytest.pretraining.pretrain_ahead", lambda backbones, profile, **kw: calls.append(
         (list(backbones), profile, kw)) or [])
     pytester.makepyfile(test_grid=_TRIVIAL_GRID)
     pytester.runpytest_inprocess("-p", "no:randomly", *args)

@@ -5,7 +5,7 @@ import fnmatch
 import pytest
 
 from gradeff.analysis.sequential import SeedPlan, contention
-from gradeff.pytest.options import parse_seed_plan, parse_seeds
+from gradeff.pytest.option_checks import parse_seed_plan, parse_seeds
 from gradeff.records.store import read_records
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")

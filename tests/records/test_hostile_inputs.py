@@ -281,12 +281,12 @@ def test_hostile_arbitrary_bytes_or_json_are_refused_by_report_and_compare_in_on
 @given(st.one_of(st.binary(max_size=300), JSON.map(lambda value: json.dumps(value).encode())))
 def test_hostile_arbitrary_bytes_or_json_as_a_baseline_are_a_one_line_usage_error(tmp_path_factory, content):
     """pytest's --gradeff-baseline reader: a usage error (pytest's exit 4) of one line, before any cell."""
-    from gradeff.pytest.options import _baseline
+    from gradeff.pytest.option_checks import baseline_results
 
     path = tmp_path_factory.mktemp("baseline") / "b.jsonl"
     path.write_bytes(content)
     with pytest.raises(pytest.UsageError) as refused:
-        _baseline(str(path))
+        baseline_results(str(path))
     assert "\n" not in str(refused.value) and str(refused.value).startswith("--gradeff-baseline")
 
 
