@@ -85,6 +85,7 @@ def test_hostile_given_weights_are_named_by_their_content(tmp_path):
     assert [line.split(" ")[0] for line in differences(first, experiment(LLM, with_weights))] == ["weights.sha256"]
 
 
+@pytest.mark.slow
 def test_nothing_volatile_is_an_input(tmp_path):
     """The session, the cache folder, the process and the clock are not the experiment: two -n 2 workers and a rerun
     in another process agree on the fingerprint."""

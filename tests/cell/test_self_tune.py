@@ -250,6 +250,7 @@ def test_the_cache_file_is_checksummed_json(make_record, cache):
     assert payload["fingerprint"].startswith(path.stem) and sidecar(path).exists()
 
 
+@pytest.mark.slow
 def test_a_real_cell_on_given_data_tunes_itself_end_to_end(cache, monkeypatch):
     """The digits given as a local file: the tuned table's rows are not read, the cell searches (one epoch: every
     rate at the full epochs, no cheaper rung), no trial reads the test split, and the record says self-tuned."""

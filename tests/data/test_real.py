@@ -104,6 +104,7 @@ def _cell(model: str, dataset: str, source: DataSource | None, cache: Path, **co
 
 @pytest.mark.parametrize("fmt", ["save_to_disk", "imagefolder", "parquet", "hub snapshot", "csv", "jsonl", "txt",
                                  "json folder"])
+@pytest.mark.slow
 def test_every_format_trains_a_tiny_cell(formats, fmt, tmp_path):
     """Each format is read by datasets alone and a tiny cell trains on it, with data-wait seconds recorded."""
     key, path = formats[fmt]
@@ -229,6 +230,7 @@ def test_old_epoch_records_without_data_seconds_still_read():
     assert epoch.data_seconds is None and Summary.of([epoch], 1.0).data_fraction is None
 
 
+@pytest.mark.slow
 def test_tiny_vit_learns_digits_and_tiny_llm_learns_python_help_text(tmp_path):
     """The real data every machine has, at the default profile and rate: the ViT reaches 90 % test accuracy on the
     digits (a logistic regression on their pixels: 97 %), the LLM's test loss on the help text lies below a bigram
@@ -286,6 +288,7 @@ def _mmimdb_shaped(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_cifar100_and_mmimdb_shaped_copies_train(tmp_path):
     """A local CIFAR-100 replaces the synthetic stand-in (100 classes from the data); MM-IMDb captions posters."""
     cifar = _cell("vit", "cifar100", DataSource(key="cifar100", path=str(_cifar_shaped(tmp_path / "cifar100"))),
