@@ -36,12 +36,13 @@ def pytest_configure(config):
 # and the cluster's (which start Slurm). A run that selects by marker (-m), names --slow, or names a test file or a
 # test runs what it selects: CI runs `pytest tests` and then `-m "slow and not cluster"` and `-m cluster`.
 LEFT_OUT_BY_DEFAULT = ("slow", "cluster")
+_LEFT_OUT = pytest.StashKey[int]()
 
 
 def _selects_for_itself(config) -> bool:
     if config.getoption("--slow") or config.option.markexpr:
         return True
-    return any("::" in arg or arg.split("::")[0].endswith(".py") for arg in config.args)
+    return any("::" in arg or arg.endswith(".py") for arg in config.args)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
@@ -52,15 +53,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
     if _selects_for_itself(config):
         return
-    left_out = [item for item in items if any(item.get_closest_marker(name) for name in LEFT_OUT_BY_DEFAULT)]
+    kept, left_out = [], []
+    for item in items:
+        (left_out if any(item.get_closest_marker(name) for name in LEFT_OUT_BY_DEFAULT) else kept).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
-        chosen = set(left_out)
-        items[:] = [item for item in items if item not in chosen]
         config.stash[_LEFT_OUT] = len(left_out)
-
-
-_LEFT_OUT = pytest.StashKey[int]()
+        items[:] = kept
 
 
 def pytest_terminal_summary(terminalreporter, config):
