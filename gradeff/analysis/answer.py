@@ -39,11 +39,9 @@ from gradeff.analysis.verdicts import ESTIMATE_FOLLOWS_TIME, Verdict, verdicts
 from gradeff.records.formatting import NA, as_number, format_value
 from gradeff.records.results import CellRecord, record_field
 
-__all__ = ["ANSWER_STUDIES", "SANITY_METHOD", "AnswerLine", "AnswerOptions", "answer", "cell_label", "line_text",
+__all__ = ["SANITY_METHOD", "AnswerLine", "AnswerOptions", "answer", "cell_label", "line_text",
            "sanity_accuracy", "trivial_text", "use_text", "verdict_text"]
 
-# The studies that answer "what should I use", in the order their lines are printed.
-ANSWER_STUDIES = ("main", "peft", "real")
 # A record of this method is the raw-pixel 1-nearest-neighbour classifier of its dataset: what a
 # fine-tuned model must beat to have learned anything from the backbone.
 SANITY_METHOD = "pixel_1nn"
@@ -176,8 +174,9 @@ def answer(records: Iterable[CellRecord], options: AnswerOptions | None = None) 
     kept, _ = canonical(records)
     studies = scope.split(kept)
     lines = []
-    for study in ANSWER_STUDIES:
-        study_records = studies[study]
+    for study, study_records in studies.items():
+        if not scope.STUDIES[study].answers:
+            continue
         groups = _groups(study_records)
         datasets_of: dict[str, set[str]] = {}
         for model, dataset in groups:

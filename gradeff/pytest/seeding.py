@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from gradeff.analysis.answer import AnswerOptions
-from gradeff.analysis.scope import STUDIES
+from gradeff.analysis.scope import STUDIES, study_of_grid
 from gradeff.analysis.sequential import SeedPlan, contention
 from gradeff.records.results import CellRecord
 from gradeff.records.store import read_records
@@ -39,8 +39,6 @@ SEED_WHY = pytest.StashKey[str]()
 # mid-cell leaves neither a record nor a skip behind).
 WAIT_SECONDS = 3600.0
 _POLL_SECONDS = 0.2
-# The studies whose groups an Answer line decides; other grids run their first seeds only.
-_ANSWERING = ("main", "peft", "real")
 
 
 def _cell_and_seed(item: pytest.Item, default_seed: int):
@@ -52,8 +50,7 @@ def _cell_and_seed(item: pytest.Item, default_seed: int):
 
 def group_key(grid: str, model: str, dataset: str | None) -> tuple[str, str, str]:
     """The Answer's group of a cell: its study, its model and its dataset (``""``: the model's own task)."""
-    study = next((key for key, spec in STUDIES.items() if grid in spec.grids), grid)
-    return study, model, dataset or ""
+    return study_of_grid(grid), model, dataset or ""
 
 
 def by_round(items: Sequence[pytest.Item], seeds: Sequence[int]) -> list[pytest.Item]:
@@ -119,7 +116,7 @@ class Seeding:
         if rank < self.plan.first:
             return ""
         key = group_key(cell.grid, cell.model, cell.dataset)
-        if key[0] not in _ANSWERING:
+        if not STUDIES[key[0]].answers:  # other studies' grids run their first seeds only
             self._skip(cell.id, seed, f"the {cell.grid} grid answers no question a further seed could decide")
         if self.budget is not None and time.time() - self.started > self.budget:
             self._skip(cell.id, seed, f"the seed budget of {self.budget:g} s is spent: what is still open stays open")

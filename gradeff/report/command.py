@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gradeff.analysis import scope
 from gradeff.analysis.answer import AnswerOptions
+from gradeff.analysis.scope import UnknownGridError
 from gradeff.analysis.choice import CHOICE_QUESTIONS, parse_prefer
 from gradeff.analysis.margins import parse_margins
 from gradeff.records.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, error
@@ -63,6 +65,12 @@ def run_report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     for line in loaded.skipped_lines:
         print(f"gradeff: warning: skipped unreadable line {line}", file=sys.stderr)
+    try:
+        # Before anything is written: a record of a grid no study reads would otherwise fail the report half-way.
+        scope.split(loaded.records)
+    except UnknownGridError as exc:
+        error(f"{exc}: refused rather than read as another study's records")
+        return EXIT_BAD_INPUT
 
     if output != "-":
         # The report written over a results file it reads would destroy the records it shows.

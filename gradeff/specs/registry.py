@@ -56,10 +56,12 @@ class Registry(Mapping[str, S], Generic[S]):
     Args:
         axis: what the keys name ("model", "optimizer", ...), used in error messages.
         specs: the specs; each must have a unique, valid ``key``.
+        plural: the plural of ``axis`` where it is not ``axis + "s"`` ("studies").
     """
 
-    def __init__(self, axis: str, specs: Iterable[S]):
+    def __init__(self, axis: str, specs: Iterable[S], *, plural: str | None = None):
         self.axis = axis
+        self.plural = plural or f"{axis}s"
         self._specs: dict[str, S] = {}
         for spec in specs:
             validate_key(spec.key)
@@ -111,7 +113,7 @@ class Registry(Mapping[str, S], Generic[S]):
             return self._specs[key]
         except KeyError:
             raise UnknownKeyError(
-                f"unknown {self.axis} {key!r}; valid {self.axis}s: {', '.join(self._specs)}"
+                f"unknown {self.axis} {key!r}; valid {self.plural}: {', '.join(self._specs)}"
             ) from None
 
     def __iter__(self):

@@ -126,6 +126,7 @@ STRATEGIES: Registry[StrategySpec] = Registry(
         *_fractions("compiler", "compile_budget", "torch.compile"),
         StrategySpec(key="fsdp", name="Sharded data parallel (FSDP2)", shards=True),
     ),
+    plural="strategies",
 )
 
 

@@ -20,6 +20,7 @@ from gradeff.models import MODELS
 from gradeff.optim import OPTIMIZERS
 from gradeff.specs.registry import Registry
 from gradeff.strategies import STRATEGIES
+from gradeff.studies.study import STUDIES
 
 __all__ = ["AXES", "GRIDS", "PLURALS", "Cell", "GridSpec", "axis_registry", "cell_id", "cells", "incompatibility"]
 
@@ -43,6 +44,8 @@ class GridSpec:
     Attributes:
         key: registry key; also a pytest marker (``-m peft``).
         name: human-readable name.
+        study: the study its records belong to (:data:`gradeff.studies.study.STUDIES`); required, and checked
+            where the grid is declared, so that no grid is read as another study's by default.
         models / optimizers / strategies / methods: the axis values, in order.
         datasets: the dataset axis; empty means each model's own task.
         id_axes: the axes a cell id names, in order.
@@ -59,6 +62,7 @@ class GridSpec:
 
     key: str
     name: str
+    study: str
     models: tuple[str, ...]
     optimizers: tuple[str, ...]
     strategies: tuple[str, ...]
@@ -67,6 +71,9 @@ class GridSpec:
     id_axes: tuple[str, ...]
     focus: str = "loss"
     standard_twins_once: bool = False
+
+    def __post_init__(self):
+        STUDIES[self.study]  # an unknown study raises here, naming the valid ones
 
     def values(self, axis: str, model: str) -> tuple[str, ...]:
         """The values of ``axis`` for a cell of ``model``.
@@ -93,11 +100,11 @@ class GridSpec:
 GRIDS: Registry[GridSpec] = Registry(
     "grid",
     (
-        GridSpec(key="main", name="Optimizers × memory strategies (main study)",
+        GridSpec(key="main", study="main", name="Optimizers × memory strategies (main study)",
                  models=("vit", "modernbert", "llm", "vlm"),
                  optimizers=("sgd", "adam", "adamw", "adagrad", "adadelta", "cgd"),
                  strategies=("standard", "checkpoint", "accum"), id_axes=("model", "optimizer", "strategy")),
-        GridSpec(key="peft", name="Fine-tuning methods × checkpointing (PEFT study)",
+        GridSpec(key="peft", study="peft", name="Fine-tuning methods × checkpointing (PEFT study)",
                  models=("vit_s", "tinyvit", "vim_s", "mambavision_t"), optimizers=("adamw",),
                  strategies=("standard", "checkpoint", "budget"),
                  methods=("full", "lora", "adalora", "qlora", "bitfit"),
@@ -105,7 +112,7 @@ GRIDS: Registry[GridSpec] = Registry(
                  focus="accuracy", standard_twins_once=True),
         # The PEFT study's foundation-model baselines, used without fine-tuning: zero-shot contrastive models,
         # a frozen self-supervised backbone with a linear probe, autoregressive VLMs prompted to classify.
-        GridSpec(key="baselines", name="Foundation-model baselines (PEFT study)",
+        GridSpec(key="baselines", study="baselines", name="Foundation-model baselines (PEFT study)",
                  models=("clip", "siglip", "dinov2", "smolvlm", "vlm_prompt", "paligemma", "mobilevlm"),
                  optimizers=("adamw",),
                  strategies=("standard",), methods=("zero_shot", "linear_probe"), datasets=("cifar100", "dtd"),
@@ -114,14 +121,14 @@ GRIDS: Registry[GridSpec] = Registry(
         # checkpointing, host offload, and the adaptive budget and the compiler's budget at the same four
         # budgets (a fraction of each cell's own unconstrained peak), with the compiler's cell that recomputes
         # nothing: the compiled cells' own reference, as standard is the eager cells'.
-        GridSpec(key="memory", name="Memory strategies side by side", models=("llm", "vit_s"),
+        GridSpec(key="memory", study="memory", name="Memory strategies side by side", models=("llm", "vit_s"),
                  optimizers=("adamw",),
                  strategies=("standard", "checkpoint", "offload", *(f"budget{percent}" for percent in (80, 60, 40, 20)),
                              "compile_budget100", *(f"compile_budget{percent}" for percent in (80, 60, 40, 20))),
                  id_axes=("model", "strategy"), focus="memory"),
         # Real data every machine has (scikit-learn's digits, Python's help text) through the same datasets path as
         # a local CIFAR-100 or MM-IMDb copy (--gradeff-data): adaptive against plain gradient descent.
-        GridSpec(key="real", name="Real data (digits, Python help text)", models=("vit", "llm"),
+        GridSpec(key="real", study="real", name="Real data (digits, Python help text)", models=("vit", "llm"),
                  optimizers=("adamw", "sgd"), strategies=("standard",), datasets=("digits", "pydoc"),
                  id_axes=("model", "optimizer", "dataset")),
     ),

@@ -82,20 +82,27 @@ def test_mean_series_reads_ok_seeds_and_falls_back_to_failed_ones():
     assert cell.mean_series(lambda e: None) == ()
 
 
-def test_each_grid_belongs_to_one_study_and_unknown_grids_to_the_main_one():
-    """The scope's split: main (and fixture cells), PEFT, baselines, memory, real; every study listed."""
-    found = scope.split(_mixed())
+def test_each_grid_belongs_to_the_study_it_names_and_an_unknown_grid_is_refused():
+    """The scope's split: main (and fixture cells), PEFT, baselines, memory, real; every study listed. A record of a
+    grid no study reads is refused with the grids that are read, never folded into the main study."""
+    with pytest.raises(scope.UnknownGridError, match="'elsewhere', which no study.*the grids read: main, custom, peft"):
+        scope.split(_mixed())
+    with pytest.raises(scope.UnknownGridError, match="'elsewhere'"):
+        scope.of_study(_mixed(), "main")
+    known = [r for r in _mixed() if r.grid != "elsewhere"]
+    found = scope.split(known)
     assert list(found) == list(scope.STUDIES)
     assert [r.cell for r in found["main"]] == ["llm-adam-standard", "llm-adam-standard", "llm-sgd-standard",
-                                               "vit-adam-accum", "mystery-adam-standard"]  # the order given
+                                               "vit-adam-accum"]  # the order given
     assert [r.cell for r in found["real"]] == ["vit-adamw-digits"]
     assert [r.cell for r in found["memory"]] == ["llm-budget40"]
     assert [r.grid for r in found["peft"]] == ["peft"] and found["baselines"] == []
     assert scope.study_of(run(grid="custom")) == "main"
-    assert [r.cell for r in scope.of_study(_mixed(), "real", "memory")] == ["llm-budget40", "vit-adamw-digits"]
+    assert [r.cell for r in scope.of_study(known, "real", "memory")] == ["llm-budget40", "vit-adamw-digits"]
     assert scope.grids_of("main", "real") == ("main", "custom", "real")
-    with pytest.raises(KeyError, match="valid: main, peft"):
-        scope.of_study(_mixed(), "nonsense")
+    assert scope.grids_of("peft", "baselines") == ("peft", "baselines")
+    with pytest.raises(KeyError, match="valid studies: main, peft"):
+        scope.of_study(known, "nonsense")
 
 
 def test_the_quality_metric_follows_the_task():

@@ -59,6 +59,17 @@ def test_unreadable_input_exits_2(tmp_path, capsys, content):
     assert str(path) in capsys.readouterr().err
 
 
+def test_a_record_of_a_grid_no_study_reads_is_refused_before_any_output(results, tmp_path, make_record, capsys):
+    """A record whose grid no registered study reads: exit 2 naming the grid and the grids that are read, and no
+    report, rather than its cells read as the main study's."""
+    append_record(results, make_record("llm-adagrad-standard", grid="elsewhere"))
+    out = tmp_path / "r.html"
+    assert main(["report", str(results), "-o", str(out)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "grid 'elsewhere', which no study" in err and "the grids read: main, custom, peft" in err
+    assert not out.exists()
+
+
 def test_some_corrupt_lines_render_the_rest_and_list_them(results, tmp_path, capsys):
     """A file with a corrupt line: exit 0, the other records render, the skipped line is listed."""
     with open(results, "a", encoding="utf-8") as handle:

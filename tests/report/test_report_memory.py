@@ -90,8 +90,8 @@ def _rows(table):
 
 
 def test_split_is_three_way(make_record, make_peft_record, llm_cells):
-    """Main (and unknown) grids, the PEFT grid and the memory grid each go to their own sections only."""
-    main = [make_record("vit-sgd-standard"), make_record("llm-adam-standard", grid="elsewhere")]
+    """The main grid (and the fixtures' cells), the PEFT grid and the memory grid each go to their own sections only."""
+    main = [make_record("vit-sgd-standard"), make_record("llm-adam-standard", grid="custom")]
     peft = [make_peft_record(method="lora")]
     studies = ma.split_studies(main + peft + llm_cells)
     assert studies.real == []

@@ -8,6 +8,7 @@ import pytest
 
 from gradeff.analysis import METRICS, metric_value
 from gradeff.analysis import peft as peft_analysis
+from gradeff.analysis.scope import UnknownGridError
 from gradeff.records.formatting import NA
 from gradeff.report import MAIN_MISSING_NOTE, build_view, render_html, write_report
 from gradeff.report.context import hparams_table, methods
@@ -67,17 +68,20 @@ def peft_cells(peft_record):
 
 
 def test_sections_split_by_grid(make_record, peft_cells):
-    """Main-study sections read main (and unknown) grids only; PEFT records go to the PEFT section alone."""
-    main = [make_record("vit-sgd-standard"), make_record("llm-adam-standard", grid="elsewhere")]
+    """Main-study sections read the main grid and the fixtures' cells only; PEFT records go to the PEFT section alone;
+    a record of a grid no study reads is refused, not read as the main study's."""
+    main = [make_record("vit-sgd-standard"), make_record("llm-adam-standard", grid="custom")]
     view = build_view(main + peft_cells)
-    assert [m.key for m in view.models] == ["vit", "llm"]  # an unknown grid reads as the main study
+    assert [m.key for m in view.models] == ["vit", "llm"]
     assert view.main_note == "" and view.peft.missing_note == ""
     assert [g.title for g in view.peft.groups] == [
         "ViT-S/16-shaped, random init, 0.10 M params · CIFAR-100-like (synthetic)"]
     assert [row.label for row in view.recommendations.rows] == ["ViT (ViT-B/16 style)", "Llama-3.2-1B-style decoder"]
     assert dict(view.overview)["grids"] == ("main: 1 cell, Optimizers × memory strategies (main study); "
                                             "peft: 5 cells, Fine-tuning methods × checkpointing (PEFT study); "
-                                            "elsewhere: 1 cell, elsewhere")
+                                            "custom: 1 cell, custom")
+    with pytest.raises(UnknownGridError, match="grid 'elsewhere', which no study"):
+        build_view([*main, make_record("llm-sgd-standard", grid="elsewhere")])
     only_main = build_view(main)
     assert only_main.peft.missing_note == MISSING_NOTE and only_main.peft.groups == ()
 

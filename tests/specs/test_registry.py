@@ -1,5 +1,7 @@
 """Registries: lookups, their errors, and the keys that become cell ids."""
 
+import dataclasses
+
 import pytest
 
 from gradeff.data import TASKS
@@ -9,6 +11,7 @@ from gradeff.optim import OPTIMIZERS
 from gradeff.specs.registry import KEY_PATTERN, Registry, UnknownKeyError
 from gradeff.strategies import STRATEGIES
 from gradeff.studies.grid import GRIDS, cells
+from gradeff.studies.study import STUDIES
 
 
 def test_axes_hold_the_papers_grids():
@@ -39,17 +42,21 @@ def test_main_ids_keep_their_form_and_fixed_axes_appear_only_when_changed():
     assert Cell("vit_s", "sgd", "checkpoint", "qlora", "dtd", grid="peft").id == "vit_s-qlora-checkpoint-dtd-sgd"
 
 
-@pytest.mark.parametrize("registry", [MODELS, OPTIMIZERS, STRATEGIES, TASKS, METHODS, GRIDS], ids=lambda r: r.axis)
+@pytest.mark.parametrize("registry", [MODELS, OPTIMIZERS, STRATEGIES, TASKS, METHODS, GRIDS, STUDIES],
+                         ids=lambda r: r.axis)
 def test_unknown_key_lists_valid_choices(registry):
-    """A typo raises a KeyError whose message names every valid key."""
+    """A typo raises a KeyError whose message names every valid key, under the axis's plural."""
     with pytest.raises(KeyError) as info:
         registry["nope"]
     message = str(info.value)
     assert "nope" in message
     assert all(key in message for key in registry)
+    assert f"valid {registry.plural}: " in message
+    assert {STRATEGIES.plural, STUDIES.plural, MODELS.plural} == {"strategies", "studies", "models"}
 
 
-@pytest.mark.parametrize("registry", [MODELS, OPTIMIZERS, STRATEGIES, TASKS, METHODS, GRIDS], ids=lambda r: r.axis)
+@pytest.mark.parametrize("registry", [MODELS, OPTIMIZERS, STRATEGIES, TASKS, METHODS, GRIDS, STUDIES],
+                         ids=lambda r: r.axis)
 def test_spec_keys_match_registry_keys(registry):
     """Each spec is filed under its own key, and keys are safe inside cell ids."""
     for key, spec in registry.items():
@@ -67,6 +74,18 @@ def test_keys_are_unique_across_axes():
     """No key names two axes' values, so a cell id's parts and -k terms are unambiguous."""
     keys = [key for registry in (MODELS, OPTIMIZERS, STRATEGIES, METHODS, TASKS) for key in registry]
     assert len(keys) == len(set(keys))
+
+
+def test_a_grid_names_a_registered_study_or_is_refused():
+    """Every grid names its study; a grid that names none, or one not registered, is refused where it is declared
+    (the error names the valid studies), so no grid is read as another study's by default."""
+    assert {grid.study for grid in GRIDS.values()} == set(STUDIES)
+    main = GRIDS["main"]
+    with pytest.raises(KeyError, match="unknown study 'mine'; valid studies: main, peft, baselines, memory, real"):
+        dataclasses.replace(main, key="mine", study="mine")
+    fields = {f.name: getattr(main, f.name) for f in dataclasses.fields(main) if f.name != "study"}
+    with pytest.raises(TypeError, match="study"):
+        type(main)(**fields)
 
 
 def test_grids_name_known_keys():
