@@ -129,7 +129,7 @@ import json, psutil
 from dataclasses import asdict
 from gradeff.meters.ram import RamMeter
 baseline = psutil.Process().memory_info().rss
-with RamMeter(hz=0.5) as meter:  # no background sample during the segments
+with RamMeter(hz=0.01) as meter:  # no background sample during the segments, however long a loaded host takes
     with meter.segment() as first:
         buf = bytearray(200 * 2**20)
         del buf
