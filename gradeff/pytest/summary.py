@@ -20,6 +20,7 @@ dataset names the strongest trivial baseline of its test split on the same metri
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from gradeff.analysis import metrics
 from gradeff.analysis.answer import AnswerOptions, answer
@@ -76,32 +77,16 @@ def target_text(summary) -> str:
     return "not reached" if summary.target_reached is False else "n/a"
 
 
-def _loss_row(r: CellRecord) -> list[str]:
-    s = r.summary
-    return [r.status, _quality_text(r), f"{_fmt(s.first_loss, '.4f')} → {_fmt(s.final_loss, '.4f')}",
-            _fmt(r.loss_floor, '.3f'), target_text(s), _fmt(s.mean_epoch_seconds, '.3f'), str(s.optimizer_steps),
-            _fmt(metrics.forward_backward_passes(r), 'd'),
-            _fmt(_mib(meter_field(r, 'memory', 'activation_bytes')), '.2f'),
-            _fmt(_mib(meter_field(r, 'memory', 'optimizer_state_bytes')), '.2f'),
-            _fmt(_mib(meter_field(r, 'ram', 'peak_rss_bytes')), '.0f'), _fmt(meter_field(r, 'energy', 'joules'), '.1f')]
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """One column of a grid's table: its title (what ``_DROP`` names) and its text for one record."""
+
+    title: str
+    text: Callable[[CellRecord], str]
 
 
-_LOSS_HEADER = ("cell", "status", "test", "train loss", "floor", "to target", "s/epoch", "steps", "f+b",
-                "act MiB", "state MiB", "RSS MiB", "J")
-
-
-def _accuracy_row(r: CellRecord) -> list[str]:
-    s = r.summary
-    accuracy = metrics.metric_value(r, "heldout_accuracy")
-    bayes = record_field(r, "task", "bayes_accuracy")
-    return [r.status, _fmt(accuracy, '.1f'), _fmt(bayes and 100 * bayes, '.1f'),
-            _fmt(metrics.metric_value(r, 'test_loss'), '.3f'),
-            f"{_count(record_field(r, 'parameters', 'trainable'))}/{_count(record_field(r, 'parameters', 'total'))}",
-            _fmt(_mib(_train_memory(r)), '.2f'), _fmt(s.mean_epoch_seconds, '.3f'),
-            _fmt(meter_field(r, 'energy', 'joules'), '.1f')]
-
-
-_ACCURACY_HEADER = ("cell", "status", "acc %", "bayes", "test loss", "trainable/total", "mem MiB", "s/epoch", "J")
+def _meter(meter: str, name: str, spec: str, scale: Callable[[float | None], float | None] = lambda v: v):
+    return lambda r: _fmt(scale(as_number(meter_field(r, meter, name))), spec)
 
 
 def _plan_text(r: CellRecord) -> str:
@@ -115,21 +100,47 @@ def _plan_text(r: CellRecord) -> str:
     return "-"
 
 
-def _memory_row(r: CellRecord) -> list[str]:
-    budget, predicted = (_mib(as_number(record_field(r, "plan", k))) for k in ("budget_bytes", "predicted_peak_bytes"))
-    return [r.status, _plan_text(r), _fmt(budget, '.2f'), _fmt(predicted, '.2f'),
-            _fmt(_mib(as_number(meter_field(r, 'memory', 'peak_bytes'))), '.2f'),
-            _fmt(r.summary.mean_epoch_seconds, '.3f'), _fmt(as_number(meter_field(r, 'energy', 'joules')), '.1f')]
+def _plan_mib(name: str) -> Callable[[CellRecord], str]:
+    return lambda r: _fmt(_mib(as_number(record_field(r, "plan", name))), ".2f")
 
 
-_MEMORY_HEADER = ("cell", "status", "plan", "budget", "predicted", "peak MiB", "s/epoch", "J")
+def _parameters_text(r: CellRecord) -> str:
+    return f"{_count(record_field(r, 'parameters', 'trainable'))}/{_count(record_field(r, 'parameters', 'total'))}"
 
 
-# How each grid's cells read: the main study by loss, the PEFT study by held-out accuracy, the memory
-# study by peak memory against time.
-_TABLES: dict[str, tuple[tuple[str, ...], Callable[[CellRecord], list[str]]]] = {
-    "loss": (_LOSS_HEADER, _loss_row), "accuracy": (_ACCURACY_HEADER, _accuracy_row),
-    "memory": (_MEMORY_HEADER, _memory_row)}
+def _bayes_text(r: CellRecord) -> str:
+    bayes = record_field(r, "task", "bayes_accuracy")
+    return _fmt(bayes and 100 * bayes, ".1f")
+
+
+_STATUS = _Column("status", lambda r: r.status)
+_EPOCH_SECONDS = _Column("s/epoch", lambda r: _fmt(r.summary.mean_epoch_seconds, ".3f"))
+_JOULES = _Column("J", _meter("energy", "joules", ".1f"))
+
+# How each grid's cells read, a column per figure after the cell's id: the main study by loss against the task's
+# floor, the PEFT study by held-out accuracy, the memory study by peak memory against time.
+_TABLES: dict[str, tuple[_Column, ...]] = {
+    "loss": (_STATUS, _Column("test", _quality_text),
+             _Column("train loss", lambda r: f"{_fmt(r.summary.first_loss, '.4f')} → "
+                                             f"{_fmt(r.summary.final_loss, '.4f')}"),
+             _Column("floor", lambda r: _fmt(r.loss_floor, ".3f")),
+             _Column("to target", lambda r: target_text(r.summary)), _EPOCH_SECONDS,
+             _Column("steps", lambda r: str(r.summary.optimizer_steps)),
+             _Column("f+b", lambda r: _fmt(metrics.forward_backward_passes(r), "d")),
+             _Column("act MiB", _meter("memory", "activation_bytes", ".2f", _mib)),
+             _Column("state MiB", _meter("memory", "optimizer_state_bytes", ".2f", _mib)),
+             _Column("RSS MiB", _meter("ram", "peak_rss_bytes", ".0f", _mib)), _JOULES),
+    "accuracy": (_STATUS, _Column("acc %", lambda r: _fmt(metrics.metric_value(r, "heldout_accuracy"), ".1f")),
+                 _Column("bayes", _bayes_text),
+                 _Column("test loss", lambda r: _fmt(metrics.metric_value(r, "test_loss"), ".3f")),
+                 _Column("trainable/total", _parameters_text),
+                 _Column("mem MiB", lambda r: _fmt(_mib(_train_memory(r)), ".2f")), _EPOCH_SECONDS, _JOULES),
+    "memory": (_STATUS, _Column("plan", _plan_text), _Column("budget", _plan_mib("budget_bytes")),
+               _Column("predicted", _plan_mib("predicted_peak_bytes")),
+               _Column("peak MiB", _meter("memory", "peak_bytes", ".2f", _mib)), _EPOCH_SECONDS, _JOULES),
+}
+
+
 # Per focus: the columns a table too wide for the terminal leaves out, the first to go first (the cell, its status
 # and its quality metric always stay). The loss table keeps what the Answer weighs (quality, time to target, time
 # per epoch, memory, energy) longest; the counts that are the same in every cell of a grid (steps) go first.
@@ -286,12 +297,14 @@ def summary_lines(records: Iterable[CellRecord], *, width: int = WIDTH, answer: 
     for grid in grids:
         group = sorted((r for r in records if r.grid == grid), key=lambda r: (r.cell, r.seed))
         focus = GRIDS[grid].focus if grid in GRIDS else "loss"
-        header, row = _TABLES[focus]
+        columns = _TABLES[focus]
+        header = ("cell", *(column.title for column in columns))
         if len(grids) > 1:
             lines.append(f"[{grid}] {GRIDS[grid].name if grid in GRIDS else grid}")
         repeated = _repeated_cells(group)
-        table, key = _fitted(header, [[f"{r.cell}-seed{r.seed}" if r.cell in repeated else r.cell, *row(r)]
-                                      for r in group], width, _DROP[focus])
+        rows = [[f"{r.cell}-seed{r.seed}" if r.cell in repeated else r.cell, *(column.text(r) for column in columns)]
+                for r in group]
+        table, key = _fitted(header, rows, width, _DROP[focus])
         lines.append(table[0])
         for record, text in zip(group, table[1:], strict=True):
             lines.append(text)

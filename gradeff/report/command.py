@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from gradeff.analysis import scope
 from gradeff.analysis.answer import AnswerOptions
-from gradeff.analysis.scope import UnknownGridError
 from gradeff.analysis.choice import CHOICE_QUESTIONS, parse_prefer
 from gradeff.analysis.margins import parse_margins
+from gradeff.analysis.scope import UnknownGridError
 from gradeff.records.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUTPUT, error
 from gradeff.records.loading import ResultsFileError, load_results
 from gradeff.records.outputs import OutputError, colliding_outputs, write_with

@@ -1,7 +1,9 @@
 """The terminal summary: one table per grid, PEFT rows read by accuracy, pretraining reported once."""
 
+from gradeff.pytest import summary
 from gradeff.pytest.summary import summary_lines
 from gradeff.records.results import CellRecord, EpochRecord, Summary
+from gradeff.studies.grid import GRIDS
 
 
 def _record(cell, *, grid="main", status="ok", accuracy=None, weights=None, **axes):
@@ -31,6 +33,17 @@ def test_each_grid_gets_its_own_table_and_the_peft_one_reads_accuracy():
     assert row[:4] == ["vit_s-lora-standard-dtd", "ok", "62.5", "99.0"]
     assert "43.4k/2.00M" in row and "6.00" in row
     assert lines[peft_header + 3].startswith("statuses: ok 2; wall time of the cells 2.5 s")
+
+
+def test_every_column_a_table_may_leave_out_is_one_of_its_columns_and_every_grid_reads_as_one_table():
+    """The tables are data: a column is its title and its text together, so a title to drop names a real column, and
+    each grid's focus has its table."""
+    for focus, columns in summary._TABLES.items():
+        titles = [column.title for column in columns]
+        assert len(set(titles)) == len(titles) and titles[0] == "status"
+        assert set(summary._DROP[focus]) <= set(titles), focus
+    assert {grid.focus for grid in GRIDS.values()} <= set(summary._TABLES)
+    assert set(summary._DROP["seeds"]) <= {title for columns in summary._OVER_SEEDS.values() for title, _, _ in columns}
 
 
 def test_a_single_grid_has_no_grid_heading_and_a_failed_cell_shows_why():
