@@ -6,9 +6,16 @@
 # Importing these before any pytester run keeps them in every snapshot. The Llama decoder's modules too: a model a
 # test's conftest registers is built (on meta) while that session configures, and transformers' lazy module would
 # be left pointing at the submodules the restore dropped.
+import fcntl
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
 import matplotlib.figure  # noqa: F401
 import numpy  # noqa: F401
 import pytest
+import torch
 
 import gradeff.models.llm  # noqa: F401
 from gradeff.records.results import CellRecord, EpochRecord, Summary
@@ -23,6 +30,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # One torch thread per worker: two workers of two threads each on two cores spin against each other
+        # (OpenMP's busy wait), and the suite ran slower in parallel than serially.
+        torch.set_num_threads(1)
     # The gradeff plugin registers the grids' markers; the suite's own are registered here (--strict-markers).
     config.addinivalue_line("markers", "cluster: needs the local Slurm cluster of scripts/slurm-local.sh, which "
                                        "it installs and starts (skipped where Slurm cannot run; -m 'not cluster' "
@@ -30,6 +41,32 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: an end-to-end test of several seconds (a pytest session of its own, "
                                        "which every pytester test is; real cells; a command run as a user runs it); a "
                                        "plain `pytest tests` leaves these out, --slow or -m runs them")
+    config.addinivalue_line("markers", "serial: measures time or a meter that another test running beside it would "
+                                       "disturb; under pytest-xdist it runs while no other test does")
+
+
+@contextmanager
+def _turn(item: pytest.Item):
+    """Under pytest-xdist, a test holds a lock shared by every worker's test: shared for most, exclusive for a test
+    marked serial, which so runs while no other test does (its setup, where a module's measurement may run, too)."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:
+        yield
+        return
+    exclusive = item.get_closest_marker("serial") is not None
+    path = Path(tempfile.gettempdir()) / f"gradeff-tests-{workerinput['testrunuid']}.lock"
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    with _turn(item):
+        return (yield)
 
 
 # What a plain `pytest tests` leaves out, so that a developer can run it between changes: the slow end-to-end tests

@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 
+# Their figures are times and meter readings: run while no other test does (tests/conftest.py).
+pytestmark = pytest.mark.serial
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "harness_overhead.py"
 
 

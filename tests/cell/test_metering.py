@@ -97,6 +97,7 @@ def test_aggregate_sums_the_metering_cost_and_keeps_the_peak_exact_only_if_every
     assert aggregate(epochs, 400.0)["ram"]["peak_source"] == "sampled"
 
 
+@pytest.mark.serial
 def test_run_needs_the_window_and_records_what_metering_cost():
     """run() outside `with metering:` raises; inside, each epoch carries its reads and sampler time."""
     metering = EpochMetering(device=torch.device("cpu"), settings=MeterSettings(hz=100))

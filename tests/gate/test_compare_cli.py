@@ -287,6 +287,7 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.serial
 @pytest.mark.usefixtures("one_torch_thread")
 def test_real_injected_slowdown_is_flagged(tmp_path, monkeypatch, capsys):
     """A real tiny cell rerun unchanged keeps its exact losses; a sleep in forward is a time_per_epoch regression."""

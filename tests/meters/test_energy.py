@@ -15,6 +15,9 @@ import torch
 import gradeff.meters.energy as energy_mod
 from gradeff.meters.energy import DEFAULT_WATTS_PER_LOGICAL_CPU, EnergyMeter, EnergyRecord, co2_grams
 
+# Their figures are times and meter readings: run while no other test does (tests/conftest.py).
+pytestmark = pytest.mark.serial
+
 MAX_RANGE_UJ = 262_143_328_850  # a typical Intel package value
 
 

@@ -12,6 +12,9 @@ import pytest
 
 from gradeff.meters.ram import RamMeter, RamRecord
 
+# Their figures are times and meter readings: run while no other test does (tests/conftest.py).
+pytestmark = pytest.mark.serial
+
 MB = 1_000_000
 
 

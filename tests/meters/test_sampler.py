@@ -10,6 +10,9 @@ import pytest
 
 from gradeff.meters.sampler import PeriodicSampler
 
+# Their figures are times and meter readings: run while no other test does (tests/conftest.py).
+pytestmark = pytest.mark.serial
+
 
 def test_short_window_still_has_two_samples():
     """A window far shorter than one period keeps the start and the stop sample."""

@@ -24,6 +24,9 @@ from gradeff.scale.ab import (
 )
 from tests.gate.injection import loader_source
 
+# Their figures are times and meter readings: run while no other test does (tests/conftest.py).
+pytestmark = pytest.mark.serial
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 CELL = "llm-adam-standard"
 # Short: 4 rounds of 4-batch slices (one accumulation block at the tiny profile: 4 optimizer steps of a standard
