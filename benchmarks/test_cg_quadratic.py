@@ -8,7 +8,7 @@ and one condition number; the measured iterations and closure calls go into ``ex
 import pytest
 import torch
 
-from gradeff.optim.cg import BETA_RULES, ConjugateGradient
+from gradeff.axes.optim.cg import BETA_RULES, ConjugateGradient
 
 # torch on the session's --gradeff-threads, as a cell trains, never one thread per core beside another worker.
 pytestmark = pytest.mark.usefixtures("gradeff_threads")

@@ -10,7 +10,7 @@ __all__ = ["BATCH_KEYS", "__version__", "load", "move_batch"]
 #   load(paths) -> pandas.DataFrame: the records as one flat table;
 #   move_batch(batch, device): a batch's tensors on a device, as the cells move theirs;
 #   BATCH_KEYS: the tensors of a batch of each task kind, which every cell passes as model(**batch).
-_PUBLIC = {"load": "gradeff.report.dataframe", "move_batch": "gradeff.cell.loop", "BATCH_KEYS": "gradeff.data"}
+_PUBLIC = {"load": "gradeff.report.dataframe", "move_batch": "gradeff.cell.loop", "BATCH_KEYS": "gradeff.axes.data"}
 
 
 def __getattr__(name: str):

@@ -6,7 +6,7 @@
 
 For every model × optimizer × method × dataset of the grid, on its ``standard`` strategy and on each of its
 strategies that changes the effective batch (accumulation: rows of its own, see
-:func:`gradeff.strategies.rate_strategy`; ``--models``, ``--optimizers``, ``--methods``, ``--datasets``,
+:func:`gradeff.axes.strategies.rate_strategy`; ``--models``, ``--optimizers``, ``--methods``, ``--datasets``,
 ``--strategies`` narrow it) each rate of a log grid of ``--points`` rates over
 ``--spread`` decades around the optimizer's centre is trained once per seed (``--seeds``) as a tuning trial, scored
 by its final validation loss (mean over the seeds; the test split is never read), and the best rate kept. A best
@@ -27,11 +27,11 @@ import argparse
 import shlex
 import sys
 
+from gradeff.axes.strategies import rate_strategy
 from gradeff.cell.protocols import TABLE_PATH, TunedTable
 from gradeff.cell.rate_search import SearchSettings, search_cells, tunable_cells
 from gradeff.records.outputs import EXIT_INCOMPLETE_OUTPUT, OutputError
 from gradeff.specs.profiles import PROFILES
-from gradeff.strategies import rate_strategy
 from gradeff.studies.grid import GRIDS, cells
 
 

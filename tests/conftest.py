@@ -17,7 +17,7 @@ import numpy  # noqa: F401
 import pytest
 import torch
 
-import gradeff.models.llm  # noqa: F401
+import gradeff.axes.models.llm  # noqa: F401
 from gradeff.records.results import CellRecord, EpochRecord, Summary
 
 pytest_plugins = ["pytester"]

@@ -229,7 +229,7 @@ def test_every_path_the_docs_name_exists():
 
 
 def test_the_named_path_pattern_finds_paths_and_skips_placeholders():
-    found = NAMED_PATH.findall("`gradeff/cell/plan.py` `gradeff/models/<family>.py` `tests/records/` `a/b.py`")
+    found = NAMED_PATH.findall("`gradeff/cell/plan.py` `gradeff/axes/models/<family>.py` `tests/records/` `a/b.py`")
     assert found == ["gradeff/cell/plan.py", "tests/records/"]
 
 

@@ -19,7 +19,7 @@ from gradeff.records.store import read_records
 from tests.report.test_packaging import BUILD_TIMEOUT_S, _clean_env, _pip, _site_packages, source_copy  # noqa: F401
 
 CONFTEST = '''
-from gradeff.optim import OptimizerSpec
+from gradeff.axes.optim import OptimizerSpec
 
 
 def pytest_gradeff_register(registries):

@@ -21,10 +21,10 @@ from gradeff import analysis
 from gradeff.analysis import Metric, scope
 from gradeff.analysis.pairing import PairedRatio, paired_ratio
 from gradeff.analysis.runs import CellRuns, by_cell
-from gradeff.models import MODELS
+from gradeff.axes.models import MODELS
+from gradeff.axes.strategies import BUDGET_KINDS, STRATEGIES
 from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord, record_field, record_section
-from gradeff.strategies import BUDGET_KINDS, STRATEGIES
 from gradeff.studies.grid import GRIDS
 
 __all__ = [
@@ -85,7 +85,7 @@ def budget_kind(record: CellRecord) -> str | None:
 
 def expected_oom(record: CellRecord) -> bool:
     """A budget cell that ended ``oom``: even its most frugal plan misses the budget, so it is refused before
-    training by design (:mod:`gradeff.strategies.budget`). Its status is the finding about that budget, not a
+    training by design (:mod:`gradeff.axes.strategies.budget`). Its status is the finding about that budget, not a
     fault of the run."""
     return record.status == "oom" and budget_kind(record) is not None
 

@@ -26,11 +26,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gradeff.data import TASKS
-from gradeff.models import MODELS
+from gradeff.axes.data import TASKS
+from gradeff.axes.models import MODELS
+from gradeff.axes.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord, meter_field, meter_section, record_field
-from gradeff.strategies import STRATEGIES, micro_batches_per_step
 
 __all__ = [
     "ANSWER_OBJECTIVES", "MEMORY_PARTS", "METRICS", "OBJECTIVE_TITLES", "QUALITY", "RSS_RESOLUTION_BYTES",

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gradeff.data import TASKS
-from gradeff.models import MODELS
+from gradeff.axes.data import TASKS
+from gradeff.axes.models import MODELS
 from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord, record_field
 

@@ -20,12 +20,12 @@ from gradeff.analysis.netscore import Score
 from gradeff.analysis.pairing import PairedRatio, paired_ratio
 from gradeff.analysis.runs import CellRuns, by_cell
 from gradeff.analysis.stats import Interval, interval
-from gradeff.data import TASKS
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord, record_field, record_section
-from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "BASELINE_GRIDS", "TRAINABLE", "Versus", "bayes_accuracy", "checkpoint_ratios", "group_by_backbone",
@@ -210,7 +210,7 @@ def inference_of(record: CellRecord) -> Mapping:
 
 def measured_on_standard(record: CellRecord) -> bool:
     """Whether the record leaves its inference cost to the ``standard`` cell: its strategy trains that cell's
-    model bit for bit (:attr:`gradeff.strategies.StrategySpec.trains_as_standard`), so it deploys the same model
+    model bit for bit (:attr:`gradeff.axes.strategies.StrategySpec.trains_as_standard`), so it deploys the same model
     and is not measured again."""
     return not inference_of(record) and record.strategy in STRATEGIES and STRATEGIES[record.strategy].trains_as_standard
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 from gradeff.analysis.metrics import Metric, metric_value
 from gradeff.analysis.stats import Interval, interval
-from gradeff.data import TASKS
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.records.formatting import as_number
 from gradeff.records.results import CellRecord
-from gradeff.strategies import STRATEGIES
 from gradeff.studies.grid import GRIDS
 
 __all__ = ["CellRuns", "by_cell", "canonical", "canonical_key", "seed_values"]

@@ -1,7 +1,7 @@
 """A model's best cell beside its task's trivial baselines: did it learn more than a count or a pixel match gives?
 
 Every record carries its task's trivial baselines on the same test split (``task["trivial_baselines"]``,
-:mod:`gradeff.data.trivial`): pixel 1-NN and a logistic regression on pixels for image classification, unigram and
+:mod:`gradeff.axes.data.trivial`): pixel 1-NN and a logistic regression on pixels for image classification, unigram and
 bigram counts for causal text, the visible-token histogram for masked text, the image-blind caption bigram for
 captioning. :func:`trivial_check` compares the best cell of an Answer line's quality question with the strongest of
 them on that question's own metric (test loss: lower is better; test top-1 accuracy: higher), paired by seed: a
@@ -34,7 +34,7 @@ from gradeff.records.results import CellRecord, record_field
 __all__ = ["ALPHA", "BASELINE_WORDS", "TrivialBaseline", "TrivialCheck", "baseline_text", "check_text",
            "lead_p_value", "strongest_baseline", "trivial_check"]
 
-# Each baseline of gradeff.data.trivial in words (a baseline not named here prints its key).
+# Each baseline of gradeff.axes.data.trivial in words (a baseline not named here prints its key).
 BASELINE_WORDS = {
     "pixel_1nn": "raw-pixel 1-NN",
     "logistic_regression": "logistic regression on pixels",

@@ -7,8 +7,8 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.cell.config import RunConfig
-from gradeff.strategies import STRATEGIES
 from gradeff.studies.grid import Cell
 
 __all__ = ["cell_arithmetic", "intra_op_threads"]

@@ -14,6 +14,14 @@ from dataclasses import dataclass
 
 import torch
 
+from gradeff.axes.data import Dataset
+from gradeff.axes.methods import apply_method
+from gradeff.axes.models import MODELS, build_model
+from gradeff.axes.models._layers import freeze_batch_statistics
+from gradeff.axes.models.checkpoint import load_checkpoint
+from gradeff.axes.optim import build_optimizer
+from gradeff.axes.strategies import micro_batches_per_step
+from gradeff.axes.strategies.sharded import Ranks, shard_model
 from gradeff.cell.arithmetic import cell_arithmetic
 from gradeff.cell.config import RunConfig
 from gradeff.cell.devices import resolve_device
@@ -21,14 +29,6 @@ from gradeff.cell.loop import TrainState
 from gradeff.cell.plan import cell_data, cell_settings
 from gradeff.cell.precision import make_scaler
 from gradeff.cell.pretrain import StartingWeights, starting_weights
-from gradeff.data import Dataset
-from gradeff.methods import apply_method
-from gradeff.models import MODELS, build_model
-from gradeff.models._layers import freeze_batch_statistics
-from gradeff.models.checkpoint import load_checkpoint
-from gradeff.optim import build_optimizer
-from gradeff.strategies import micro_batches_per_step
-from gradeff.strategies.sharded import Ranks, shard_model
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import HParams, MethodHParams, method_hparams_for
 
@@ -48,7 +48,7 @@ def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
                   dataset: Dataset | None = None) -> TrainState:
     """Build the data, model (weights loaded, method applied), optimizer and scheduler of a cell.
 
-    The strategy's own preparation of the model (:func:`gradeff.strategies.prepare.prepare`) follows.
+    The strategy's own preparation of the model (:func:`gradeff.axes.strategies.prepare.prepare`) follows.
 
     Args:
         dataset: the cell's data as :func:`gradeff.cell.plan.cell_data` gave it, with ``hp`` its sizes;

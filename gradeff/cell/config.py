@@ -31,7 +31,7 @@ class RunConfig:
             profile's default when ``None``), and for the others a limit a cell is refused over.
         memory_margin: the fraction of the budget the budget strategies keep free.
         weights: model key → a local source to start from (a state-dict file or a folder, resolved and checked
-            when the session started; see :mod:`gradeff.models.weights`).
+            when the session started; see :mod:`gradeff.axes.models.weights`).
         cache_dir: where the suite's pretrained backbones and drawn data are cached (``None``: the default cache).
         tune: ``"lr"``: search each cell's learning rate (see :func:`run_cell`); ``None``: the protocol's rate.
         tune_points: how many rates the search tries.
@@ -53,12 +53,12 @@ class RunConfig:
         rank: this process's rank inside a sharded cell (set by :mod:`gradeff.cell.distributed`); ``None`` elsewhere.
         threads: torch's intra-op threads while the cell is built and trained (``None``: the process's own).
         fused: the optimizer's fused (else multi-tensor) kernel where torch has one (``--gradeff-fused``; see
-            :func:`gradeff.optim.build_optimizer`).
+            :func:`gradeff.axes.optim.build_optimizer`).
         compile: train the model through torch.compile with this backend (``--gradeff-compile``); ``None``: eager.
         workers: DataLoader worker processes gathering the micro-batches ahead (``--gradeff-workers``; see
             :class:`gradeff.cell.loop.TrainState`).
         named_strategies: the strategies the session named (``--gradeff-strategies``): one a CPU leaves out
-            (:attr:`~gradeff.strategies.StrategySpec.cpu_limitation`) runs there when named.
+            (:attr:`~gradeff.axes.strategies.StrategySpec.cpu_limitation`) runs there when named.
     """
 
     profile: str = "tiny"

@@ -4,7 +4,7 @@ A cell whose strategy shards (``fsdp``) is trained by ``--gradeff-world-size`` p
 here — spawned, so each imports torch afresh, with the session's registered entries sent along as
 to an isolated cell — joined into one ``torch.distributed`` process group: gloo on CPU, NCCL on
 GPUs (rank r on the r-th GPU from the cell's own). Each process runs the ordinary cell path with
-its rank set, where :mod:`gradeff.strategies.sharded` shards its model and slices its data, and
+its rank set, where :mod:`gradeff.axes.strategies.sharded` shards its model and slices its data, and
 sends back its record. Rank 0's record is the cell's, with every rank's memory breakdown under
 ``meters.memory.ranks``. A rank that ends badly (diverged, oom, error, interrupted, or dead) gives
 the cell its status; the others, waiting in a collective that will never complete, are stopped

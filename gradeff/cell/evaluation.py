@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from gradeff.axes.data.dataset import IGNORE_INDEX, Dataset
 from gradeff.cell.loop import Pause, TrainState, move_batch, sync
-from gradeff.data.dataset import IGNORE_INDEX, Dataset
 from gradeff.records.curve import CurvePoint
 
 if TYPE_CHECKING:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from gradeff.axes.optim import OPTIMIZERS
 from gradeff.cell.plan import cell_settings
 from gradeff.cell.tuning import search
-from gradeff.optim import OPTIMIZERS
 from gradeff.records.results import CellRecord, meter_field
 from gradeff.studies.hparams import lr_centre, lr_grid
 

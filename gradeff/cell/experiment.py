@@ -17,21 +17,21 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from gradeff.axes.data.checksums import content_sha256
+from gradeff.axes.data.real import source_checksum
+from gradeff.axes.data.real_sources import source_for
+from gradeff.axes.models import MODELS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.environment import KERNEL_VARIABLES, code_version
 from gradeff.cell.plan import cannot_run, cell_settings
 from gradeff.cell.pretrain import cache_root, pretrained_folder, weights_checksum
 from gradeff.cell.probe import numerics_probe
-from gradeff.data.checksums import content_sha256
-from gradeff.data.real import source_checksum
-from gradeff.data.real_sources import source_for
-from gradeff.models import MODELS
 from gradeff.records.fingerprint import experiment_section
-from gradeff.strategies import STRATEGIES
 
 if TYPE_CHECKING:
+    from gradeff.axes.models.weights import StartingWeights
     from gradeff.cell.config import RunConfig
-    from gradeff.models.weights import StartingWeights
     from gradeff.studies.grid import Cell
 
 __all__ = ["data_identity", "experiment", "experiment_inputs", "weights_identity"]

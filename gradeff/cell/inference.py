@@ -36,9 +36,9 @@ import torch
 from torch.utils import flop_counter
 
 from gradeff.analysis.netscore import Score, netscore_family
+from gradeff.axes.data.dataset import Dataset
 from gradeff.cell.loop import move_batch, sync
 from gradeff.cell.metering import MeterSettings
-from gradeff.data.dataset import Dataset
 from gradeff.meters import EnergyMeter, LivePeakTracker
 from gradeff.meters.energy import EnergySource
 from gradeff.meters.flops import formulas

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from gradeff.axes.data import Dataset, epoch_order
 from gradeff.cell import stop
-from gradeff.data import Dataset, epoch_order
 from gradeff.meters.untouched import untouched
 
 if TYPE_CHECKING:
-    from gradeff.strategies.sharded import Ranks
+    from gradeff.axes.strategies.sharded import Ranks
 
 __all__ = [
     "GPU_CHECK_EVERY", "Diverged", "EpochStats", "Pause", "TrainState", "move_batch", "optimizer_step", "sync", "train",
@@ -91,7 +91,7 @@ class TrainState:
         check_every: optimizer steps between divergence checks (and at every epoch's end); ``None``: every
             step on the CPU, where reading the loss costs nothing, and every :data:`GPU_CHECK_EVERY` steps
             on a GPU, where each read stalls the host until the device has caught up.
-        ranks: a sharded cell's process (:class:`gradeff.strategies.sharded.Ranks`): it trains on its
+        ranks: a sharded cell's process (:class:`gradeff.axes.strategies.sharded.Ranks`): it trains on its
             slice of each micro-batch and the step's loss is summed over the processes; ``None``: one process.
         pause: what runs between steps outside the epoch's clock (:class:`Pause`); ``None``: nothing.
         workers: ``torch.utils.data.DataLoader`` worker processes that gather the epoch's micro-batches ahead of

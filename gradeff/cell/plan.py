@@ -12,19 +12,19 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
+from gradeff.axes.data import TASKS, Dataset, data_sizes
+from gradeff.axes.data.cache import cached
+from gradeff.axes.data.real import load_real
+from gradeff.axes.data.real_sources import source_for
+from gradeff.axes.data.real_tensors import BPE_VOCAB
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.cell.devices import gpu_count, process_group_backend, resolve_device
 from gradeff.cell.precision import precision_incompatibility
 from gradeff.cell.pretrain import cache_root
 from gradeff.cell.protocols import RateChoice, choose_rate
-from gradeff.data import TASKS, Dataset, data_sizes
-from gradeff.data.cache import cached
-from gradeff.data.real import load_real
-from gradeff.data.real_sources import source_for
-from gradeff.data.real_tensors import BPE_VOCAB
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
-from gradeff.strategies import STRATEGIES
 from gradeff.studies.grid import Cell, incompatibility
 from gradeff.studies.hparams import HParams, MethodHParams, hparams_for, method_hparams_for
 

@@ -15,7 +15,7 @@ import argparse
 import contextlib
 from typing import TYPE_CHECKING
 
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.optim import OPTIMIZERS
 
 if TYPE_CHECKING:
     import torch

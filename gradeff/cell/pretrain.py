@@ -11,10 +11,10 @@ for the new dataset's classes.
 Concurrent sessions (pytest-xdist workers) share the cache through a file lock: one pretrains,
 the others wait and load. Before its first cell a session's process pretrains, one by one, the backbones its
 cells need that no other process has claimed (:func:`pretrain_ahead`), so workers pretrain side by side instead
-of waiting on each other; the pretraining task's samples are drawn once and cached too (:mod:`gradeff.data.cache`).
+of waiting on each other; the pretraining task's samples are drawn once and cached too (:mod:`gradeff.axes.data.cache`).
 
 A cached folder is trusted only when its files match the sha256 manifest written last (``checksums.sha256``,
-``sha256sum`` format, flushed to disk before the folder is renamed into place; :mod:`gradeff.data.checksums`, the
+``sha256sum`` format, flushed to disk before the folder is renamed into place; :mod:`gradeff.axes.data.checksums`, the
 helper every cache uses): a folder cut short by a full disk, a copy interrupted or bytes rotted on disk is pretrained
 again, with a warning naming it, instead of failing every cell that loads it. The folder gets the permissions a
 plain ``mkdir`` would (the umask's), so a cache on a shared disk serves every account that may read it.
@@ -35,11 +35,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
-from gradeff.data.checksums import MANIFEST, CacheRebuiltWarning, file_sha256, verify_manifest, write_manifest
-from gradeff.methods import within
-from gradeff.models import MODELS, build_model
-from gradeff.models.checkpoint import given_weights
-from gradeff.models.weights import StartingWeights
+from gradeff.axes.data.checksums import MANIFEST, CacheRebuiltWarning, file_sha256, verify_manifest, write_manifest
+from gradeff.axes.methods import within
+from gradeff.axes.models import MODELS, build_model
+from gradeff.axes.models.checkpoint import given_weights
+from gradeff.axes.models.weights import StartingWeights
 from gradeff.studies.hparams import hparams_for, pretrain_hparams
 
 __all__ = ["FORMAT", "INFO_FILE", "MANIFEST", "CacheRebuiltWarning", "StartingWeights", "cache_root", "pretrain",
@@ -91,7 +91,7 @@ def starting_weights(model: str, profile: str, seed: int, *, local: Mapping[str,
     """The weights a cell of ``model`` starts from, pretraining (once) when needed.
 
     Args:
-        local: model key → a source given by the user (a local file or folder, see :mod:`gradeff.models.weights`).
+        local: model key → a source given by the user (a local file or folder, see :mod:`gradeff.axes.models.weights`).
         num_labels: the cell's classes (whether a given checkpoint's head is loaded or re-initialised).
         cache_dir: where pretrained backbones are cached (see :func:`cache_root`).
         device: where to pretrain if the cache has no copy.
@@ -122,7 +122,7 @@ def _fill(folder: Path, model: str, profile: str, seed: int, *, device: str, cac
     """Pretrain into ``folder`` unless it holds a sound copy (the caller holds its lock); ``True`` if it pretrained."""
     if folder.exists() and (problem := verify_folder(folder)) is not None:
         warnings.warn(f"pretrained cache {folder}: {problem}; pretraining it again", CacheRebuiltWarning,
-                      stacklevel=3)  # gradeff.data.checksums' warning, worded for a backbone
+                      stacklevel=3)  # gradeff.axes.data.checksums' warning, worded for a backbone
         shutil.rmtree(folder)
     if (folder / INFO_FILE).is_file():
         return False
@@ -186,11 +186,12 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     """
     import torch
 
+    from gradeff.axes.data.cache import cached  # noqa: PLC0415
+    from gradeff.axes.data.standins import source_task  # noqa: PLC0415
+
     # torch, 2.3 s: the plugin imports this module
     from gradeff.cell.evaluation import evaluate  # noqa: PLC0415
     from gradeff.cell.loop import TrainState, train_epoch  # noqa: PLC0415
-    from gradeff.data.cache import cached  # noqa: PLC0415
-    from gradeff.data.standins import source_task  # noqa: PLC0415
 
     hp = pretrain_hparams(model, profile)
     # The image size its cells fine-tune at (its ModelSpec.hparams, built in or registered).
@@ -198,7 +199,8 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
     sizes = dict(num_classes=hp.num_classes, image_size=image_size, num_samples=hp.train_samples, seed=seed,
                  heldout_samples=hp.heldout_samples)
     # Every backbone of a profile pretrains on the same samples: drawn once, next to the backbones.
-    data = cached("gradeff.data.standins:source_task", sizes, lambda: source_task(**sizes), root=cache_root(cache_dir))
+    data = cached("gradeff.axes.data.standins:source_task", sizes, lambda: source_task(**sizes),
+                  root=cache_root(cache_dir))
     target = torch.device(device)
     torch.manual_seed(seed)
     network = build_model(model, profile, num_labels=hp.num_classes).to(target)
@@ -245,7 +247,7 @@ def pretrain(model: str, profile: str, seed: int, folder: Path, *, device: str =
 
 def verify_folder(folder: Path) -> str | None:
     """Why a cached backbone's folder cannot be trusted (no manifest, a file missing or changed), or ``None`` when
-    every file matches its checksum (:func:`gradeff.data.checksums.verify_manifest`)."""
+    every file matches its checksum (:func:`gradeff.axes.data.checksums.verify_manifest`)."""
     return verify_manifest(folder, required=INFO_FILE)
 
 

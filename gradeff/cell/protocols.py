@@ -7,7 +7,7 @@
   ``standard`` strategy serves every strategy that trains the same steps on the same batches (checkpointing,
   offload and the adaptive budget change no number); a strategy that changes the effective batch (accumulation:
   k micro-batches per optimizer step, k times fewer steps) has rows of its own
-  (:func:`gradeff.strategies.rate_strategy`), since the best rate of a 4× batch in 4× fewer steps is not the
+  (:func:`gradeff.axes.strategies.rate_strategy`), since the best rate of a 4× batch in 4× fewer steps is not the
   small batch's, and an accumulation cell at the standard cell's rate measures under-training, not accumulation.
   Without such a row it falls back to the standard row, and says so. A cell the table has no row for (another
   profile, an optimizer outside the grids, a user's model or data, data given with ``--gradeff-data``) tunes itself
@@ -26,9 +26,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gradeff.axes.strategies import rate_strategy
 from gradeff.records.fields import SELF_TUNED
 from gradeff.records.outputs import write_text
-from gradeff.strategies import rate_strategy
 
 __all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "SELF_TUNED", "TABLE_PATH", "RateChoice", "TunedRate", "TunedTable",
            "choose_rate", "tuned_table"]
@@ -47,7 +47,7 @@ class TunedRate:
         profile / model / optimizer / method / dataset: the cell's axes.
         strategy: the strategy the rate was tuned on: ``standard`` serves every strategy that trains the same
             steps on the same batches, a strategy that changes the effective batch has its own
-            (:func:`gradeff.strategies.rate_strategy`).
+            (:func:`gradeff.axes.strategies.rate_strategy`).
         lr: the rate the optimizer gets (the method's scale is already in it).
         grid: the rates tried, ascending.
         scores: each rate's final validation loss, the mean over the seeds (``None``: no seed ended ok).
@@ -98,7 +98,7 @@ class TunedTable:
     def lookup(self, profile: str, model: str, optimizer: str, method: str, dataset: str,
                strategy: str = "standard") -> TunedRate | None:
         """The row of these axes tuned on ``strategy`` (a strategy key: the row of its rate strategy,
-        :func:`gradeff.strategies.rate_strategy`), or ``None``."""
+        :func:`gradeff.axes.strategies.rate_strategy`), or ``None``."""
         return self.rows.get((profile, model, optimizer, method, dataset, rate_strategy(strategy)))
 
     def merged(self, rows: list[TunedRate], search: str, provenance: dict) -> TunedTable:

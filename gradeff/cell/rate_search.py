@@ -2,7 +2,7 @@
 
 ``scripts/tune_rates.py`` is its command line. For each cell (each model × optimizer × method × dataset of a grid,
 on the ``standard`` strategy and on each strategy that changes the effective batch, which has rates of its own:
-:func:`gradeff.strategies.rate_strategy`) every rate of a log grid around the optimizer's centre is trained once
+:func:`gradeff.axes.strategies.rate_strategy`) every rate of a log grid around the optimizer's centre is trained once
 per seed as a tuning trial (:attr:`gradeff.cell.config.RunConfig.trial`: the validation split is evaluated, the test
 split is never read), scored by its final validation loss averaged over the seeds (a rate at which any seed
 diverged or failed scores nothing), and the best rate kept. A best rate at the grid's edge widens the grid past
@@ -22,13 +22,13 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import rate_strategy
 from gradeff.cell.config import RunConfig
 from gradeff.cell.environment import code_version
 from gradeff.cell.protocols import TunedRate
 from gradeff.cell.run import run_cell
 from gradeff.cell.tuning import log_grid, search
-from gradeff.optim import OPTIMIZERS
-from gradeff.strategies import rate_strategy
 from gradeff.studies.grid import Cell, incompatibility
 from gradeff.studies.hparams import hparams_for, lr_centre, method_hparams_for
 
@@ -66,7 +66,7 @@ class SearchSettings:
 
 
 def tunable_cells(cells: Iterable[Cell]) -> list[Cell]:
-    """One cell per model × optimizer × method × dataset × rate strategy (:func:`gradeff.strategies.rate_strategy`:
+    """One cell per model × optimizer × method × dataset × rate strategy (:func:`gradeff.axes.strategies.rate_strategy`:
     ``standard`` stands for every strategy that trains the same steps, accumulation for itself), that can run; the
     cell searched has the rate strategy itself as its strategy."""
     found: dict[tuple, Cell] = {}

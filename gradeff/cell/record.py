@@ -12,23 +12,23 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from gradeff.axes.data import TASKS
+from gradeff.axes.data.trivial_cache import cached_trivial_baselines
+from gradeff.axes.optim import optimizer_kernel
 from gradeff.cell.environment import code_version, environment
 from gradeff.cell.experiment import experiment
 from gradeff.cell.inference import deployed_parameter_counts
 from gradeff.cell.pretrain import cache_root
 from gradeff.cell.protocols import SELF_TUNED
-from gradeff.data import TASKS
-from gradeff.data.trivial_cache import cached_trivial_baselines
-from gradeff.optim import optimizer_kernel
 from gradeff.records.results import CellRecord
 
 if TYPE_CHECKING:
     import torch
 
+    from gradeff.axes.data import Dataset
     from gradeff.cell.config import RunConfig
     from gradeff.cell.plan import CellSettings
     from gradeff.cell.pretrain import StartingWeights
-    from gradeff.data import Dataset
     from gradeff.studies.grid import Cell
 
 __all__ = ["cell_record", "hparams_record", "task_record"]
@@ -50,7 +50,7 @@ def hparams_record(settings: CellSettings, config: RunConfig, optimizer: torch.o
 
 def task_record(cell: Cell, dataset: Dataset, *, trivial_baselines: dict | None = None) -> dict:
     """The data a cell trained on, with the floors, Bayes accuracy and trivial baselines its numbers are read
-    against (``trivial_baselines``: :func:`gradeff.data.trivial_cache.cached_trivial_baselines` of its splits, or
+    against (``trivial_baselines``: :func:`gradeff.axes.data.trivial_cache.cached_trivial_baselines` of its splits, or
     ``None`` where they are not known)."""
     heldout = dataset.heldout
     return {
@@ -58,10 +58,10 @@ def task_record(cell: Cell, dataset: Dataset, *, trivial_baselines: dict | None 
         "loss_floor": dataset.loss_floor, "heldout_samples": len(heldout) if heldout is not None else 0,
         "heldout_loss_floor": heldout.loss_floor if heldout is not None else None,
         "bayes_accuracy": heldout.info.get("bayes_accuracy") if heldout is not None else None,
-        # The sanity baseline on the same split (gradeff.data.sanity), a raw-pixel 1-NN classifier, read by the
+        # The sanity baseline on the same split (gradeff.axes.data.sanity), a raw-pixel 1-NN classifier, read by the
         # Answer and the claims (gradeff.analysis.answer.sanity_accuracy).
         "sanity_accuracy": heldout.info.get("sanity_accuracy") if heldout is not None else None,
-        # What no learning gives on the same test split (gradeff.data.trivial): the Answer flags a model whose best
+        # What no learning gives on the same test split (gradeff.axes.data.trivial): the Answer flags a model whose best
         # cell does not beat the strongest of them (gradeff.analysis.trivial).
         "trivial_baselines": trivial_baselines,
         "info": dataset.info,

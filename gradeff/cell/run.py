@@ -15,6 +15,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from gradeff.axes.data import TASKS, Dataset
+from gradeff.axes.methods import METHODS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.optim.cg import cg_stats
+from gradeff.axes.strategies import STRATEGIES
+from gradeff.axes.strategies.budget import profile_step
+from gradeff.axes.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
 from gradeff.cell import stop
 from gradeff.cell.arithmetic import cell_arithmetic, intra_op_threads
 from gradeff.cell.build import Built, build_cell, build_into, release, use_device
@@ -32,15 +39,8 @@ from gradeff.cell.pretrain import StartingWeights
 from gradeff.cell.protocols import RateChoice
 from gradeff.cell.record import cell_record, hparams_record
 from gradeff.cell.self_tune import needs_self_tuning, run_self_tuned
-from gradeff.data import TASKS, Dataset
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
-from gradeff.methods import METHODS
-from gradeff.optim import OPTIMIZERS
-from gradeff.optim.cg import cg_stats
 from gradeff.records.results import CellRecord, EpochRecord, Summary
-from gradeff.strategies import STRATEGIES
-from gradeff.strategies.budget import profile_step
-from gradeff.strategies.prepare import BudgetUnreachable, CompiledUnderBudget, prepare
 from gradeff.studies.grid import Cell, incompatibility
 from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, HParams, MethodHParams
 

@@ -17,7 +17,7 @@ The choice is cached by a fingerprint of everything it is a function of — the 
 specs, the strategy's rate strategy, the profile's sizes, the precision, the content of the data's splits, the
 search's own settings and torch's version — so the next session, and every other seed of a multi-seed run, trains
 at it without searching again; its record says the choice was read from the cache and what the search cost then.
-The cache file is JSON with its sha256 beside it (:mod:`gradeff.data.checksums`); processes share it through a
+The cache file is JSON with its sha256 beside it (:mod:`gradeff.axes.data.checksums`); processes share it through a
 lock, so two cells of one choice (a checkpointed and a standard cell) search once.
 """
 
@@ -37,17 +37,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 from filelock import FileLock
 
+from gradeff.axes.data.checksums import read_checked, write_checked
+from gradeff.axes.data.trivial_cache import splits_digest
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import rate_strategy
 from gradeff.cell.plan import cannot_run, cell_data, cell_settings
 from gradeff.cell.pretrain import cache_root
 from gradeff.cell.tuning import at_edge, log_grid
-from gradeff.data.checksums import read_checked, write_checked
-from gradeff.data.trivial_cache import splits_digest
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
 from gradeff.records.fields import SELF_TUNED
 from gradeff.records.results import CellRecord, meter_field
-from gradeff.strategies import rate_strategy
 from gradeff.studies.grid import incompatibility
 from gradeff.studies.hparams import lr_centre
 
@@ -67,7 +67,7 @@ class SearchBudget:
 
     Attributes:
         points: rates of the first grid, evenly spaced in log10 over ``spread`` decades around the optimizer's centre
-            (:attr:`gradeff.optim.OptimizerSpec.lr_centre`, else the cell's shared rate).
+            (:attr:`gradeff.axes.optim.OptimizerSpec.lr_centre`, else the cell's shared rate).
         spread: decades the first grid spans.
         eta: successive halving's ratio: the first rung trains ``1/eta`` of the epochs, ``1/eta`` of its rates go on.
         widen: at most this many rates added past the grid's edge the best rate sits on, at the full epochs.
@@ -175,7 +175,7 @@ def fingerprint(cell: Cell, config: RunConfig, budget: SearchBudget, *, hparams:
 
     Args:
         hparams: the cell's sizes (without its rate, which is what is searched).
-        data_digest: :func:`gradeff.data.trivial_cache.splits_digest` of the cell's data: real data, a user's file
+        data_digest: :func:`gradeff.axes.data.trivial_cache.splits_digest` of the cell's data: real data, a user's file
             and a registered dataset are keyed by their content.
     """
     inputs = {

@@ -1,7 +1,7 @@
 """What memory a tensor occupies: the storage behind it, deduplicated by address, and a sharded tensor's local part.
 
 Shared by the step's memory breakdown (:mod:`gradeff.meters.memory`), the live-peak tracker
-(:mod:`gradeff.meters.peak`) and the budget planner (:mod:`gradeff.strategies.budget`), which must agree on what a
+(:mod:`gradeff.meters.peak`) and the budget planner (:mod:`gradeff.axes.strategies.budget`), which must agree on what a
 tensor costs.
 """
 

@@ -30,16 +30,16 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from gradeff.axes.data import TASKS
+from gradeff.axes.data.real_sources import source_for
+from gradeff.axes.methods import apply_method, within
+from gradeff.axes.models import MODELS, build_model
+from gradeff.axes.models.checkpoint import given_weights
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.pretrain import INFO_FILE, pretrained_folder
-from gradeff.data import TASKS
-from gradeff.data.real_sources import source_for
-from gradeff.methods import apply_method, within
-from gradeff.models import MODELS, build_model
-from gradeff.models.checkpoint import given_weights
-from gradeff.optim import OPTIMIZERS
 from gradeff.records.formatting import format_bytes, format_seconds
-from gradeff.strategies import STRATEGIES, micro_batches_per_step
 from gradeff.studies.hparams import (
     MEMORY_BUDGET_LEVELS,
     MEMORY_BUDGETS,
@@ -175,7 +175,7 @@ class _Pass:
 
     flops: float  # forward + backward of one micro-batch
     forward_flops: float
-    profile: object  # gradeff.strategies.budget.StepProfile
+    profile: object  # gradeff.axes.strategies.budget.StepProfile
     samples: int
 
 
@@ -243,10 +243,11 @@ def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer:
     """Build the model with its method on meta and run one forward and backward of a micro-batch."""
     import torch
 
+    from gradeff.axes.strategies.budget import LayerCost, StepProfile  # noqa: PLC0415
+    from gradeff.axes.strategies.layers import checkpointable_layers  # noqa: PLC0415
+
     # torch, see the imports
     from gradeff.meters.flops import counted  # noqa: PLC0415
-    from gradeff.strategies.budget import LayerCost, StepProfile  # noqa: PLC0415
-    from gradeff.strategies.layers import checkpointable_layers  # noqa: PLC0415
 
     spec = MODELS[model_key]
     # QLoRA's adapters, trainable parameters and FLOPs are LoRA's; only its weights' storage differs (below).
@@ -263,7 +264,7 @@ def _measure(model_key: str, method: str, dataset: str, profile: str, optimizer:
     flops = counted(lambda: saved.run(lambda: adapted(**batch).loss).backward())
     parameter_bytes = sum(p.numel() * p.element_size() for p in adapted.parameters())
     if method == "qlora":
-        # QLoRA stores the weight of every plain linear outside the head in 4 bits (gradeff.methods.qlora): the
+        # QLoRA stores the weight of every plain linear outside the head in 4 bits (gradeff.axes.methods.qlora): the
         # adapted ones' base layers and the others alike; the adapters and biases stay in float32.
         for name, module in adapted.named_modules():
             if type(module) is torch.nn.Linear and not within(name, spec.head) and not module.weight.requires_grad:
@@ -308,9 +309,9 @@ def _data_text(cell, config) -> str:
 def plan_cell(cell, config, target: Target) -> CellPlan:
     """A cell's plan (see the module docstring); never raises: a cell that cannot be built says why."""
     # torch, see the imports
+    from gradeff.axes.strategies.budget import plan as budget_plan  # noqa: PLC0415
+    from gradeff.axes.strategies.prepare import budget_bytes, budget_fraction  # noqa: PLC0415
     from gradeff.cell.plan import cannot_run  # noqa: PLC0415
-    from gradeff.strategies.budget import plan as budget_plan  # noqa: PLC0415
-    from gradeff.strategies.prepare import budget_bytes, budget_fraction  # noqa: PLC0415
 
     reason = cannot_run(cell, config)
     if reason is not None:
@@ -326,7 +327,8 @@ def plan_cell(cell, config, target: Target) -> CellPlan:
     layers = [layer.name for layer in measured.profile.layers]
     status = "ready"
     if strategy.budget is not None:
-        # As the cell plans it (gradeff.strategies.prepare): its level, else the option, else the profile's default.
+        # As the cell plans it (gradeff.axes.strategies.prepare): its level, else the option, else the profile's
+        # default.
         absolute = config.memory_budget or MEMORY_BUDGETS.get(config.profile)
         fraction = budget_fraction(cell.strategy, absolute, MEMORY_BUDGET_LEVELS.get(config.profile))
         budget = budget_bytes(measured.profile, fraction, absolute, config.memory_margin, cell.strategy)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from gradeff.axes.models import MODELS
 from gradeff.cell.devices import resolve_device
-from gradeff.models import MODELS
 from gradeff.pytest.options import SETTINGS, run_config
 
 # The modules that build, train and meter a cell (gradeff.cell, .data.dataset, .meters, .strategies) import torch

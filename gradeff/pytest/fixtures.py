@@ -42,11 +42,11 @@ from typing import Any
 
 import pytest
 
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
 from gradeff.cell import stop
-from gradeff.data import TASKS
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
 from gradeff.pytest.fixture_setup import CUSTOM_GRID, FixtureSetup, bench_id, bench_name, cell_setup
 from gradeff.pytest.options import SETTINGS, run_config
 from gradeff.records.results import EpochRecord, Summary
@@ -145,8 +145,8 @@ class BenchData:
 
     def batches(self, epoch: int) -> Iterator[dict]:
         """The epoch's batches, as model inputs on the device (the order the grid's cells see): a dict of the
-        task kind's :data:`gradeff.data.BATCH_KEYS`, for ``model(**batch)``."""
-        from gradeff.data.dataset import epoch_order  # noqa: PLC0415 - torch, see the imports
+        task kind's :data:`gradeff.axes.data.BATCH_KEYS`, for ``model(**batch)``."""
+        from gradeff.axes.data.dataset import epoch_order  # noqa: PLC0415 - torch, see the imports
 
         yield from self._moved(self.dataset, epoch_order(len(self.dataset), self.seed, epoch))
 

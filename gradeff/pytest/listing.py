@@ -13,11 +13,11 @@ from typing import TextIO
 
 import pytest
 
-from gradeff.data import TASKS
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
-from gradeff.strategies import STRATEGIES
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import STRATEGIES
 
 __all__ = ["AXES", "listing_lines"]
 

@@ -14,13 +14,13 @@ from gradeff.analysis.answer import AnswerOptions
 from gradeff.analysis.choice import CHOICE_QUESTIONS, parse_prefer
 from gradeff.analysis.margins import parse_margins
 from gradeff.analysis.sequential import DEFAULT_FIRST, SeedPlan
+from gradeff.axes.data import real, real_sources
+from gradeff.axes.models import MODELS
+from gradeff.axes.models.checkpoint import CheckpointError, check_source, resolve_for
+from gradeff.axes.models.weights import WeightSourceError
 from gradeff.cell.pretrain import cache_root
-from gradeff.data import real, real_sources
 from gradeff.gate.compare import parse_compare_args
 from gradeff.gate.history import HistoryStore
-from gradeff.models import MODELS
-from gradeff.models.checkpoint import CheckpointError, check_source, resolve_for
-from gradeff.models.weights import WeightSourceError
 from gradeff.pytest.option_values import MAX_SEED, usage_error
 from gradeff.records.loading import ResultsFileError, load_results
 from gradeff.scale.ab import RevisionError, repository_root, resolve_revision

@@ -18,6 +18,7 @@ import pytest
 
 from gradeff.analysis.answer import AnswerOptions
 from gradeff.analysis.sequential import DEFAULT_FIRST, DEFAULT_MOST, SeedPlan
+from gradeff.axes.strategies import COMPILE_BACKENDS
 from gradeff.cell.devices import DEVICES, validate_device
 from gradeff.cell.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 from gradeff.pytest.option_checks import (
@@ -51,7 +52,6 @@ from gradeff.pytest.option_values import (
     worker_count,
 )
 from gradeff.specs.profiles import DEFAULT_PROFILE, PROFILES
-from gradeff.strategies import COMPILE_BACKENDS
 from gradeff.studies.grid import AXES, PLURALS, axis_registry
 from gradeff.studies.hparams import MEMORY_MARGIN
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gradeff.axes.models import MODELS
 from gradeff.cell import stop
 from gradeff.cell.devices import pin_worker_device, resolve_device
 from gradeff.cell.distributed import add_options as add_world_size_option
@@ -26,7 +27,6 @@ from gradeff.cell.precision import add_options as add_precision_options
 from gradeff.cell.precision import read_precision
 from gradeff.cell.stop import raise_if_requested
 from gradeff.gate.compare import EXIT_REGRESSION, EXIT_UNUSABLE, arguments, headline, run
-from gradeff.models import MODELS
 from gradeff.pytest.benchmark_table import quiet_benchmark_table
 from gradeff.pytest.dryrun import add_options as add_dry_run_options
 from gradeff.pytest.dryrun import dry_run_lines, plan_cell, plan_document, pretraining_seconds, target_for

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.models import MODELS
+from gradeff.axes.models import MODELS
 from gradeff.pytest.options import SETTINGS, run_config
 from gradeff.records.fingerprint import differences
 from gradeff.records.results import FINAL_STATUSES, record_section

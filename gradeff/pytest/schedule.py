@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import pytest
 
-from gradeff.models import MODELS
+from gradeff.axes.models import MODELS
 from gradeff.pytest.options import SETTINGS, run_config
 from gradeff.studies.grid import Cell
 

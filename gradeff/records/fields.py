@@ -10,11 +10,11 @@ __all__ = ["METER_FIELDS", "SECTION_FIELDS", "SELF_TUNED", "UnknownRecordField"]
 
 # What a record's ``meters`` holds, meter by meter (a cell's, and each epoch's ram, gpu, energy and cost): the fields
 # of the records the meters yield (gradeff/meters/: RamRecord, GpuRecord, EnergyRecord, MemoryBreakdown,
-# ComputeRecord; conjugate gradient's counters, gradeff.optim.cg.cg_stats), what gradeff.cell.metering.aggregate adds
-# for a cell (energy's grams of CO2, the metering cost's share of the epochs' time), why the FLOPs were not counted,
-# and a sharded cell's per-rank breakdowns. Named here, not read off those classes, because reading records never
-# imports torch; tests/records/test_record_fields.py holds the two to each other. A reader naming a field outside this
-# table fails at once (UnknownRecordField) rather than reading "not measured" in every table.
+# ComputeRecord; conjugate gradient's counters, gradeff.axes.optim.cg.cg_stats), what gradeff.cell.metering.aggregate
+# adds for a cell (energy's grams of CO2, the metering cost's share of the epochs' time), why the FLOPs were not
+# counted, and a sharded cell's per-rank breakdowns. Named here, not read off those classes, because reading records
+# never imports torch; tests/records/test_record_fields.py holds the two to each other. A reader naming a field outside
+# this table fails at once (UnknownRecordField) rather than reading "not measured" in every table.
 METER_FIELDS: dict[str, frozenset[str]] = {
     "ram": frozenset({"peak_rss_bytes", "peak_source", "mean_rss_bytes", "peak_system_percent", "samples",
                       "duration_s"}),
@@ -45,7 +45,7 @@ SELF_TUNED = "self-tuned"
 
 SECTION_FIELDS: dict[str, frozenset[str]] = {
     # trivial_baselines: name → {"metric": "accuracy" | "loss", "value", "what", ...} on the test split
-    # (gradeff.data.trivial); absent from records written before it (read as None, never as a 0).
+    # (gradeff.axes.data.trivial); absent from records written before it (read as None, never as a 0).
     "task": frozenset({"key", "name", "train_samples", "loss_floor", "heldout_samples", "heldout_loss_floor",
                        "bayes_accuracy", "sanity_accuracy", "trivial_baselines", "info"}),
     "parameters": frozenset({"total", "trainable"}),

@@ -32,7 +32,8 @@ from gradeff.analysis import group_by_model, naming, scope
 from gradeff.analysis import memory as memory_analysis
 from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.answer import AnswerOptions
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.records.formatting import NA
 from gradeff.records.outputs import write_text, write_with
 from gradeff.records.results import CellRecord, record_field
@@ -55,7 +56,6 @@ from gradeff.report.view import (
     html_id,
     status_text,
 )
-from gradeff.strategies import STRATEGIES
 from gradeff.studies.grid import GRIDS
 
 __all__ = [

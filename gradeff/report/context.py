@@ -6,7 +6,7 @@ import datetime as _dt
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from gradeff.models import MODELS
+from gradeff.axes.models import MODELS
 from gradeff.records.formatting import NA, as_number
 from gradeff.records.results import CellRecord, record_field, record_section
 from gradeff.report.view import (

@@ -34,7 +34,7 @@ _RECORD_COLUMNS = ("cell", "model", "optimizer", "strategy", "status", "failed_s
 _STUDY_COLUMNS = ("grid", "method", "dataset", "summary.final_heldout_accuracy", "summary.final_heldout_loss",
                   "summary.best_heldout_accuracy", "task.bayes_accuracy", "parameters.trainable", "parameters.total",
                   "weights.source")
-# The strongest of the task's trivial baselines on the same test split (gradeff.data.trivial): its name, its metric
+# The strongest of the task's trivial baselines on the same test split (gradeff.axes.data.trivial): its name, its metric
 # (accuracy, a fraction as summary.final_heldout_accuracy is; or loss, as summary.final_heldout_loss) and its value,
 # so a table read elsewhere sets each cell beside what no learning gives. After the study columns, for the same reason.
 _TRIVIAL_COLUMNS = ("task.trivial_best", "task.trivial_best_metric", "task.trivial_best_value")

@@ -17,10 +17,10 @@ from gradeff.analysis import memory as ma
 from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.metrics import quality_metric
 from gradeff.analysis.runs import CellRuns
-from gradeff.data import TASKS
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
 from gradeff.records.formatting import as_number, format_loss, format_percent, format_value
 from gradeff.records.results import FAILED_STATUSES
 from gradeff.report import heat_maps, heat_noise, plots, scatter_plots

@@ -24,9 +24,9 @@ from gradeff import analysis
 from gradeff.analysis import naming, peft
 from gradeff.analysis.netscore import LABELS, Score
 from gradeff.analysis.runs import CellRuns, by_cell
-from gradeff.data import TASKS
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
 from gradeff.records.formatting import (
     NA,
     as_number,

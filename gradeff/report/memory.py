@@ -19,7 +19,7 @@ from gradeff.analysis import memory as ma
 from gradeff.analysis import peft as peft_analysis
 from gradeff.analysis.pairing import PairedRatio
 from gradeff.analysis.runs import CellRuns
-from gradeff.models import MODELS
+from gradeff.axes.models import MODELS
 from gradeff.records.formatting import NA, format_bytes, format_ratio, format_seconds, format_value
 from gradeff.records.results import CellRecord, record_field
 from gradeff.report import figures

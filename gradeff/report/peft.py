@@ -19,9 +19,10 @@ from gradeff.analysis import METRICS, Metric, naming, peft
 from gradeff.analysis.answer import sanity_accuracy
 from gradeff.analysis.metrics import quality_metric
 from gradeff.analysis.runs import CellRuns, by_cell
-from gradeff.data import TASKS
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.records.formatting import NA, as_number, format_percent, format_seconds
 from gradeff.records.results import CellRecord, record_field
 from gradeff.report import figures, inference
@@ -40,7 +41,6 @@ from gradeff.report.view import (
     html_id,
     status_text,
 )
-from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "BASELINES_NOTE", "MISSING_NOTE", "SANITY_LABEL", "TUNED_MISSING_NOTE", "build_peft_view", "format_count",

@@ -21,8 +21,9 @@ from gradeff.analysis.metrics import ANSWER_OBJECTIVES, OBJECTIVE_TITLES, qualit
 from gradeff.analysis.pairing import EQUIVALENT, IDENTICAL, OPEN, Ranking, rank
 from gradeff.analysis.runs import CellRuns
 from gradeff.analysis.verdicts import verdict
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.records.fields import SELF_TUNED
 from gradeff.records.formatting import NA, as_number, format_loss, format_value
 from gradeff.records.results import CellRecord, meter_field, record_field
@@ -39,7 +40,6 @@ from gradeff.report.view import (
     status_text,
 )
 from gradeff.specs.registry import Registry
-from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "BEST_METRICS", "GRID_METRICS", "best_loss_table", "best_table", "grid_metrics_for", "grid_table",

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from markupsafe import Markup
 
 from gradeff.analysis import meter_value
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord, meter_field
 from gradeff.report.papers import PEFT, Paper, cite
 from gradeff.specs.registry import Registry
-from gradeff.strategies import STRATEGIES
 
 __all__ = [
     "SECTIONS", "SORTABLE_ROWS", "AnswerGroupView", "AnswerView", "BaselinesView", "Cell", "ClaimGroupView",

@@ -15,7 +15,7 @@ def pytest_gradeff_register(registries) -> None:
     keys get cells, ids, markers and ``--gradeff-<axis>`` selection like the built-in ones. Implement
     it in a ``conftest.py`` (the rootdir's or one given on the command line) or a plugin::
 
-        from gradeff.models import ModelSpec
+        from gradeff.axes.models import ModelSpec
 
         def pytest_gradeff_register(registries):
             registries.models.register(ModelSpec(key="mymodel", name="My model", family="decoder",

@@ -34,13 +34,13 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.data import TASKS, TaskSpec, make_dataset
-from gradeff.methods import METHODS, MethodSpec
-from gradeff.models import MODELS, ModelSpec, build_model
-from gradeff.optim import OPTIMIZERS, OptimizerSpec, build_optimizer
+from gradeff.axes.data import TASKS, TaskSpec, make_dataset
+from gradeff.axes.methods import METHODS, MethodSpec
+from gradeff.axes.models import MODELS, ModelSpec, build_model
+from gradeff.axes.optim import OPTIMIZERS, OptimizerSpec, build_optimizer
+from gradeff.axes.strategies import STRATEGIES, StrategySpec
 from gradeff.specs.profiles import PROFILES
 from gradeff.specs.registry import Registry, open_for_registration, validate_key
-from gradeff.strategies import STRATEGIES, StrategySpec
 from gradeff.studies.grid import GRIDS
 from gradeff.studies.hparams import HParams, hparams_for, task_default
 from gradeff.studies.spec_check import check_against_model
@@ -248,8 +248,8 @@ def _load_folder(folder: str, task_kind: str, key: str, profile: str, *, vocab_s
     import transformers
 
     # torch, 2.3 s: the plugin imports this module
-    from gradeff.data.dataset import SPECIAL_TOKENS  # noqa: PLC0415
-    from gradeff.models._weights import instantiate  # noqa: PLC0415
+    from gradeff.axes.data.dataset import SPECIAL_TOKENS  # noqa: PLC0415
+    from gradeff.axes.models._weights import instantiate  # noqa: PLC0415
 
     auto = getattr(transformers, _AUTO_CLASSES[task_kind])
     model = instantiate(auto, None, weights_dir=weights_dir or folder, device=device,
@@ -366,7 +366,7 @@ def check_state_law(optimizer: str, model: str = "llm", profile: str = "tiny", s
     builds it, then compares.
 
     Returns:
-        ``(predicted, measured)`` bytes: :meth:`~gradeff.optim.OptimizerSpec.state_bytes` of the trainable
+        ``(predicted, measured)`` bytes: :meth:`~gradeff.axes.optim.OptimizerSpec.state_bytes` of the trainable
         parameters, and :func:`gradeff.meters.optimizer_state_bytes` of the optimizer. A registered
         optimizer's test asserts they are equal.
     """

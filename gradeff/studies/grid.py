@@ -14,12 +14,12 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gradeff.data import TASKS
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.specs.registry import Registry
-from gradeff.strategies import STRATEGIES
 from gradeff.studies.study import STUDIES
 
 __all__ = ["AXES", "GRIDS", "PLURALS", "Cell", "GridSpec", "axis_registry", "cell_id", "cells", "incompatibility"]
@@ -53,7 +53,7 @@ class GridSpec:
             ``accuracy`` (held-out accuracy of a fine-tuned model) or ``memory`` (peak memory against
             time per epoch).
         standard_twins_once: run a strategy that trains the standard cell's model bit for bit
-            (:attr:`~gradeff.strategies.StrategySpec.trains_as_standard`: checkpointing, offload, the adaptive
+            (:attr:`~gradeff.axes.strategies.StrategySpec.trains_as_standard`: checkpointing, offload, the adaptive
             budget) on the grid's first dataset only, unless the datasets are chosen explicitly. Such a cell's
             accuracy is the standard cell's on every dataset, and what it measures, time and memory per step,
             depends on the batch's shapes, which the grid's datasets share: a second dataset repeats the

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gradeff.data import TASKS
-from gradeff.methods import METHODS, MethodHParams
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS, MethodHParams
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
 from gradeff.specs.profiles import HParams, validate_profile
 
 __all__ = [
@@ -72,7 +72,7 @@ def method_hparams_for(method: str, model: str, profile: str) -> MethodHParams:
 class PretrainHParams:
     """How the suite pretrains a fine-tuning backbone when no pretrained weights are given.
 
-    The source task (:func:`gradeff.data.standins.source_task`) is of the same families as the PEFT
+    The source task (:func:`gradeff.axes.data.standins.source_task`) is of the same families as the PEFT
     study's stand-ins, objects and textures under the same nuisance variation, with classes of its own,
     half of each: a backbone that learns it reads shapes and colours wherever an object sits, and
     spectra whatever a texture's phase, as ImageNet features serve CIFAR-100 and DTD; fine-tuning still
@@ -116,7 +116,7 @@ _OWN_PRETRAINING = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio"
 
 def pretrain_hparams(model: str, profile: str) -> PretrainHParams:
     """How ``model`` pretrains at ``profile``: the profile's recipe with the model's own fields
-    (:attr:`gradeff.models.ModelSpec.pretraining`) in place of the profile's."""
+    (:attr:`gradeff.axes.models.ModelSpec.pretraining`) in place of the profile's."""
     validate_profile(profile)
     own = (MODELS[model].pretraining or {}).get(profile, {})
     unknown = set(own) - set(_OWN_PRETRAINING)
@@ -129,7 +129,7 @@ def pretrain_hparams(model: str, profile: str) -> PretrainHParams:
 # The memory budget the budget strategies work to unless --gradeff-memory-budget gives one: the PEFT paper's
 # on-device budget ("e.g. 2 GB") at paper size, and at small the same pressure scaled to its models.
 MEMORY_BUDGETS: dict[str, int] = {"small": 160 * 2**20, "paper": 2 * 2**30}
-# At tiny, a level instead (gradeff.strategies.prepare.budget_bytes): the budget lies halfway from the cell's own
+# At tiny, a level instead (gradeff.axes.strategies.prepare.budget_bytes): the budget lies halfway from the cell's own
 # predicted peak with every block checkpointed to the one with none, both from its measured pass, so it scales with
 # each backbone and method. The tiny models' peaks differ by ten times (a LoRA step of MambaVision-T 2.9 MiB, of
 # Vim-S 23.6 MiB): the absolute 10 MiB (9 after the margin) this replaced left 10 of the 20 PEFT budget cells with
@@ -144,7 +144,7 @@ def lr_grid(centre: float, points: int = 5, spread: float = 2.0) -> tuple[float,
     """``points`` learning rates spaced evenly in log10 over ``centre × 10^[−spread/2, +spread/2]``.
 
     Fair tuning (``--gradeff-tune lr``) searches each optimizer's rate around its own centre
-    (:attr:`gradeff.optim.OptimizerSpec.lr_centre`, see :func:`lr_centre`) instead of sharing one rate across
+    (:attr:`gradeff.axes.optim.OptimizerSpec.lr_centre`, see :func:`lr_centre`) instead of sharing one rate across
     optimizers as the main paper does, which favours the optimizers the shared rate happens to suit.
 
     Args:

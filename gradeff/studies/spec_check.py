@@ -1,7 +1,7 @@
 """A registered model's spec checked against the model it builds, before any cell runs.
 
 The spec's names are promises about the model: ``lora_targets`` are module names LoRA, AdaLoRA and QLoRA adapt,
-and the task's batch (:data:`gradeff.data.BATCH_KEYS`) is passed to its ``forward`` as keyword arguments. A wrong
+and the task's batch (:data:`gradeff.axes.data.BATCH_KEYS`) is passed to its ``forward`` as keyword arguments. A wrong
 promise would otherwise fail in every cell that relies on it (peft's ``NoMatchingPeftModuleError``, a
 ``TypeError`` from ``forward``). The model is built once, on the ``meta`` device (shapes without memory) at the
 ``tiny`` profile, with the sizes a cell's build passes.
@@ -13,8 +13,8 @@ import importlib
 import inspect
 import warnings
 
-from gradeff.data import BATCH_KEYS, TASKS
-from gradeff.models import ModelSpec
+from gradeff.axes.data import BATCH_KEYS, TASKS
+from gradeff.axes.models import ModelSpec
 from gradeff.studies.hparams import task_default
 
 __all__ = ["SpecMismatch", "check_against_model", "lora_target_misses", "missing_batch_keys"]
@@ -81,4 +81,4 @@ def check_against_model(spec: ModelSpec) -> None:
     missing = missing_batch_keys(model.forward, keys)
     if missing:
         raise SpecMismatch(f"its forward() takes no {', '.join(missing)}: every cell calls model(**batch), and the "
-                           f"batch of a {kind} task holds {', '.join(keys)} (gradeff.data.BATCH_KEYS)")
+                           f"batch of a {kind} task holds {', '.join(keys)} (gradeff.axes.data.BATCH_KEYS)")

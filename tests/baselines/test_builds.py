@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
+from gradeff.axes.data import make_dataset
+from gradeff.axes.methods import METHODS, apply_method
+from gradeff.axes.models import MODELS, build_model
 from gradeff.cell.evaluation import evaluate
-from gradeff.data import make_dataset
-from gradeff.methods import METHODS, apply_method
-from gradeff.models import MODELS, build_model
 from gradeff.studies.baselines.prompts import synthetic_class_tokens, tokenizer_class_tokens
 from gradeff.studies.hparams import hparams_for, method_hparams_for
 

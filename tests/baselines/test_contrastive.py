@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gradeff.models import build_model
+from gradeff.axes.models import build_model
 from gradeff.studies.baselines.classnames import CIFAR100
 from gradeff.studies.baselines.contrastive import ZeroShotClassifier
 

@@ -4,11 +4,11 @@ import pytest
 import torch
 from torch import nn
 
+from gradeff.axes.data.dataset import Dataset
+from gradeff.axes.methods import apply_method
+from gradeff.axes.models import MODELS, build_model
 from gradeff.cell.evaluation import evaluate
 from gradeff.cell.loop import TrainState, train
-from gradeff.data.dataset import Dataset
-from gradeff.methods import apply_method
-from gradeff.models import MODELS, build_model
 from gradeff.studies.hparams import method_hparams_for
 
 CLASSES = 3

@@ -3,9 +3,9 @@
 import torch
 import torch.nn.functional as F
 
+from gradeff.axes.models import MODELS, build_model
 from gradeff.cell.config import RunConfig
 from gradeff.cell.plan import cannot_run
-from gradeff.models import MODELS, build_model
 from gradeff.studies.grid import Cell
 
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from gradeff.models import build_model
-from gradeff.models.vlm import build as build_vlm
+from gradeff.axes.models import build_model
+from gradeff.axes.models.vlm import build as build_vlm
 from gradeff.studies.baselines.prompted import tree_attention
 from gradeff.studies.baselines.prompts import ClassTokens
 from gradeff.studies.baselines.vlm_prompt import PromptedNanoVLM

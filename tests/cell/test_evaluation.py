@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from gradeff.axes.data.dataset import Dataset
 from gradeff.cell.evaluation import evaluate
-from gradeff.data.dataset import Dataset
 
 
 class FixedLogits(torch.nn.Module):

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
+from gradeff.axes.data.real_sources import DataSource
 from gradeff.cell.config import RunConfig
 from gradeff.cell.experiment import experiment, experiment_inputs
-from gradeff.data.real_sources import DataSource
 from gradeff.records.fingerprint import differences, experiment_section, fingerprint
 from gradeff.studies.grid import Cell
 

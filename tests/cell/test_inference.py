@@ -10,10 +10,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
+from gradeff.axes.data.dataset import Dataset
+from gradeff.axes.models import build_model
 from gradeff.cell.inference import InferenceCost, count_macs, measure_inference
-from gradeff.data.dataset import Dataset
 from gradeff.meters import EnergyMeter, measure_step_memory, parameter_bytes
-from gradeff.models import build_model
 
 CPU = torch.device("cpu")
 BATCH = 16

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import gradeff.cell.loop as loop
+from gradeff.axes.data import make_dataset
+from gradeff.axes.models import build_model
+from gradeff.axes.optim import build_optimizer
 from gradeff.cell.loop import GPU_CHECK_EVERY, Diverged, Pause, TrainState, train, train_epoch
-from gradeff.data import make_dataset
-from gradeff.models import build_model
-from gradeff.optim import build_optimizer
 from gradeff.studies.hparams import hparams_for
 
 

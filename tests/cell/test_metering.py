@@ -5,11 +5,11 @@ import time
 import pytest
 import torch
 
+from gradeff.axes.optim import OPTIMIZERS
 from gradeff.cell.config import RunConfig
 from gradeff.cell.metering import EpochMetering, MeterSettings, aggregate
 from gradeff.cell.run import run_cell
 from gradeff.meters import RamMeter
-from gradeff.optim import OPTIMIZERS
 from gradeff.studies.grid import Cell
 
 CONFIG = RunConfig(profile="tiny", seed=0, epochs=2, device="cpu")
@@ -70,7 +70,7 @@ def test_cpu_cell_records_rss_estimated_energy_breakdown_and_no_gpu_figures():
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
 def test_optimizer_state_bytes_follow_the_spec(optimizer):
     """A cell's measured optimizer-state bytes are exactly its optimizer's state law on the trainable parameters."""
-    from gradeff.models import build_model
+    from gradeff.axes.models import build_model
 
     record = run_cell(Cell("llm", optimizer, "standard"), CONFIG)
     trainable = [p for p in build_model("llm", "tiny", device="meta").parameters() if p.requires_grad]

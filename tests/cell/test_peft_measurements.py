@@ -6,15 +6,15 @@ import dataclasses
 import pytest
 import torch
 
+from gradeff.axes.data import make_dataset
+from gradeff.axes.methods import apply_method
+from gradeff.axes.models import MODELS, build_model
 from gradeff.cell.config import RunConfig
 from gradeff.cell.inference import count_macs, deployed_parameter_counts
 from gradeff.cell.run import run_cell
-from gradeff.data import make_dataset
 from gradeff.meters import parameter_counts
 from gradeff.meters.flops import count_step_flops, counted, formulas
 from gradeff.meters.untouched import untouched
-from gradeff.methods import apply_method
-from gradeff.models import MODELS, build_model
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for, method_hparams_for
 
@@ -138,9 +138,9 @@ def test_a_fine_tuning_cell_keeps_its_pretrained_batch_statistics(tmp_path):
     """A BatchNorm backbone fine-tuned from weights: its BatchNorms stay in eval mode through training (the running
     statistics the weights came with, unchanged after an epoch), their scale and shift train; the same backbone from
     random weights normalises with its batches' statistics and moves them."""
+    from gradeff.axes.models.weights import StartingWeights
     from gradeff.cell.build import prepare_state
     from gradeff.cell.loop import train_epoch
-    from gradeff.models.weights import StartingWeights
 
     hp = dataclasses.replace(hparams_for("tinyvit", "tiny", dataset="cifar100"), train_samples=128)
     torch.manual_seed(0)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from gradeff.axes.models import build_model
+from gradeff.axes.models.weights import WeightSourceError
 from gradeff.cell.pretrain import MANIFEST, CacheRebuiltWarning, pretrained_folder, starting_weights, verify_folder
-from gradeff.models import build_model
-from gradeff.models.weights import WeightSourceError
 from gradeff.studies import hparams
 from gradeff.studies.hparams import PretrainHParams
 
@@ -203,7 +203,7 @@ def test_a_backbone_pretrains_with_its_own_rate_on_the_profiles_samples():
     sizes cannot be a model's own, and a typo names the fields that can."""
     from dataclasses import replace
 
-    from gradeff.models import MODELS
+    from gradeff.axes.models import MODELS
     from gradeff.specs.registry import open_for_registration
 
     assert hparams.pretrain_hparams("vim_s", "tiny") == replace(hparams.PRETRAIN_HPARAMS["tiny"], lr=4e-3)
@@ -230,8 +230,8 @@ def test_a_registered_backbone_pretrains_at_its_own_image_size(tmp_path):
     cells fine-tune at, not a KeyError."""
     from dataclasses import replace
 
+    from gradeff.axes.models import MODELS
     from gradeff.cell.pretrain import _recipe
-    from gradeff.models import MODELS
     from gradeff.specs.registry import open_for_registration
 
     own = {profile: replace(MODELS["vit_s"].hparams[profile], image_size=48)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from gradeff.axes.optim import OPTIMIZERS
 from gradeff.cell.protocols import TABLE_PATH, TunedRate, TunedTable, choose_rate
-from gradeff.optim import OPTIMIZERS
 from gradeff.studies.grid import GRIDS, cells
 from gradeff.studies.hparams import hparams_for, method_hparams_for
 
@@ -86,7 +86,7 @@ def test_the_committed_table_covers_the_main_grid_at_tiny_inside_its_grids():
     """Every main-study cell has a tiny row of its own rate strategy (standard's, accumulation's own): a searched
     rate strictly inside the rates tried over two or more seeds, or the optimizer's own reason to have none; every
     row's search has its provenance."""
-    from gradeff.strategies import rate_strategy
+    from gradeff.axes.strategies import rate_strategy
 
     table = TunedTable.load(TABLE_PATH)
     for cell in cells("main"):

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
+from gradeff.axes.optim import OPTIMIZERS
 from gradeff.cell.rate_search import SearchSettings, search_cell, tunable_cells
-from gradeff.optim import OPTIMIZERS
 from gradeff.studies.grid import Cell, cells
 
 

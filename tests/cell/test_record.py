@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from gradeff.axes.data import make_dataset
+from gradeff.axes.data.trivial import trivial_baselines
 from gradeff.cell.record import cell_record, task_record
-from gradeff.data import make_dataset
-from gradeff.data.trivial import trivial_baselines
 from gradeff.records.results import Summary
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for

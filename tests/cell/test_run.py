@@ -7,12 +7,12 @@ import torch
 
 import gradeff.cell.build as build
 import gradeff.cell.run as runner
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.cell.arithmetic import cell_arithmetic
 from gradeff.cell.config import RunConfig
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.plan import cannot_run, cell_data, cell_settings, task_dataset
 from gradeff.cell.run import run_cell
-from gradeff.strategies import STRATEGIES
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
 
@@ -216,8 +216,8 @@ def test_missing_optional_dependency_skips_with_the_install_hint(monkeypatch):
     import dataclasses
 
     import gradeff.studies.grid as grid
-    from gradeff.methods import METHODS
-    from gradeff.models import MODELS
+    from gradeff.axes.methods import METHODS
+    from gradeff.axes.models import MODELS
 
     cell = Cell("llm", "adam", "standard")
     needy = dataclasses.replace(MODELS["llm"], requires=(("gradeff_absent_package", "peft"),))
@@ -303,7 +303,7 @@ def test_a_search_never_reads_the_test_split(monkeypatch):
     """While the trials run, not one sample of the test split is read (only the validation split's); the run
     reported after the search reads it. Fails if any trial evaluates, measures or otherwise batches the test set."""
     import gradeff.cell.run as runner
-    from gradeff.data.dataset import Dataset
+    from gradeff.axes.data.dataset import Dataset
 
     phase = {"trial": False}
     reads = []

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gradeff.axes.data.checksums import CacheRebuiltWarning, sidecar
+from gradeff.axes.data.real_sources import DataSource
 from gradeff.cell.config import RunConfig
 from gradeff.cell.experiment import experiment_inputs
 from gradeff.cell.protocols import SELF_TUNED, choose_rate
 from gradeff.cell.self_tune import SearchBudget, fingerprint, needs_self_tuning, run_self_tuned
-from gradeff.data.checksums import CacheRebuiltWarning, sidecar
-from gradeff.data.real_sources import DataSource
 from gradeff.records.results import Summary
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
@@ -255,8 +255,8 @@ def test_a_real_cell_on_given_data_tunes_itself_end_to_end(cache, monkeypatch):
     """The digits given as a local file: the tuned table's rows are not read, the cell searches (one epoch: every
     rate at the full epochs, no cheaper rung), no trial reads the test split, and the record says self-tuned."""
     import gradeff.cell.run as runner
+    from gradeff.axes.data.builtin_data import builtin_path
     from gradeff.cell.run import run_cell
-    from gradeff.data.builtin_data import builtin_path
 
     path = builtin_path("digits", cache)
     heldout_reads = []

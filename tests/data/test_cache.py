@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradeff.data import TASKS
-from gradeff.data.cache import cache_file, cached, source_digest
-from gradeff.data.checksums import CacheRebuiltWarning
-from gradeff.data.dataset import Dataset
+from gradeff.axes.data import TASKS
+from gradeff.axes.data.cache import cache_file, cached, source_digest
+from gradeff.axes.data.checksums import CacheRebuiltWarning
+from gradeff.axes.data.dataset import Dataset
 
-_BUILDER = "gradeff.data.standins:objects"
+_BUILDER = "gradeff.axes.data.standins:objects"
 _SIZES = dict(num_classes=5, image_size=16, num_samples=20, seed=3, heldout_samples=10, validation_samples=5)
 
 
@@ -52,14 +52,14 @@ def test_second_call_reads_the_copy_bit_for_bit(tmp_path):
 def test_arguments_name_different_files(tmp_path):
     a = cache_file(_BUILDER, _SIZES, tmp_path)
     b = cache_file(_BUILDER, _SIZES | {"seed": 4}, tmp_path)
-    c = cache_file("gradeff.data.standins:textures", _SIZES, tmp_path)
+    c = cache_file("gradeff.axes.data.standins:textures", _SIZES, tmp_path)
     assert len({a, b, c}) == 3
     assert a == cache_file(_BUILDER, dict(reversed(list(_SIZES.items()))), tmp_path)
 
 
 def test_the_generators_source_is_in_the_key(tmp_path, monkeypatch):
     before = cache_file(_BUILDER, _SIZES, tmp_path)
-    monkeypatch.setattr("gradeff.data.cache.source_digest", lambda: "0" * 64)
+    monkeypatch.setattr("gradeff.axes.data.cache.source_digest", lambda: "0" * 64)
     assert cache_file(_BUILDER, _SIZES, tmp_path) != before
     assert len(source_digest()) == 64
 

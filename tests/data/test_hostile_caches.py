@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from gradeff.data import builtin_data, real_tensors
-from gradeff.data.checksums import (
+from gradeff.axes.data import builtin_data, real_tensors
+from gradeff.axes.data.checksums import (
     CacheCorrupted,
     CacheRebuiltWarning,
     content_sha256,
@@ -18,8 +18,8 @@ from gradeff.data.checksums import (
     verify,
     write_checked,
 )
-from gradeff.data.real import load_real
-from gradeff.data.real_sources import DataSource
+from gradeff.axes.data.real import load_real
+from gradeff.axes.data.real_sources import DataSource
 
 DAMAGES = ("zeroed", "truncated", "no-checksum")
 

@@ -13,11 +13,11 @@ import torch
 datasets = pytest.importorskip("datasets")
 from PIL import Image
 
+from gradeff.axes.data import builtin_data, real, real_sources
+from gradeff.axes.data.real import load_real, validate_source
+from gradeff.axes.data.real_sources import DataSource
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
-from gradeff.data import builtin_data, real, real_sources
-from gradeff.data.real import load_real, validate_source
-from gradeff.data.real_sources import DataSource
 from gradeff.records.results import EpochRecord, Summary
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import largest_caps
@@ -234,9 +234,9 @@ def test_old_epoch_records_without_data_seconds_still_read():
 def test_tiny_vit_learns_digits_and_tiny_llm_learns_python_help_text(tmp_path):
     """The real data every machine has, at the default profile and rate: the ViT reaches 90 % test accuracy on the
     digits (a logistic regression on their pixels: 97 %), the LLM's test loss on the help text lies below a bigram
-    count's of the same training split (gradeff.data.trivial), over the very windows the cell was scored on."""
+    count's of the same training split (gradeff.axes.data.trivial), over the very windows the cell was scored on."""
+    from gradeff.axes.data.trivial import trivial_baselines
     from gradeff.cell.plan import cell_data, cell_settings
-    from gradeff.data.trivial import trivial_baselines
 
     torch.set_num_threads(1)
     vit = _cell("vit", "digits", None, tmp_path)
@@ -335,7 +335,7 @@ def test_a_local_tokenizer_folder_sets_the_vocabulary(formats, tmp_path):
     assert record.status == "ok", record.detail
     info = record.task["info"]
     assert info["tokenizer"] == f"AutoTokenizer {folder}" and info["vocab_size"] == tok.get_vocab_size()
-    from gradeff.models import build_model
+    from gradeff.axes.models import build_model
 
     expected = build_model("llm", "tiny", vocab_size=tok.get_vocab_size(), device="meta")
     assert record.parameters["total"] == sum(p.numel() for p in expected.parameters())

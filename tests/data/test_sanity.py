@@ -5,8 +5,8 @@ import pytest
 import torch
 from sklearn.neighbors import KNeighborsClassifier
 
-from gradeff.data.dataset import Dataset
-from gradeff.data.sanity import pixel_nearest_neighbour_accuracy
+from gradeff.axes.data.dataset import Dataset
+from gradeff.axes.data.sanity import pixel_nearest_neighbour_accuracy
 
 
 def _images(pixels: np.ndarray, labels: np.ndarray, **extra) -> Dataset:

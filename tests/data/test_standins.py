@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import logsumexp
 
-from gradeff.data import standins
-from gradeff.data.standin_objects import object_classes
-from gradeff.data.standin_textures import texture_classes
-from gradeff.data.standins import objects, stratified_classes, textures
+from gradeff.axes.data import standins
+from gradeff.axes.data.standin_objects import object_classes
+from gradeff.axes.data.standin_textures import texture_classes
+from gradeff.axes.data.standins import objects, stratified_classes, textures
 
 BUILDERS = {"objects": objects, "textures": textures}
 
@@ -134,7 +134,7 @@ def test_texture_ceiling_is_the_brute_force_posterior_on_the_split():
 
 def test_the_stand_ins_record_their_pixel_baseline_on_the_test_split():
     """The test split carries the raw-pixel 1-NN accuracy against this very training split."""
-    from gradeff.data.sanity import pixel_nearest_neighbour_accuracy
+    from gradeff.axes.data.sanity import pixel_nearest_neighbour_accuracy
 
     data = objects(num_classes=5, image_size=8, num_samples=20, seed=1, heldout_samples=15, validation_samples=5)
     assert data.heldout.info["sanity_accuracy"] == pixel_nearest_neighbour_accuracy(data, data.heldout)

@@ -9,10 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradeff.data import IGNORE_INDEX, SPECIAL_TOKENS, TASKS, epoch_order, make_dataset
-from gradeff.data.markov import make_chain
-from gradeff.data.text import masked_posteriors
-from gradeff.models import MODELS
+from gradeff.axes.data import IGNORE_INDEX, SPECIAL_TOKENS, TASKS, epoch_order, make_dataset
+from gradeff.axes.data.markov import make_chain
+from gradeff.axes.data.text import masked_posteriors
+from gradeff.axes.models import MODELS
 from gradeff.studies.hparams import hparams_for
 
 
@@ -60,7 +60,7 @@ def test_fine_tuning_datasets_have_a_heldout_split_with_its_own_samples(dataset)
 
 def test_heldout_split_leaves_the_training_samples_unchanged():
     """Asking for a held-out split appends samples after the training ones: the training set is the same."""
-    from gradeff.data.images import image_classification
+    from gradeff.axes.data.images import image_classification
 
     without = image_classification(num_classes=10, image_size=32, num_samples=16, seed=3)
     with_heldout = image_classification(num_classes=10, image_size=32, num_samples=16, seed=3, heldout_samples=8)
@@ -72,7 +72,7 @@ def test_mixed_grids_split_the_classes():
     """Several template grids: class c uses grid[c % n], each constant on its own blocks."""
     import numpy as np
 
-    from gradeff.data.images import make_templates
+    from gradeff.axes.data.images import make_templates
 
     templates = make_templates(num_classes=4, image_size=16, rng=np.random.default_rng(0), grid=(4, 8))
     coarse, fine = templates[0], templates[1]
@@ -138,8 +138,8 @@ def test_a_caption_is_written_in_its_images_class_topic():
     likeliest, for nearly every sample (8 words of a peaked topic, and an image's exact class posterior, each
     decide their class alone, so they agree far above the 1 in 10 of chance); and the floor uses the image: it lies
     below the best any image-blind predictor of the same words reaches."""
-    from gradeff.data.images import captioning_world
-    from gradeff.data.text import FIRST_STATE_TOKEN
+    from gradeff.axes.data.images import captioning_world
+    from gradeff.axes.data.text import FIRST_STATE_TOKEN
 
     hp = hparams_for("vlm", "tiny")
     data = make_dataset("image_captioning", hp, 0)
@@ -158,7 +158,7 @@ def test_a_caption_is_written_in_its_images_class_topic():
 
 def test_topic_predictive_matches_brute_force():
     """Causal topic text: P(s_t | s_<t[, a prior on the topic]) equals enumerating the topics by hand."""
-    from gradeff.data.text import Topics
+    from gradeff.axes.data.text import Topics
 
     rng = np.random.default_rng(2)
     topics = Topics(rng.dirichlet(np.full(5, 0.5), size=3))
@@ -177,14 +177,14 @@ def test_topic_predictive_matches_brute_force():
 def test_causal_topic_text_needs_more_than_the_previous_token():
     """The causal task's floor lies well below what a bigram count of its training split reaches on its test split
     (the previous token says little of the topic), and its Markov variant's floor is the chain's own."""
-    from gradeff.data.trivial import trivial_baselines
+    from gradeff.axes.data.trivial import trivial_baselines
 
     hp = hparams_for("llm", "tiny")
     data = make_dataset("causal_lm", hp, 0)
     assert TASKS["causal_lm"].options["num_topics"] == 16 and data.heldout.info["num_topics"] == 16
     bigram = trivial_baselines(data, "causal_lm")["bigram"]["value"]
     assert data.heldout.loss_floor < bigram - 0.5
-    from gradeff.data.text import causal_lm
+    from gradeff.axes.data.text import causal_lm
 
     markov = causal_lm(num_states=20, seq_len=16, num_samples=400, seed=0)
     assert "entropy_rate" in markov.info and markov.loss_floor == pytest.approx(markov.info["entropy_rate"], rel=0.1)
@@ -220,7 +220,7 @@ def test_the_three_splits_are_disjoint(model):
 
 def test_the_splits_are_stratified():
     """Every split holds every class, in shares that differ by at most one sample (the captioning task's images are
-    the same draw, :meth:`gradeff.data.images.Motifs.sample`)."""
+    the same draw, :meth:`gradeff.axes.data.images.Motifs.sample`)."""
     hp = hparams_for("vit", "tiny")
     data = make_dataset("image_classification", hp, 0)
     for split in (data, data.heldout, data.validation):
@@ -242,7 +242,7 @@ def test_motif_posterior_is_the_bayes_rule():
     """The motif task's class posterior equals Bayes' rule computed directly from the Gaussian likelihoods."""
     from scipy.special import logsumexp
 
-    from gradeff.data.images import Motifs
+    from gradeff.axes.data.images import Motifs
 
     rng = np.random.default_rng(0)
     motifs = Motifs.draw(num_classes=3, num_motifs=4, block=2, rng=rng, amplitude=1.0, concentration=1.0)
@@ -261,7 +261,7 @@ def test_motif_posterior_is_the_bayes_rule():
 
 def test_topic_posterior_matches_brute_force():
     """Topic text: the masked-token posterior equals enumerating the topics by hand."""
-    from gradeff.data.text import Topics
+    from gradeff.axes.data.text import Topics
 
     rng = np.random.default_rng(1)
     topics = Topics(rng.dirichlet(np.full(5, 0.5), size=3))
@@ -307,7 +307,7 @@ def _layout(tensor):
 def test_a_gather_is_advanced_indexing_in_values_and_layout(shape, order, picks):
     """Whatever layout a dataset's tensor is stored in (any permutation of its dimensions in memory), a batch holds
     exactly ``tensor[indices]``: the same values, in the same layout."""
-    from gradeff.data.dataset import _gather
+    from gradeff.axes.data.dataset import _gather
 
     shape = [max(shape[0], 2), *shape[1:]]
     memory = list(range(len(shape)))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from gradeff.data.dataset import IGNORE_INDEX, SPECIAL_TOKENS, Dataset
-from gradeff.data.trivial import (
+from gradeff.axes.data.dataset import IGNORE_INDEX, SPECIAL_TOKENS, Dataset
+from gradeff.axes.data.trivial import (
     bigram_loss,
     logistic_regression,
     strongest,
@@ -229,7 +229,7 @@ def test_strongest_takes_the_highest_accuracy_or_the_lowest_finite_loss():
 def test_every_main_task_gets_baselines_below_chance_and_above_its_floor(task):
     """On each main task (small sizes), every loss baseline lies between the task's floor and the uniform guess
     over its vocabulary, and every accuracy between chance and 1: counts learn something, never the impossible."""
-    from gradeff.data import TASKS
+    from gradeff.axes.data import TASKS
 
     sizes = dict(num_samples=64, seed=0, heldout_samples=32, validation_samples=32)
     fields = {"num_states": 20, "seq_len": 16, "num_classes": 4, "image_size": 16, "caption_len": 8}

@@ -8,10 +8,10 @@ import warnings
 import pytest
 import torch
 
-from gradeff.data import trivial, trivial_cache
-from gradeff.data.checksums import CacheRebuiltWarning
-from gradeff.data.dataset import Dataset
-from gradeff.data.trivial_cache import TrivialBaselinesWarning, cached_trivial_baselines, splits_digest
+from gradeff.axes.data import trivial, trivial_cache
+from gradeff.axes.data.checksums import CacheRebuiltWarning
+from gradeff.axes.data.dataset import Dataset
+from gradeff.axes.data.trivial_cache import TrivialBaselinesWarning, cached_trivial_baselines, splits_digest
 
 _COMPUTE = trivial.trivial_baselines
 

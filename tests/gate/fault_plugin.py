@@ -46,7 +46,7 @@ def inject(fault: str) -> None:
 
         build.prepare_state = summed_micro_batches
     else:
-        import gradeff.strategies.prepare as prepare
+        import gradeff.axes.strategies.prepare as prepare
 
         prepare.enable_checkpointing = lambda model: None
 

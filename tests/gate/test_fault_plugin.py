@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+import gradeff.axes.strategies.prepare as prepare
 import gradeff.cell.build as build
-import gradeff.strategies.prepare as prepare
 from gradeff.cell.config import RunConfig
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for

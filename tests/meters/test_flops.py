@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from gradeff.data import make_dataset
+from gradeff.axes.data import make_dataset
+from gradeff.axes.models import build_model
 from gradeff.meters.flops import PEAK_TFLOPS, StepFlops, compute_record, count_step_flops, peak_flops_per_s
-from gradeff.models import build_model
 from gradeff.studies.hparams import hparams_for
 
 

@@ -16,7 +16,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import LlamaForCausalLM
 
-from gradeff.data import make_dataset
+from gradeff.axes.data import make_dataset
+from gradeff.axes.models import MODELS, build_model, llm
+from gradeff.axes.optim import OPTIMIZERS, build_optimizer
+from gradeff.axes.strategies import enable_checkpointing
 from gradeff.meters.memory import (
     ActivationCounter,
     gradient_bytes,
@@ -26,9 +29,6 @@ from gradeff.meters.memory import (
     parameter_counts,
     trainable_parameter_bytes,
 )
-from gradeff.models import MODELS, build_model, llm
-from gradeff.optim import OPTIMIZERS, build_optimizer
-from gradeff.strategies import enable_checkpointing
 from gradeff.studies.hparams import hparams_for
 
 STEP_COUNTER_BYTES = 4  # torch keeps "step" as a float32 scalar tensor per parameter

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from gradeff.data import make_dataset
+from gradeff.axes.data import make_dataset
+from gradeff.axes.methods import METHODS, apply_method, within
+from gradeff.axes.methods.adalora import rank_budget
+from gradeff.axes.methods.bitfit import is_bias
+from gradeff.axes.models import MODELS, build_model
 from gradeff.meters import optimizer_state_bytes, parameter_bytes, parameter_counts
-from gradeff.methods import METHODS, apply_method, within
-from gradeff.methods.adalora import rank_budget
-from gradeff.methods.bitfit import is_bias
-from gradeff.models import MODELS, build_model
 from gradeff.studies.grid import GRIDS
 from gradeff.studies.hparams import hparams_for, method_hparams_for
 

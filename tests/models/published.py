@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from gradeff.models import build_model
-from gradeff.models.keymaps import KEY_MAPS
+from gradeff.axes.models import build_model
+from gradeff.axes.models.keymaps import KEY_MAPS
 
 
 def _as_template(pattern: str) -> str:

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from gradeff.models import MODELS, build_model
-from gradeff.models.vlm import pixel_shuffle
+from gradeff.axes.models import MODELS, build_model
+from gradeff.axes.models.vlm import pixel_shuffle
 
 # Published sizes at 224 px / 1000 classes where they classify, and the tolerance of the match:
 # the main study's models are transformers' own configs of the released checkpoints (±0.1 %); the
@@ -35,7 +35,7 @@ def test_paper_vlm_has_49_image_tokens():
 
 
 def _inputs(key: str):
-    from gradeff.data import make_dataset
+    from gradeff.axes.data import make_dataset
     from gradeff.studies.hparams import hparams_for
 
     data = make_dataset(MODELS[key].task, hparams_for(key, "tiny"), seed=0)

@@ -8,10 +8,10 @@ timm's own ViT-S/16 and TinyViT-21M are compared logit for logit in the referenc
 import pytest
 import torch
 
-from gradeff.models import from_checkpoint
-from gradeff.models.checkpoint import CheckpointError, check_source, load_checkpoint, resolve_for
-from gradeff.models.keymaps import KEY_MAPS
-from gradeff.models.weights import WeightSourceError
+from gradeff.axes.models import from_checkpoint
+from gradeff.axes.models.checkpoint import CheckpointError, check_source, load_checkpoint, resolve_for
+from gradeff.axes.models.keymaps import KEY_MAPS
+from gradeff.axes.models.weights import WeightSourceError
 from tests.models.published import perturbed, save_reference, to_reference
 
 BACKBONES = sorted(KEY_MAPS)
@@ -158,7 +158,7 @@ def test_a_checkpoint_that_pickles_code_is_refused(tmp_path):
 
 def test_loading_into_a_built_model_checks_the_tensors_too(published):
     """load_checkpoint refuses a model of another size with the same error as the header check."""
-    from gradeff.models import build_model
+    from gradeff.axes.models import build_model
 
     with pytest.raises(CheckpointError, match="of another shape"):
         load_checkpoint(build_model("vim_s", "small"), "vim_s", published["vim_s"][1], num_labels=10)

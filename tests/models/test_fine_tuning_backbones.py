@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from gradeff.models import MODELS, build_model
+from gradeff.axes.models import MODELS, build_model
 from gradeff.studies.grid import GRIDS
 
 BACKBONES = list(GRIDS["peft"].models)

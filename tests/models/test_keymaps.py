@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gradeff.models import build_model
-from gradeff.models.keymaps import KEY_MAPS, KeyMap, Rule, unwrap
+from gradeff.axes.models import build_model
+from gradeff.axes.models.keymaps import KEY_MAPS, KeyMap, Rule, unwrap
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
 

@@ -5,8 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradeff.meters import ActivationCounter
-from gradeff.models.mambavision import (
+from gradeff.axes.models.mambavision import (
     MambaVisionConfig,
     MambaVisionForImageClassification,
     MambaVisionMixer,
@@ -15,6 +14,7 @@ from gradeff.models.mambavision import (
     window_partition,
     window_reverse,
 )
+from gradeff.meters import ActivationCounter
 
 # Parameter counts of the released ImageNet-1K models (224 px, 1000 classes), from the NVlabs/MambaVision
 # README's "MambaVision ImageNet-1K Pretrained Models" table, where they are rounded to 0.1 M; the shapes

@@ -6,9 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from gradeff.meters import ActivationCounter
-from gradeff.models import MODELS, tinyvit
-from gradeff.models.tinyvit import (
+from gradeff.axes.models import MODELS, tinyvit
+from gradeff.axes.models.tinyvit import (
     CONFIGS,
     VARIANTS,
     TinyViTBlock,
@@ -16,6 +15,7 @@ from gradeff.models.tinyvit import (
     TinyViTForImageClassification,
     build,
 )
+from gradeff.meters import ActivationCounter
 
 # Published parameter counts at 224 px with the ImageNet-1k head: the "#Params" column of the model zoo
 # table in microsoft/Cream TinyViT/README.md (the authors' release of Wu et al., ECCV 2022).

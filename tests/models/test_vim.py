@@ -6,14 +6,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradeff.meters import ActivationCounter
-from gradeff.models.vim import (
+from gradeff.axes.models.vim import (
     CONFIGS,
     VimConfig,
     VimForImageClassification,
     build,
 )
-from gradeff.models.vim_scan import parallel_scan, sequential_scan
+from gradeff.axes.models.vim_scan import parallel_scan, sequential_scan
+from gradeff.meters import ActivationCounter
 
 # Table 1 of Zhu et al., "Vision Mamba" (ICML 2024): #Param of the ImageNet-1K models (224 px, 1000 classes).
 PUBLISHED_PARAMETERS = {

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from gradeff.models.checkpoint import resolve_for
-from gradeff.models.weights import WeightSourceError, describe, hub_origin, is_hub_id, resolve, sha256
+from gradeff.axes.models.checkpoint import resolve_for
+from gradeff.axes.models.weights import WeightSourceError, describe, hub_origin, is_hub_id, resolve, sha256
 
 VIT_REPO = "timm/vit_small_patch16_224.augreg_in21k_ft_in1k"
 

@@ -1,4 +1,4 @@
-"""Laws of gradeff.optim.cg.ConjugateGradient on quadratics and Rosenbrock, and its counters."""
+"""Laws of gradeff.axes.optim.cg.ConjugateGradient on quadratics and Rosenbrock, and its counters."""
 
 import copy
 import math
@@ -13,8 +13,8 @@ import torch._dynamo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gradeff.axes.optim.cg import BETA_RULES, RESTART_REASONS, ConjugateGradient, cg_stats
 from gradeff.meters import optimizer_state_bytes
-from gradeff.optim.cg import BETA_RULES, RESTART_REASONS, ConjugateGradient, cg_stats
 
 try:  # at import, for the same reason as torch._dynamo (a second each)
     import numpy as np
@@ -602,7 +602,7 @@ def test_undefined_beta_is_counted_as_a_restart():
 
 def test_hager_zhang_truncation_bounds_beta_below():
     """β_HZ never falls below −1/(‖d‖ min(0.01, ‖g_prev‖)) (Hager & Zhang 2005, eq. 1.7)."""
-    from gradeff.optim.cg_direction import _beta
+    from gradeff.axes.optim.cg_direction import _beta
 
     # g·y = −100, y·y = 1, d·y = 1, d·g = 0, ‖d‖ = 2, ‖g_prev‖ = 1: β^N = −100, floor −1/(2 · 0.01) = −50.
     assert _beta("hz", 1.0, -100.0, 1.0, 1.0, 0.0, 4.0, 1.0) == pytest.approx(-50.0)
@@ -836,7 +836,7 @@ def test_sparse_gradients_follow_the_dense_trajectory():
 
 def test_hager_zhang_without_a_scale_is_not_truncated():
     """The HZ floor −1/(‖d‖ min(0.01, ‖g_prev‖)) needs ‖d‖ and ‖g_prev‖ > 0; without one, β^N stands."""
-    from gradeff.optim.cg_direction import _beta
+    from gradeff.axes.optim.cg_direction import _beta
 
     assert _beta("hz", 1.0, -100.0, 1.0, 1.0, 0.0, 4.0, 0.0) == pytest.approx(-100.0)
     assert _beta("hz", 1.0, -100.0, 1.0, 1.0, 0.0, 0.0, 1.0) == pytest.approx(-100.0)

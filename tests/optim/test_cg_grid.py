@@ -15,10 +15,10 @@ import math
 import pytest
 
 import gradeff.cell.build
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.optim.cg import cg_stats
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
-from gradeff.optim import OPTIMIZERS
-from gradeff.optim.cg import cg_stats
 from gradeff.records.results import CellRecord
 from gradeff.studies.grid import Cell
 

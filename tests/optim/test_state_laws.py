@@ -17,10 +17,10 @@ import pytest
 import torch
 from torch import nn
 
-from gradeff.data import make_dataset
+from gradeff.axes.data import make_dataset
+from gradeff.axes.models import MODELS, build_model
+from gradeff.axes.optim import BNB_BLOCK_SIZE, BNB_MIN_8BIT_SIZE, OPTIMIZERS, STATE_LAWS, OptimizerSpec, build_optimizer
 from gradeff.meters import optimizer_state_bytes, trainable_parameter_bytes
-from gradeff.models import MODELS, build_model
-from gradeff.optim import BNB_BLOCK_SIZE, BNB_MIN_8BIT_SIZE, OPTIMIZERS, STATE_LAWS, OptimizerSpec, build_optimizer
 from gradeff.studies.grid import GRIDS
 from gradeff.studies.hparams import hparams_for
 
@@ -96,7 +96,7 @@ def test_memory_savers_are_built_as_specified():
 
 def test_registry_imports_neither_torch_nor_bitsandbytes():
     """Reading the registry and its laws' names is free: torch and bitsandbytes load only when built."""
-    code = ("import sys\nfrom gradeff.optim import OPTIMIZERS\n"
+    code = ("import sys\nfrom gradeff.axes.optim import OPTIMIZERS\n"
             "assert [s.state_law for s in OPTIMIZERS.values()]\n"
             "print('IMPORTED', sorted(m for m in ('torch', 'bitsandbytes') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -294,7 +294,7 @@ def test_fused_kernels_keep_the_state_law_and_the_first_step(key):
     """With fused=True the optimizer steps with torch's fused kernel where it has one, else the multi-tensor path
     (CG has neither); its state is the same law's, and its first step lands where the default loop's does (the
     same update, up to float rounding: a fused kernel orders its arithmetic its own way)."""
-    from gradeff.optim import optimizer_kernel
+    from gradeff.axes.optim import optimizer_kernel
 
     family = "llm"
     default_model, fused_model = build(family), build(family)

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from gradeff.optim import build_optimizer
+from gradeff.axes.optim import build_optimizer
 
 P0 = [0.5, -1.0, 2.0]
 GRADS = [[0.1, -0.3, 0.2], [-0.05, 0.4, 0.25]]

@@ -5,12 +5,13 @@ import json
 import pytest
 import torch
 
+from gradeff.axes.methods import apply_method
+from gradeff.axes.models import MODELS, build_model
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies.budget import profile_step
 from gradeff.cell.config import RunConfig
 from gradeff.meters.flops import count_step_flops
 from gradeff.meters.memory import parameter_bytes
-from gradeff.methods import apply_method
-from gradeff.models import MODELS, build_model
-from gradeff.optim import OPTIMIZERS
 from gradeff.pytest.dryrun import (
     DEVICE_MEMORY,
     CellPlan,
@@ -21,7 +22,6 @@ from gradeff.pytest.dryrun import (
     plan_document,
     target_for,
 )
-from gradeff.strategies.budget import profile_step
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for, method_hparams_for
 

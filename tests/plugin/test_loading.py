@@ -12,16 +12,16 @@ from gradeff.cli import main
 
 # A project's conftest adding an entry to every axis (methods and datasets are not in a grid: selection only).
 REGISTER = """
-from gradeff.data import TASKS
+from gradeff.axes.data import TASKS
 import dataclasses
-from gradeff.methods import MethodSpec
-from gradeff.optim import OptimizerSpec
+from gradeff.axes.methods import MethodSpec
+from gradeff.axes.optim import OptimizerSpec
 
 
 def pytest_gradeff_register(registries):
     registries.optimizers.register(OptimizerSpec(key="rmsprop", name="RMSprop", target="torch.optim:RMSprop",
                                                  state_per_param=1, step_counter=True))
-    registries.methods.register(MethodSpec(key="all_weights", name="Every weight", module="gradeff.methods.full"))
+    registries.methods.register(MethodSpec(key="all_weights", name="Every weight", module="gradeff.axes.methods.full"))
     registries.datasets.register(dataclasses.replace(TASKS["causal_lm"], key="markov_again", name="Markov again"))
 """
 
@@ -86,7 +86,7 @@ def test_gradeff_list_shows_every_registry_with_each_entrys_source(pytester):
 
 def test_gradeff_list_stops_on_a_bad_registration(pytester):
     """A conftest registering a taken key: exit 2 and pytest's usage error naming the conftest and the key."""
-    pytester.makeconftest("from gradeff.optim import OPTIMIZERS\n\ndef pytest_gradeff_register(registries):\n"
+    pytester.makeconftest("from gradeff.axes.optim import OPTIMIZERS\n\ndef pytest_gradeff_register(registries):\n"
                           "    registries.optimizers.register(OPTIMIZERS['adam'])\n")
     listing = subprocess.run([sys.executable, "-m", "gradeff", "list"], cwd=pytester.path, capture_output=True,
                              text=True, timeout=120, check=False)

@@ -10,6 +10,8 @@ import torch
 
 from gradeff.analysis import metric_value
 from gradeff.analysis.metrics import meter_value
+from gradeff.axes.models.weights import StartingWeights
+from gradeff.axes.optim.cg import ConjugateGradient, cg_stats
 from gradeff.cell.config import RunConfig
 from gradeff.cell.environment import environment
 from gradeff.cell.inference import InferenceCost
@@ -17,8 +19,6 @@ from gradeff.cell.run import run_cell
 from gradeff.meters import EnergyRecord, GpuRecord, MemoryBreakdown
 from gradeff.meters.flops import ComputeRecord
 from gradeff.meters.ram import RamRecord
-from gradeff.models.weights import StartingWeights
-from gradeff.optim.cg import ConjugateGradient, cg_stats
 from gradeff.records.fields import METER_FIELDS, SECTION_FIELDS, UnknownRecordField
 from gradeff.records.results import meter_field, meter_section, record_field, record_section
 from gradeff.specs.profiles import HParams

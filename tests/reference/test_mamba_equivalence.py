@@ -3,7 +3,7 @@
 The official code (hustvl/Vim, NVlabs/MambaVision) is imported from checkouts named by ``GRADEFF_VIM_REPO`` and
 ``GRADEFF_MAMBAVISION_REPO`` (see ``tests/reference/official.py``). It builds the model with random weights,
 every tensor then moved off its initial value; its state dict is saved as the official checkpoints hold it and
-loaded through :func:`gradeff.models.from_checkpoint`; the two models' logits on a 224 px batch are compared in
+loaded through :func:`gradeff.axes.models.from_checkpoint`; the two models' logits on a 224 px batch are compared in
 eval mode.
 
 - On the CPU the official forward runs with the reference implementations the Mamba packages ship for their
@@ -20,7 +20,7 @@ import importlib.util
 import pytest
 import torch
 
-from gradeff.models import from_checkpoint
+from gradeff.axes.models import from_checkpoint
 from tests.models.published import perturb
 from tests.reference.official import missing, official_mambavision_t, official_vim_s
 

@@ -5,9 +5,9 @@ from html.parser import HTMLParser
 import pytest
 
 from gradeff.analysis.netscore import LABELS
+from gradeff.axes.models import build_model
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
-from gradeff.models import build_model
 from gradeff.records.store import append_record, read_records
 from gradeff.report import write_report
 from gradeff.studies.grid import Cell

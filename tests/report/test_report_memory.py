@@ -39,7 +39,7 @@ def memory_record(make_record, make_meters):
 
 
 def adaptive_plan(level, chosen=1, layers=2, budget=9 * MIB, predicted=7 * MIB, fits=True):
-    """An adaptive budget plan as :func:`gradeff.strategies.prepare.prepare` records it."""
+    """An adaptive budget plan as :func:`gradeff.axes.strategies.prepare.prepare` records it."""
     return {"kind": "adaptive", "budget_fraction": level, "budget_bytes": budget, "margin": 0.1,
             "target_bytes": int(budget * 0.9), "checkpointed": [f"model.layers.{i}" for i in range(chosen)],
             "checkpointed_layers": chosen, "layers": layers, "predicted_peak_bytes": predicted,

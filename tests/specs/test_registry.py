@@ -4,12 +4,12 @@ import dataclasses
 
 import pytest
 
-from gradeff.data import TASKS
-from gradeff.methods import METHODS
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.data import TASKS
+from gradeff.axes.methods import METHODS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
+from gradeff.axes.strategies import STRATEGIES
 from gradeff.specs.registry import KEY_PATTERN, Registry, UnknownKeyError
-from gradeff.strategies import STRATEGIES
 from gradeff.studies.grid import GRIDS, cells
 from gradeff.studies.study import STUDIES
 
@@ -124,7 +124,7 @@ def test_a_strategy_that_trains_as_standard_runs_once_per_model_unless_the_datas
     """The PEFT grid runs checkpointing and the adaptive budget on its first dataset only (they repeat the standard
     cell's training bit for bit); accumulation changes the training, so it runs on every dataset, and naming the
     datasets brings every strategy back on each."""
-    from gradeff.strategies import STRATEGIES
+    from gradeff.axes.strategies import STRATEGIES
 
     strategies = ["standard", "checkpoint", "budget", "accum"]
     ran = {(c.strategy, c.dataset) for c in cells("peft", models=["vit_s"], methods=["lora"], strategies=strategies)}

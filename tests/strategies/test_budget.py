@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gradeff.axes.strategies.budget import LayerCost, StepProfile, compiler_fraction, plan
 from gradeff.cell.config import RunConfig
 from gradeff.cell.run import run_cell
-from gradeff.strategies.budget import LayerCost, StepProfile, compiler_fraction, plan
 from gradeff.studies.grid import Cell
 
 MIB = 2**20
@@ -65,7 +65,7 @@ def test_the_order_takes_the_block_that_lowers_the_peak_not_the_largest_savings(
     """Two blocks, the last saving a little more: alone it recomputes first in backward, with the first block's
     activations still alive, and lowers nothing; the first block alone does. The plan takes the first, so a budget
     between the extremes checkpoints one block, not both."""
-    from gradeff.strategies.budget import greedy_order
+    from gradeff.axes.strategies.budget import greedy_order
 
     profile = _profile(savings=(8_000, 8_200), boundary=100, peak=30_000, grads=(0, 0))
     assert profile.predicted_peak(["l1"]) == profile.predicted_peak()
@@ -81,7 +81,7 @@ def test_a_level_lies_between_the_cells_own_extremes_and_an_absolute_budget_over
     """The profile's default level (tiny: halfway) places the target between the cell's predicted peaks with every
     block checkpointed and with none, so the plan is reachable and neither extreme's; a strategy's own fraction (the
     memory grid's levels) wins over the default, an absolute budget (--gradeff-memory-budget) over a default level."""
-    from gradeff.strategies.prepare import budget_bytes, budget_fraction
+    from gradeff.axes.strategies.prepare import budget_bytes, budget_fraction
     from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS
 
     profile = _profile(savings=(1_000, 3_000, 2_000), grads=(0, 0, 0))
@@ -165,7 +165,7 @@ def test_a_budget_at_the_lowest_predicted_peak_plans_the_fewest_blocks_that_reac
 def test_calibration_checks_a_prediction_within_its_error_band_against_a_measured_pass():
     """Every block's prediction misses the target by less than the band: a measured pass decides, and the shifted
     predictions plan again; far beyond the band, or fitting already, nothing is measured."""
-    from gradeff.strategies.budget import ERROR_BAND, calibrated
+    from gradeff.axes.strategies.budget import ERROR_BAND, calibrated
 
     profile = _profile()
     frugal = profile.predicted_peak(["l0", "l1", "l2"])

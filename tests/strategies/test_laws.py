@@ -12,9 +12,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gradeff.data import make_dataset
-from gradeff.models import MODELS, build_model
-from gradeff.strategies import enable_checkpointing
+from gradeff.axes.data import make_dataset
+from gradeff.axes.models import MODELS, build_model
+from gradeff.axes.strategies import enable_checkpointing
 from gradeff.studies.hparams import hparams_for
 
 # Every model that can be built (MobileVLM's baselines row has no implementation: it only skips, saying why).

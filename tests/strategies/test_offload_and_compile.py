@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from gradeff.data import make_dataset
+from gradeff.axes.data import make_dataset
+from gradeff.axes.models import MODELS, build_model
+from gradeff.axes.strategies import enable_checkpointing
+from gradeff.axes.strategies.prepare import CompiledUnderBudget, OffloadedActivations, compile_backend
 from gradeff.meters import ActivationCounter
-from gradeff.models import MODELS, build_model
-from gradeff.strategies import enable_checkpointing
-from gradeff.strategies.prepare import CompiledUnderBudget, OffloadedActivations, compile_backend
 from gradeff.studies.hparams import hparams_for
 
 
@@ -88,7 +88,7 @@ def test_evaluation_without_autograd_runs_the_eager_model_and_compiles_nothing()
 def test_the_compiled_anchor_recomputes_nothing_and_the_levels_below_it_do():
     """compile_budget100, the compiled cells' reference, compiles with the whole activation budget (1.0); a lower
     level gets a smaller one: only the anchor's time is the backend's alone."""
-    from gradeff.strategies.prepare import prepare
+    from gradeff.axes.strategies.prepare import prepare
 
     budgets = {}
     for strategy in ("compile_budget100", "compile_budget20"):

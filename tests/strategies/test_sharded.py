@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from gradeff.axes.models import MODELS, ModelSpec
+from gradeff.axes.optim import OPTIMIZERS
 from gradeff.cell import distributed
 from gradeff.cell.config import RunConfig
 from gradeff.cell.distributed import merge_ranks, read_world_size, validate_world_size
 from gradeff.cell.plan import sharding_incompatibility
 from gradeff.cell.run import run_cell
-from gradeff.models import MODELS, ModelSpec
-from gradeff.optim import OPTIMIZERS
 from gradeff.specs.registry import open_for_registration
 from gradeff.studies.extend import reset
 from gradeff.studies.grid import GRIDS, Cell, cells
@@ -183,7 +183,7 @@ def _fails_on_rank_1(profile, **kwargs):
     """The tiny llm, whose third training forward on rank 1 raises (rank 0 is then left in a collective)."""
     import torch.distributed as dist
 
-    from gradeff.models.llm import build
+    from gradeff.axes.models.llm import build
 
     model = build(profile, **kwargs)
     calls = []
@@ -232,7 +232,7 @@ def test_resume_keeps_a_sharded_cell_only_for_its_world_size():
 
 
 def test_a_sharded_strategy_refuses_what_it_does_not_combine_with():
-    from gradeff.strategies import StrategySpec
+    from gradeff.axes.strategies import StrategySpec
 
     with pytest.raises(ValueError, match="does not combine with checkpointing"):
         StrategySpec(key="fsdp_ckpt", name="FSDP + checkpointing", shards=True, checkpointing=True)

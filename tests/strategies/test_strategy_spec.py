@@ -1,6 +1,6 @@
 """What a strategy spec says about the model it trains."""
 
-from gradeff.strategies import STRATEGIES, StrategySpec
+from gradeff.axes.strategies import STRATEGIES, StrategySpec
 
 
 def test_only_strategies_that_move_or_recompute_exact_values_train_as_standard():

@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from gradeff.models import MODELS
-from gradeff.optim import OPTIMIZERS
+from gradeff.axes.models import MODELS
+from gradeff.axes.optim import OPTIMIZERS
 from gradeff.records.store import read_records
 from gradeff.specs.registry import Registry, RegistryClosedError, open_for_registration
 from gradeff.studies.hparams import hparams_for
@@ -14,13 +14,13 @@ from gradeff.studies.hparams import hparams_for
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 
 REGISTER = """
-from gradeff.models import ModelSpec
-from gradeff.optim import OptimizerSpec
-from gradeff.strategies import StrategySpec
+from gradeff.axes.models import ModelSpec
+from gradeff.axes.optim import OptimizerSpec
+from gradeff.axes.strategies import StrategySpec
 
 
 def build_tiny(profile, **kwargs):
-    from gradeff.models.llm import build
+    from gradeff.axes.models.llm import build
 
     return build(profile, **kwargs)
 
@@ -103,31 +103,32 @@ def test_registered_cells_run_record_report_and_gate(user_project, tmp_path):
     ("registries.models.register(ModelSpec(key='gone', name='x', family='decoder', task='causal_lm', "
      "module='no_such_module_here'))", "*model 'gone': missing builder: no module 'no_such_module_here'*"),
     ("registries.optimizers.register({'key': 'rmsprop'})",
-     "*conftest.py: optimizer 'rmsprop': expected a gradeff.optim.OptimizerSpec, got dict; registered optimizers: "
+     "*conftest.py: optimizer 'rmsprop': expected a gradeff.axes.optim.OptimizerSpec, got dict; registered optimizers: "
      "sgd*"),
     ("registries.models.register(ModelSpec(key='Bad-Key', name='x', family='decoder', task='causal_lm', builder=len))",
      "*model 'Bad-Key': invalid key*"),
     ("registries.models.register(ModelSpec(key='odd', name='x', family='decoder', task='speech', builder=len))",
      "*model 'odd': unknown task 'speech'; valid datasets: causal_lm*"),
-    ("registries.methods.register(MethodSpec(key='mine', name='x', module='gradeff.methods.full'), grids=['main'])",
+    ("registries.methods.register(MethodSpec(key='mine', name='x', module='gradeff.axes.methods.full'), "
+     "grids=['main'])",
      "*conftest.py: methods 'mine' cannot join a grid; select it with --gradeff-methods*"),
     ("registries.models.register(ModelSpec(key='m', name='x', family='decoder', task='causal_lm', builder=len), "
      "grids=['nope'])", "*conftest.py: unknown grid 'nope' for models 'm'; valid grids: main, peft*"),
     ("OptimizerSpec(key='x', name='x', target='torch.optim:SGD', state_law='magic')",
      "*registration from *conftest.py: ValueError: optimizer 'x': unknown state law 'magic'*"),
     ("registries.datasets.register(TaskSpec(key='mine', name='x', description='x', "
-     "builder='gradeff.data.text:causal_lm', fields=(), kind='causal_lm', sizes={'tiny': {'batch': 8}}))",
+     "builder='gradeff.axes.data.text:causal_lm', fields=(), kind='causal_lm', sizes={'tiny': {'batch': 8}}))",
      "*conftest.py: dataset 'mine': sizes?'tiny'?: ?'batch'? are not HParams fields; valid: lr, batch_size, *"),
     ("registries.datasets.register(TaskSpec(key='mine', name='x', description='x', "
-     "builder='gradeff.data.text:causal_lm', fields=(), kind='causal_lm', sizes={'huge': {'batch_size': 8}}))",
+     "builder='gradeff.axes.data.text:causal_lm', fields=(), kind='causal_lm', sizes={'huge': {'batch_size': 8}}))",
      "*conftest.py: dataset 'mine': sizes?'huge'?: unknown profile; valid profiles: tiny, small, paper*"),
 ])
 def test_bad_registration_is_a_usage_error_naming_the_conftest_and_key(grid_pytester, body, message):
     grid_pytester.makeconftest(f"""
-        from gradeff.data import TaskSpec
-        from gradeff.methods import MethodSpec
-        from gradeff.models import ModelSpec
-        from gradeff.optim import OptimizerSpec
+        from gradeff.axes.data import TaskSpec
+        from gradeff.axes.methods import MethodSpec
+        from gradeff.axes.models import ModelSpec
+        from gradeff.axes.optim import OptimizerSpec
 
         def pytest_gradeff_register(registries):
             {body}
@@ -143,7 +144,7 @@ def test_registries_are_read_only_outside_registration(grid_pytester):
     """An entry added from a test module, after collection started, is refused with where to add it instead."""
     grid_pytester.makepyfile(test_late=textwrap.dedent("""
         import pytest
-        from gradeff.models import MODELS
+        from gradeff.axes.models import MODELS
         from gradeff.specs.registry import RegistryClosedError
 
         def test_late():
@@ -292,13 +293,13 @@ def _installed_package(root, body: str, entry_points: str):
 
 
 PACKAGE = """
-from gradeff.models import ModelSpec
-from gradeff.optim import OptimizerSpec
-from gradeff.strategies import StrategySpec
+from gradeff.axes.models import ModelSpec
+from gradeff.axes.optim import OptimizerSpec
+from gradeff.axes.strategies import StrategySpec
 
 
 def build(profile, **kwargs):
-    from gradeff.models.llm import build
+    from gradeff.axes.models.llm import build
 
     return build(profile, **kwargs)
 
@@ -349,7 +350,7 @@ def test_bad_entry_point_is_a_usage_error_naming_it(grid_pytester, tmp_path, mon
 @pytest.mark.parametrize(("per_param", "holds"), [(1, True), (2, False)])
 def test_a_registered_optimizers_state_law_is_checked_like_a_built_in_one(per_param, holds):
     """RMSprop keeps one square average per parameter and a step counter: the right law holds, a wrong one does not."""
-    from gradeff.optim import OptimizerSpec
+    from gradeff.axes.optim import OptimizerSpec
     from gradeff.studies.extend import Registries, check_state_law, reset
 
     try:
@@ -367,7 +368,7 @@ def test_a_registered_optimizers_state_law_is_checked_like_a_built_in_one(per_pa
 def test_an_optimizer_with_scalars_of_its_own_describes_its_state(scalars, holds):
     """NAdam keeps m, v, a step and mu_product per parameter: two dense tensors and two scalars; without its
     mu_product the law is short by 4 bytes a parameter tensor."""
-    from gradeff.optim import OptimizerSpec
+    from gradeff.axes.optim import OptimizerSpec
     from gradeff.studies.extend import Registries, check_state_law, reset
 
     try:
@@ -434,8 +435,8 @@ def test_a_model_path_too_small_for_the_datas_vocabulary_says_so(tmp_path):
 
 
 DORA_AND_RMSPROP = """
-from gradeff.methods import Adapted, MethodSpec
-from gradeff.optim import OptimizerSpec
+from gradeff.axes.methods import Adapted, MethodSpec
+from gradeff.axes.optim import OptimizerSpec
 
 
 def apply_dora(model, hp, *, total_steps, head=()):
@@ -480,8 +481,8 @@ def test_a_method_and_an_optimizer_registered_with_their_own_settings_run_tuned(
 
 
 def test_spec_settings_are_checked_when_the_spec_is_made():
-    from gradeff.methods import MethodSpec
-    from gradeff.optim import OptimizerSpec
+    from gradeff.axes.methods import MethodSpec
+    from gradeff.axes.optim import OptimizerSpec
 
     with pytest.raises(ValueError, match=r"unknown hparams \['lora_rank'\]; known: adalora_delta_t, .*lora_r, "):
         MethodSpec(key="mine", name="Mine", module="mine", hparams={"lora_rank": 4})
@@ -505,7 +506,7 @@ def test_a_registered_dataset_brings_its_own_sizes_as_a_built_in_one_does():
     exactly as CIFAR-100's own sizes do for the built-in backbones."""
     from dataclasses import replace
 
-    from gradeff.data import TASKS
+    from gradeff.axes.data import TASKS
 
     assert hparams_for("vit_s", "paper", dataset="cifar100").num_classes == 100
     assert hparams_for("vit_s", "paper", dataset="dtd").train_samples == 1_792

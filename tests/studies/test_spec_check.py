@@ -86,7 +86,7 @@ def test_a_spec_the_model_does_not_keep_is_refused_before_any_cell(pytester, cha
     expected = ("model 'convnet': lora_targets ['qkv'] match no module of the model it builds; its linear layers "
                 "end in: classifier;" if "qkv" in message else
                 "model 'convnet': its forward() takes no labels: every cell calls model(**batch), and the "
-                "batch of a image_classification task holds pixel_values, labels (gradeff.data.BATCH_KEYS);")
+                "batch of a image_classification task holds pixel_values, labels (gradeff.axes.data.BATCH_KEYS);")
     (line,) = [line for line in outcome.stderr.lines if line.startswith("ERROR: gradeff registration")]
     assert expected in line, line
 

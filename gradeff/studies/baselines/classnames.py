@@ -1,6 +1,6 @@
 """The class names of the PEFT study's datasets, in label order, for prompts read by a real tokenizer.
 
-The synthetic stand-ins (:mod:`gradeff.data.images`) number their classes 0..K-1 with the real
+The synthetic stand-ins (:mod:`gradeff.axes.data.images`) number their classes 0..K-1 with the real
 datasets' class counts; with real copies of the datasets, label ``i`` is the ``i``-th name below
 (the order of the datasets' own label lists: alphabetical for both).
 """

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_outputs import ImageClassifierOutput
 
-from gradeff.models._weights import instantiate
+from gradeff.axes.models._weights import instantiate
 from gradeff.studies.baselines.classnames import class_names
 from gradeff.studies.baselines.prompts import PROMPT, load_tokenizer, synthetic_class_tokens
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from transformers import Dinov2Config, Dinov2ForImageClassification
 
-from gradeff.models._weights import classifier_builders
+from gradeff.axes.models._weights import classifier_builders
 
 __all__ = ["CONFIGS", "build", "config"]
 
@@ -35,7 +35,7 @@ config, _build = classifier_builders(Dinov2ForImageClassification, Dinov2Config,
 
 
 def build(profile: str, *, vocab_size=None, num_labels=None, weights_dir=None, device="cpu"):
-    """Build the classifier (see :func:`gradeff.models._weights.classifier_builders`).
+    """Build the classifier (see :func:`gradeff.axes.models._weights.classifier_builders`).
 
     The mask token, which only DINOv2's masked-image pretraining uses, is frozen: classification
     never reads it, so it could never get a gradient.

@@ -4,12 +4,12 @@ MobileVLM V2 (``mtgv/MobileVLM_V2-1.7B``) is a CLIP ViT-L/14 image tower at 336 
 projector (LDP v2: an MLP, 2x2 average pooling of the 24x24 patch grid to 144 tokens, a depthwise-conv position
 encoding) and MobileLLaMA-1.4B. transformers does not ship it; its code lives in its repository, and gradeff
 never runs repository code (no ``trust_remote_code``). Its cells therefore skip, naming what they would need
-(:attr:`gradeff.models.ModelSpec.unavailable`); :func:`build` is never reached by a cell and says the same.
+(:attr:`gradeff.axes.models.ModelSpec.unavailable`); :func:`build` is never reached by a cell and says the same.
 """
 
 from __future__ import annotations
 
-from gradeff.models import MODELS
+from gradeff.axes.models import MODELS
 
 __all__ = ["CONFIGS", "build"]
 

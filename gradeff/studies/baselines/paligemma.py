@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
 
-from gradeff.models._weights import instantiate
+from gradeff.axes.models._weights import instantiate
 from gradeff.studies.baselines.classnames import class_names
 from gradeff.studies.baselines.prompted import PromptedConditionalGeneration, resized
 from gradeff.studies.baselines.prompts import ClassTokens, load_tokenizer, synthetic_class_tokens

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
-from gradeff.models._weights import instantiate
+from gradeff.axes.models._weights import instantiate
 from gradeff.studies.baselines.classnames import class_names
 from gradeff.studies.baselines.prompted import PromptedConditionalGeneration, resized
 from gradeff.studies.baselines.prompts import load_tokenizer, synthetic_class_tokens, tokenizer_class_tokens

@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from gradeff.data.dataset import SPECIAL_TOKENS
-from gradeff.models import vlm
-from gradeff.models.vlm import NanoVLM, pixel_shuffle
+from gradeff.axes.data.dataset import SPECIAL_TOKENS
+from gradeff.axes.models import vlm
+from gradeff.axes.models.vlm import NanoVLM, pixel_shuffle
 from gradeff.studies.baselines.classnames import class_names
 from gradeff.studies.baselines.prompted import PromptedClassifier, resized
 from gradeff.studies.baselines.prompts import load_tokenizer, synthetic_class_tokens, tokenizer_class_tokens
@@ -60,7 +60,7 @@ class PromptedNanoVLM(PromptedClassifier):
 def build(profile: str, *, vocab_size=None, num_labels=None, weights_dir=None, device="cpu") -> PromptedNanoVLM:
     """Build the prompted classifier of ``num_labels`` classes (100 by default).
 
-    ``weights_dir`` holds what :func:`gradeff.models.vlm.build` loads (``vision/``, ``decoder/``) and
+    ``weights_dir`` holds what :func:`gradeff.axes.models.vlm.build` loads (``vision/``, ``decoder/``) and
     may hold the trained projector, ``projector.safetensors`` (without it the projector is freshly
     initialised and the decoder cannot read the image), and a tokenizer (in the folder itself or in
     ``decoder/``), which makes the prompts from the real class names.
