@@ -25,7 +25,7 @@ def write_inputs(out: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     # Importable once the checkout's root is on sys.path (the line above).
     from gradeff.axes.models import build_model  # noqa: PLC0415
-    from tests.models.published import to_reference  # noqa: PLC0415
+    from tests.axes.models.published import to_reference  # noqa: PLC0415
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)

@@ -167,8 +167,8 @@ def _checkpoint_loss(records: Sequence[CellRecord]) -> tuple[str, str, str, int]
     measured = f"identical in {identical} of {pairs} optimizer pairs (the same numbers on every seed)"
     if identical == pairs:
         return measured, CONTRADICTED, ("checkpointing recomputes the same activations (bit-identical gradients, "
-                                        "tests/strategies/test_laws.py): every pair is identical, it cannot change "
-                                        "the loss"), effect.n if effect else 0
+                                        "tests/axes/strategies/test_laws.py): every pair is identical, it cannot "
+                                        "change the loss"), effect.n if effect else 0
     measured += f"; largest change {effect.text()}" if effect is not None else ""
     verdict = REPRODUCED if effect is not None and not effect.within_spread and effect.value > 0.01 else NOT_REPRODUCED
     return measured, verdict, "a change of the quality metric beyond the seed spread", effect.n if effect else 0

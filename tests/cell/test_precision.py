@@ -14,7 +14,7 @@ from gradeff.cell.precision import (
 )
 from gradeff.cell.run import run_cell
 from gradeff.studies.grid import Cell
-from tests.strategies.test_laws import FAMILIES, _grads_of_one_step, accumulation_error
+from tests.axes.strategies.test_laws import FAMILIES, _grads_of_one_step, accumulation_error
 
 CPU = torch.device("cpu")
 PLUGIN = ("-p", "gradeff.pytest_plugin")

@@ -122,7 +122,7 @@ def test_frozen_parameters_are_not_trainable_and_get_no_state():
 # The registry's optimizers whose state is whole parameter-sized tensors, as the registry builds
 # them, with the state it promises, and SGD with momentum built by hand: name -> (constructor,
 # state tensors per parameter as multiples of it, has a step counter). The other laws (Adafactor,
-# 8-bit AdamW) are proven in tests/optim/test_state_laws.py.
+# 8-bit AdamW) are proven in tests/axes/optim/test_state_laws.py.
 WITH_STEP_COUNTER = {"adam", "adamw", "adagrad", "adadelta"}
 OPTIMIZER_CASES = {
     key: (functools.partial(build_optimizer, key, lr=1e-3), spec.state_per_param, key in WITH_STEP_COUNTER)

@@ -6,7 +6,7 @@ import fnmatch
 import pytest
 
 from gradeff.records.store import read_records
-from tests.models.published import perturbed, save_reference, to_reference
+from tests.axes.models.published import perturbed, save_reference, to_reference
 
 PLUGIN = ("-p", "gradeff.pytest_plugin")
 ONE_CELL = ("-m", "peft and cell(model='vit_s', method='full', strategy='standard', dataset='cifar100')")

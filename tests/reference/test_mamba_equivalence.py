@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from gradeff.axes.models import from_checkpoint
-from tests.models.published import perturb
+from tests.axes.models.published import perturb
 from tests.reference.official import missing, official_mambavision_t, official_vim_s
 
 OFFICIAL = {"vim_s": official_vim_s, "mambavision_t": official_mambavision_t}

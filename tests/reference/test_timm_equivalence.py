@@ -19,7 +19,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from gradeff.axes.models import from_checkpoint  # noqa: E402
 from gradeff.axes.models._layers import DropPath  # noqa: E402
-from tests.models.published import perturb  # noqa: E402
+from tests.axes.models.published import perturb  # noqa: E402
 
 # The hub checkpoints' tags (1000-class heads), as --gradeff-weights KEY=hub loads them.
 TIMM_NAMES = {"vit_s": "vit_small_patch16_224.augreg_in21k_ft_in1k", "tinyvit": "tiny_vit_21m_224.dist_in22k_ft_in1k"}

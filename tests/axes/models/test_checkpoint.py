@@ -1,6 +1,6 @@
 """Published-layout checkpoints into the four backbones: every tensor where it belongs, or an error naming keys.
 
-The checkpoints are made from our own tiny models in the reference layouts (``tests/models/published.py``);
+The checkpoints are made from our own tiny models in the reference layouts (``tests/axes/models/published.py``);
 timm's own ViT-S/16 and TinyViT-21M are compared logit for logit in the reference environment
 (``tests/reference``).
 """
@@ -12,7 +12,7 @@ from gradeff.axes.models import from_checkpoint
 from gradeff.axes.models.checkpoint import CheckpointError, check_source, load_checkpoint, resolve_for
 from gradeff.axes.models.keymaps import KEY_MAPS
 from gradeff.axes.models.weights import WeightSourceError
-from tests.models.published import perturbed, save_reference, to_reference
+from tests.axes.models.published import perturbed, save_reference, to_reference
 
 BACKBONES = sorted(KEY_MAPS)
 
@@ -152,7 +152,7 @@ def test_a_checkpoint_that_pickles_code_is_refused(tmp_path):
     path = tmp_path / "evil.pth"
     torch.save({"model": {"cls_token": torch.zeros(1)}, "extra": Payload()}, path)
     with pytest.raises(WeightSourceError, match="evil.pth: cannot be read: it pickles "
-                                                "tests.models.test_checkpoint.Payload, which weights_only"):
+                                                "tests.axes.models.test_checkpoint.Payload, which weights_only"):
         check_source("vim_s", resolve_for("vim_s", str(path)), "tiny")
 
 

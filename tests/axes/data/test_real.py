@@ -207,7 +207,7 @@ def test_bad_sources_are_named_with_the_valid_choices(formats, tmp_path):
 
 def test_option_errors_stop_the_session_before_any_cell(pytester, formats, tmp_path):
     """--gradeff-data problems are usage errors at session start, naming the option, the source and the problem."""
-    grid = Path(__file__).parents[2] / "benchmarks" / "test_real_grid.py"
+    grid = Path(__file__).parents[3] / "benchmarks" / "test_real_grid.py"
     pytester.makepyfile(test_real_grid=grid.read_text())
     cache = f"--gradeff-cache={tmp_path}"
     cases = [
@@ -401,7 +401,7 @@ def test_a_corrupt_image_in_an_imagefolder_stops_the_session_before_any_cell(pyt
     _image_folder(tmp_path / "folder", {"train": 40, "test": 4}, 2, seed=3)
     bad = tmp_path / "folder" / "train" / "class1" / "7.png"
     bad.write_bytes(bad.read_bytes()[:30])
-    grid = Path(__file__).parents[2] / "benchmarks" / "test_real_grid.py"
+    grid = Path(__file__).parents[3] / "benchmarks" / "test_real_grid.py"
     pytester.makepyfile(test_real_grid=grid.read_text())
     outcome = pytester.runpytest(*PLUGIN, f"--gradeff-cache={tmp_path / 'cache'}",
                                  f"--gradeff-data=images={tmp_path / 'folder'}")

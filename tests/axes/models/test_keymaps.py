@@ -15,7 +15,7 @@ import pytest
 from gradeff.axes.models import build_model
 from gradeff.axes.models.keymaps import KEY_MAPS, KeyMap, Rule, unwrap
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
 
 
 def reference_shapes(model: str) -> dict[str, tuple[int, ...]]:
