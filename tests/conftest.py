@@ -97,6 +97,16 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=left_out)
         config.stash[_LEFT_OUT] = len(left_out)
         items[:] = kept
+        workeroutput = getattr(config, "workeroutput", None)
+        if workeroutput is not None:  # a pytest-xdist worker: its controller prints the count
+            workeroutput["left_out"] = len(left_out)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    # On pytest-xdist's controller, which collects nothing itself: every worker left out the same tests.
+    count = getattr(node, "workeroutput", {}).get("left_out", 0)
+    node.config.stash[_LEFT_OUT] = max(count, node.config.stash.get(_LEFT_OUT, 0))
 
 
 def pytest_terminal_summary(terminalreporter, config):
