@@ -69,6 +69,18 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
 
 
+# What pytest-xdist tells its workers' code through the environment. A pytest session a test starts (pytester, a
+# subprocess) is a session of its own, not one of this run's workers; inheriting these, it would take itself for one
+# (gradeff switches pytest-benchmark off under xdist, so such a session writes no benchmark JSON).
+XDIST_ENVIRONMENT = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+@pytest.fixture(autouse=True)
+def _sessions_a_test_starts_are_not_xdist_workers(monkeypatch):
+    for name in XDIST_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+
+
 # What a plain `pytest tests` leaves out, so that a developer can run it between changes: the slow end-to-end tests
 # and the cluster's (which start Slurm). A run that selects by marker (-m), names --slow, or names a test file or a
 # test runs what it selects: CI runs `pytest tests` and then `-m "slow and not cluster"` and `-m cluster`.

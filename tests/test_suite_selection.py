@@ -2,13 +2,14 @@
 itself by marker, by --slow, or by naming a test file or a test; and how a test marked serial runs alone under
 pytest-xdist."""
 
+import os
 import threading
 import uuid
 from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import LEFT_OUT_BY_DEFAULT, _selects_for_itself, _turn
+from tests.conftest import LEFT_OUT_BY_DEFAULT, XDIST_ENVIRONMENT, _selects_for_itself, _turn
 
 
 def _config(*args: str, markexpr: str = "", slow: bool = False):
@@ -85,3 +86,9 @@ def test_a_serial_test_runs_while_no_other_test_does_and_the_others_side_by_side
 
 def test_the_serial_marker_is_registered(request):
     assert any(line.startswith("serial:") for line in request.config.getini("markers"))
+
+
+def test_a_session_a_test_starts_does_not_take_itself_for_an_xdist_worker():
+    """Under pytest-xdist the worker's environment names it; a test sees none of it, so a pytest session it starts
+    (pytester, a subprocess) is a session of its own."""
+    assert not [name for name in XDIST_ENVIRONMENT if name in os.environ]
