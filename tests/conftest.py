@@ -7,7 +7,6 @@
 # test's conftest registers is built (on meta) while that session configures, and transformers' lazy module would
 # be left pointing at the submodules the restore dropped.
 import fcntl
-import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,9 +29,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # One torch thread per worker: two workers of two threads each on two cores spin against each other
-        # (OpenMP's busy wait), and the suite ran slower in parallel than serially.
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker, as _turn tells one
+        # One torch thread per worker: two workers of two threads each on two cores would ask for twice the cores
+        # there are, and OpenMP's threads busy-wait for each other.
         torch.set_num_threads(1)
     # The gradeff plugin registers the grids' markers; the suite's own are registered here (--strict-markers).
     config.addinivalue_line("markers", "cluster: needs the local Slurm cluster of scripts/slurm-local.sh, which "
