@@ -55,6 +55,34 @@ def fresh_state(job: submitit.Job) -> str:
     return job.watcher.get_state(job.job_id, mode="force")
 
 
+def states_until_finished(job: submitit.Job, timeout: float = RESULT_TIMEOUT_S) -> list[tuple[str, float]]:
+    """Each state sacct reports for the job, with the seconds since the call, until a final one.
+
+    Not until ``job.done()``: that turns true as soon as the result file is written, while Slurm still
+    reads the job as RUNNING.
+    """
+    started = time.perf_counter()
+    seen: list[tuple[str, float]] = []
+    while True:
+        state = fresh_state(job)
+        if not seen or seen[-1][0] != state:
+            seen.append((state, round(time.perf_counter() - started, 1)))
+        if job.watcher.is_done(job.job_id, mode="cache"):
+            return seen
+        if time.perf_counter() - started > timeout:
+            pytest.fail(f"job {job.job_id} not finished within {timeout} s; states {seen}")
+        time.sleep(0.3)
+
+
+def final_state(job: submitit.Job) -> str:
+    """The state sacct reports once Slurm has finished the job.
+
+    Not the state right after ``job.result()`` returns or raises: the result file is written from inside the
+    job, so for a moment after it sacct still reads the job as RUNNING.
+    """
+    return states_until_finished(job, timeout=STATE_TIMEOUT_S)[-1][0]
+
+
 def wait_for_file(path: Path, job: submitit.Job, timeout: float = STATE_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -72,7 +100,7 @@ def test_a_function_comes_back_from_a_slurm_job(executor):
     assert result["value"] == 81
     # It ran as the Slurm job submitit reported, not as a local process.
     assert result["SLURM_JOB_ID"] == job.job_id
-    assert fresh_state(job) == "COMPLETED"
+    assert final_state(job) == "COMPLETED"
     submission = next(executor.folder.glob("*_submission.sh"))
     assert "export SUBMITIT_EXECUTOR=slurm" in submission.read_text()
     print(f"round trip {elapsed:.2f} s\n--- {submission.name}\n{submission.read_text()}")
@@ -98,7 +126,7 @@ def test_a_failing_job_raises_its_traceback(executor):
     text = str(raised.value)
     assert "Traceback" in text
     assert "ValueError: no convergence at step 17" in text
-    assert fresh_state(job) == "FAILED"
+    assert final_state(job) == "FAILED"
 
 
 def test_a_cancelled_job_raises_uncompleted(executor, tmp_path):
@@ -112,27 +140,8 @@ def test_a_cancelled_job_raises_uncompleted(executor, tmp_path):
     with pytest.raises(UncompletedJobError, match="has not produced any output"):
         result_within(job, timeout=90)
     elapsed = time.perf_counter() - started
-    assert fresh_state(job).startswith("CANCELLED")
+    assert final_state(job).startswith("CANCELLED")
     print(f"cancel -> UncompletedJobError in {elapsed:.2f} s")
-
-
-def states_until_finished(job: submitit.Job, timeout: float = RESULT_TIMEOUT_S) -> list[tuple[str, float]]:
-    """Each state sacct reports for the job, with the seconds since the call, until a final one.
-
-    Not until ``job.done()``: that turns true as soon as the result file is written, while Slurm still
-    reads the job as RUNNING.
-    """
-    started = time.perf_counter()
-    seen: list[tuple[str, float]] = []
-    while True:
-        state = fresh_state(job)
-        if not seen or seen[-1][0] != state:
-            seen.append((state, round(time.perf_counter() - started, 1)))
-        if job.watcher.is_done(job.job_id, mode="cache"):
-            return seen
-        if time.perf_counter() - started > timeout:
-            pytest.fail(f"job {job.job_id} not finished within {timeout} s; states {seen}")
-        time.sleep(0.3)
 
 
 def test_a_job_requeued_by_scontrol_runs_again_and_completes(executor, tmp_path, slurm_env):
