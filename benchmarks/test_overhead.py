@@ -37,6 +37,7 @@ from gradeff.cell.build import prepare_state
 from gradeff.cell.config import RunConfig
 from gradeff.cell.loop import train_epoch, warm_up
 from gradeff.cell.metering import EpochMetering, aggregate
+from gradeff.cell.plan import plan_cell
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
 
@@ -73,7 +74,7 @@ def test_measurement_overhead(benchmark):
     config = RunConfig(profile="tiny", seed=0, device="cpu")
     # One model for all three loops: copies of it land at other addresses and run measurably
     # faster or slower (by up to 10 % here), which would be charged to the loop that owns the copy.
-    state = prepare_state(Cell("llm", "adam", "standard"), config, hp, torch.device("cpu"))
+    state = prepare_state(plan_cell(Cell("llm", "adam", "standard"), config).sized(hp), torch.device("cpu"))
     warm_up(state)
     # Rounds repeat epoch 0's order so every loop sees identical batches each round.
     state.step_groups = lambda epoch, groups=state.step_groups(0): groups  # noqa: B008 - epoch 0's, bound once

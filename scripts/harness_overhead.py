@@ -36,6 +36,7 @@ from gradeff.benchmarks.test_overhead import bare_epoch, median_with_interval
 from gradeff.cell.build import prepare_state
 from gradeff.cell.config import RunConfig
 from gradeff.cell.loop import train_epoch, warm_up
+from gradeff.cell.plan import plan_cell
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
 
@@ -43,8 +44,8 @@ from gradeff.studies.hparams import hparams_for
 def measure(model: str, rounds: int, seed: int = 0) -> dict:
     """Per-epoch medians (ms) and the harness/bare ratio with its interval over ``rounds`` shuffled rounds."""
     hp = dataclasses.replace(hparams_for(model, "tiny"), eval_every=0)
-    state = prepare_state(Cell(model, "adam", "standard"), RunConfig(profile="tiny", seed=seed, device="cpu"), hp,
-                          torch.device("cpu"))
+    plan = plan_cell(Cell(model, "adam", "standard"), RunConfig(profile="tiny", seed=seed, device="cpu"))
+    state = prepare_state(plan.sized(hp), torch.device("cpu"))
     warm_up(state)
     groups = state.step_groups(0)
     state.step_groups = lambda epoch: groups

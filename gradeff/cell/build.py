@@ -23,14 +23,12 @@ from gradeff.axes.optim import build_optimizer
 from gradeff.axes.strategies import micro_batches_per_step
 from gradeff.axes.strategies.sharded import Ranks, shard_model
 from gradeff.cell.arithmetic import cell_arithmetic
-from gradeff.cell.config import RunConfig
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.loop import TrainState
-from gradeff.cell.plan import cell_data, cell_settings
+from gradeff.cell.plan import CellPlan, cell_data
 from gradeff.cell.precision import make_scaler
 from gradeff.cell.pretrain import StartingWeights, starting_weights
-from gradeff.studies.grid import Cell
-from gradeff.studies.hparams import HParams, MethodHParams, method_hparams_for
+from gradeff.studies.hparams import HParams
 
 __all__ = ["Built", "build_cell", "build_into", "prepare_state", "release", "use_device"]
 
@@ -43,21 +41,20 @@ def _warmup_scheduler(optimizer, hp: HParams, total_steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
 
 
-def prepare_state(cell: Cell, config: RunConfig, hp: HParams, device: torch.device, *,
-                  weights: StartingWeights | None = None, method_hp: MethodHParams | None = None,
+def prepare_state(plan: CellPlan, device: torch.device, *, weights: StartingWeights | None = None,
                   dataset: Dataset | None = None) -> TrainState:
-    """Build the data, model (weights loaded, method applied), optimizer and scheduler of a cell.
+    """Build the data, model (weights loaded, method applied), optimizer and scheduler of a planned cell.
 
     The strategy's own preparation of the model (:func:`gradeff.axes.strategies.prepare.prepare`) follows.
 
     Args:
-        dataset: the cell's data as :func:`gradeff.cell.plan.cell_data` gave it, with ``hp`` its sizes;
+        dataset: the cell's data as :func:`gradeff.cell.plan.cell_data` gave it, with ``plan`` sized by it;
             ``None``: resolved here.
     """
-    model_spec = MODELS[cell.model]
     if dataset is None:
-        dataset, hp = cell_data(cell, config, hp)
-    method_hp = method_hp or method_hparams_for(cell.method, cell.model, config.profile)
+        dataset, plan = cell_data(plan)
+    cell, config, hp, method_hp = plan.cell, plan.config, plan.hp, plan.method_hp
+    model_spec = MODELS[cell.model]
     # Same seed before building: every optimizer, strategy and method of a model starts from the same
     # weights (and the same fresh head when a pretrained backbone meets a new dataset).
     torch.manual_seed(config.seed)
@@ -101,7 +98,7 @@ class Built:
         state: data, model (weights loaded, method applied), optimizer and scheduler; ``None`` if building failed.
         weights: the starting weights, once resolved.
         started: when building the model began (a one-off pretraining is the cache's cost): the record's start.
-        hp: the cell's sizes once its data was resolved (real data sets its own); ``None`` if that failed.
+        plan: the cell's plan with the sizes its data set (real data sets its own); ``None`` if that failed.
         error: what building raised; :func:`~gradeff.cell.run.run_cell` raises it again inside the cell, so it
             becomes the cell's status (``oom``, ``error``, ``interrupted``) like a failure of its own build.
     """
@@ -109,8 +106,12 @@ class Built:
     state: TrainState | None = None
     weights: StartingWeights | None = None
     started: float = 0.0
-    hp: HParams | None = None
+    plan: CellPlan | None = None
     error: BaseException | None = None
+
+    @property
+    def hp(self) -> HParams | None:
+        return self.plan.hp if self.plan is not None else None
 
 
 def use_device(device: torch.device) -> None:
@@ -120,34 +121,34 @@ def use_device(device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
-def build_into(target, cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams,
-                device: torch.device, dataset: Dataset) -> None:
+def build_into(target, plan: CellPlan, device: torch.device, dataset: Dataset) -> None:
     """Starting weights, then model and optimizer on the cell's ``dataset``, into ``target`` (a :class:`Built` or
-    the cell's progress): whatever was resolved before a failure stays there for the record."""
+    the cell's progress): whatever was resolved before a failure stays there for the record.
+
+    ``plan`` is the cell's plan sized by its data (:func:`~gradeff.cell.plan.cell_data`)."""
+    cell, config = plan.cell, plan.config
     target.weights = starting_weights(cell.model, config.profile, config.seed, local=dict(config.weights),
-                                      cache_dir=config.cache_dir, device=str(device), num_labels=hp.num_classes)
+                                      cache_dir=config.cache_dir, device=str(device), num_labels=plan.hp.num_classes)
     # A one-off pretraining is the cache's cost (recorded in ``weights``), not this cell's.
     target.started = time.time()
-    target.state = prepare_state(cell, config, hp, device, weights=target.weights, method_hp=method_hp,
-                                 dataset=dataset)
+    target.state = prepare_state(plan, device, weights=target.weights, dataset=dataset)
 
 
-def build_cell(cell: Cell, config: RunConfig) -> Built:
-    """Build a cell's data, model and optimizer as :func:`~gradeff.cell.run.run_cell` would, for
-    ``run_cell(..., built=)``.
+def build_cell(plan: CellPlan) -> Built:
+    """Build a planned cell's data, model and optimizer as :func:`~gradeff.cell.run.run_plan` would, for
+    ``run_plan(plan, built=)``.
 
     Never raises: a failure is kept in ``error`` for the cell's record. The caller owns the objects;
     :func:`release` before the next cell's build drops what the previous one left.
     """
     built = Built(started=time.time())
-    device = resolve_device(config.device)
+    device = resolve_device(plan.config.device)
     use_device(device)
-    hp, method_hp, _ = cell_settings(cell, config)
     try:
         # As while training: a pretraining run on the way sees the same arithmetic.
-        with cell_arithmetic(cell, config):
-            dataset, built.hp = cell_data(cell, config, hp)
-            build_into(built, cell, config, built.hp, method_hp, device, dataset)
+        with cell_arithmetic(plan.cell, plan.config):
+            dataset, built.plan = cell_data(plan)
+            build_into(built, built.plan, device, dataset)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the build's failure is kept and becomes the cell's record
         built.error = exc
     return built

@@ -24,7 +24,7 @@ from gradeff.axes.models import MODELS
 from gradeff.axes.strategies import STRATEGIES
 from gradeff.cell.devices import resolve_device
 from gradeff.cell.environment import KERNEL_VARIABLES, code_version
-from gradeff.cell.plan import cannot_run, cell_settings
+from gradeff.cell.plan import plan_cell
 from gradeff.cell.pretrain import cache_root, pretrained_folder, weights_checksum
 from gradeff.cell.probe import numerics_probe
 from gradeff.records.fingerprint import experiment_section
@@ -96,11 +96,13 @@ def experiment_inputs(cell: Cell, config: RunConfig, *, data_info: Mapping | Non
     Returns:
         The inputs :func:`gradeff.records.fingerprint.fingerprint` hashes.
     """
-    # A rate search (asked for, or the self-tuning protocol's) chooses the rate: its record and a resumed session's
-    # agree on the protocol's rate it started from; the search's inputs are the experiment's own.
+    # The cell planned here as a resumed session plans it before it runs anything: before its data sizes the plan
+    # (the data's checksum is an input below), and without a search's rate. A rate search (asked for, or the
+    # self-tuning protocol's) chooses the rate: its record and a resumed session's agree on the protocol's rate it
+    # started from; the search's inputs are the experiment's own.
     searched = config.tune or config.self_tuned
-    rate_config = replace(config, lr=None, lr_source="", self_tuned=False) if searched else config
-    hp, method_hp, rate = cell_settings(cell, rate_config)
+    planned = plan_cell(cell, replace(config, lr=None, lr_source="", self_tuned=False) if searched else config)
+    hp, method_hp, rate = planned.settings
     with _threads(config.threads) as threads:
         probe = numerics_probe(threads)
     return {
@@ -117,7 +119,7 @@ def experiment_inputs(cell: Cell, config: RunConfig, *, data_info: Mapping | Non
         "train_samples": config.train_samples, "trial": config.trial,
         "meters": {"sample_hz": config.meters.hz, "grid_gco2_per_kwh": config.meters.grid_gco2_per_kwh,
                    "peak_tflops": config.meters.peak_tflops},
-        "skip": cannot_run(cell, config) if cell.model in MODELS else None,
+        "skip": planned.skip,
         "data": data_identity(cell, config, data_info),
         "weights": weights_identity(cell, config, weights),
         "code_version": code_version(),

@@ -1,14 +1,18 @@
-"""What a cell is to run with, resolved before anything is built: its settings, its data, and whether it can run.
+"""What a cell is to run with, resolved before anything is built: its plan, then its data.
 
-:func:`cell_settings` puts a cell's hyper-parameters together (its specs' sizes, the session's overrides, the
-protocol's rate); :func:`cell_data` gives its data and the sizes real data sets (drawn once per machine, built once
-per process); :func:`cannot_run` says why a cell is skipped before any of it is built. The runner, the public
-fixtures and the dry run all ask here, so a cell is planned one way whoever runs it.
+:func:`plan_cell` resolves a cell under one session configuration once, into a frozen :class:`CellPlan`: its
+hyper-parameters (its specs' sizes, the session's overrides, the protocol's rate) and why it is skipped, if it is.
+The public fixtures, the runner and the dry run each take that plan and pass it down (build, train, record), so a
+cell is planned one way whoever runs it and no step resolves it again. A rate search's trial is a cell under another
+configuration (another rate, the validation split only): it is planned anew (:meth:`CellPlan.under`).
+
+:func:`cell_data` gives the planned cell's data and the sizes real data sets (drawn once per machine, built once per
+process); it runs when the cell is built, not when it is planned, so a dry run and a skipped cell read no data.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -31,7 +35,8 @@ from gradeff.studies.hparams import HParams, MethodHParams, hparams_for, method_
 if TYPE_CHECKING:
     from gradeff.cell.config import RunConfig
 
-__all__ = ["CellSettings", "cannot_run", "cell_data", "cell_settings", "sharding_incompatibility", "task_dataset"]
+__all__ = ["CellPlan", "CellSettings", "cannot_run", "cell_data", "plan_cell", "sharding_incompatibility",
+           "task_dataset"]
 
 
 class CellSettings(NamedTuple):
@@ -42,7 +47,50 @@ class CellSettings(NamedTuple):
     rate: RateChoice
 
 
-def cell_settings(cell: Cell, config: RunConfig) -> CellSettings:
+@dataclass(frozen=True, slots=True)
+class CellPlan:
+    """A cell under one session configuration, resolved once: what every later step reads instead of resolving it.
+
+    Attributes:
+        cell: the cell.
+        config: the session's configuration for it (seed, profile, protocol, device, ...).
+        settings: its sizes, method settings and rate (:func:`plan_cell`); once its data is built, with the sizes
+            real data sets (:meth:`sized`).
+        skip: why it is skipped before any of it is built, or ``None`` where it runs.
+    """
+
+    cell: Cell
+    config: RunConfig
+    settings: CellSettings
+    skip: str | None
+
+    @property
+    def hp(self) -> HParams:
+        return self.settings.hp
+
+    @property
+    def method_hp(self) -> MethodHParams:
+        return self.settings.method_hp
+
+    @property
+    def rate(self) -> RateChoice:
+        return self.settings.rate
+
+    def sized(self, hp: HParams) -> CellPlan:
+        """The plan with the sizes its data set (:func:`cell_data`: real data has the rows and classes it has)."""
+        return replace(self, settings=self.settings._replace(hp=hp))
+
+    def under(self, **changes) -> CellPlan:
+        """The same cell planned under a changed configuration (a search's trial: another rate, fewer epochs)."""
+        return plan_cell(self.cell, replace(self.config, **changes))
+
+
+def plan_cell(cell: Cell, config: RunConfig) -> CellPlan:
+    """The cell's plan under ``config``: its settings (:func:`_settings`) and its skip reason (:func:`cannot_run`)."""
+    return CellPlan(cell=cell, config=config, settings=_settings(cell, config), skip=cannot_run(cell, config))
+
+
+def _settings(cell: Cell, config: RunConfig) -> CellSettings:
     """The cell's sizes and method settings, with its rate as the protocol (or a trial) sets it: the one place a
     cell's hyper-parameters are put together (real data's own sizes are :func:`cell_data`'s).
 
@@ -91,12 +139,17 @@ def _real_dataset(source, **settings) -> Dataset:
     return load_real(source, **settings)
 
 
-def cell_data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HParams]:
-    """The cell's data, and its hyper-parameters with the sizes real data sets.
+def cell_data(plan: CellPlan) -> tuple[Dataset, CellPlan]:
+    """The planned cell's data, and its plan with the sizes real data sets (:meth:`CellPlan.sized`).
 
     Real data has the rows it has: a cell trains on at most the profile's training samples, in whole steps of
     ``batch_size × accum_steps`` (so every strategy sees the same samples), and the head has the data's classes.
     """
+    dataset, hp = _data(plan.cell, plan.config, plan.hp)
+    return dataset, plan.sized(hp)
+
+
+def _data(cell: Cell, config: RunConfig, hp: HParams) -> tuple[Dataset, HParams]:
     source = source_for(cell.dataset, config.data)
     if source is None:
         return task_dataset(cell.dataset, hp, config.seed, config.cache_dir), hp

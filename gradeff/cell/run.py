@@ -33,18 +33,17 @@ from gradeff.cell.execute import run_isolated, run_tuned
 from gradeff.cell.inference import InferenceCost, measure_inference
 from gradeff.cell.loop import Diverged, TrainState, move_batch, optimizer_step, train_epoch, warm_up
 from gradeff.cell.metering import EpochMetering, aggregate, memory_breakdown
-from gradeff.cell.plan import CellSettings, cannot_run, cell_data, cell_settings
+from gradeff.cell.plan import CellPlan, cell_data, plan_cell
 from gradeff.cell.precision import autocast
 from gradeff.cell.pretrain import StartingWeights
-from gradeff.cell.protocols import RateChoice
 from gradeff.cell.record import cell_record, hparams_record
 from gradeff.cell.self_tune import needs_self_tuning, run_self_tuned
 from gradeff.meters.flops import StepFlops, compute_record, count_step_flops
 from gradeff.records.results import CellRecord, EpochRecord, Summary
 from gradeff.studies.grid import Cell, incompatibility
-from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, HParams, MethodHParams
+from gradeff.studies.hparams import MEMORY_BUDGET_LEVELS, MEMORY_BUDGETS, HParams
 
-__all__ = ["model_flops", "run_cell", "trains_prebuilt"]
+__all__ = ["model_flops", "run_cell", "run_plan", "trains_prebuilt"]
 
 # A cell ends ``oom`` on any of these: the device ran out, or the budget says it would.
 _OUT_OF_MEMORY = (torch.cuda.OutOfMemoryError, MemoryBudgetExceeded, BudgetUnreachable)
@@ -56,13 +55,14 @@ def _loop_timer(epoch_fn: Callable[[], object], rounds: int, after_epoch: Callab
         after_epoch()
 
 
-def trains_prebuilt(cell: Cell, config: RunConfig) -> bool:
-    """Whether :func:`run_cell` trains this cell once, in this process, from one build: the path that takes a
-    :class:`~gradeff.cell.build.Built`. Not a cell it skips (with its reason), tunes or that tunes itself (a fresh
+def trains_prebuilt(plan: CellPlan) -> bool:
+    """Whether :func:`run_plan` trains this planned cell once, in this process, from one build: the path that takes
+    a :class:`~gradeff.cell.build.Built`. Not a cell it skips (with its reason), tunes or that tunes itself (a fresh
     model per trial), isolates (built in its own process) or shards (built in each rank's process)."""
-    return (not config.isolate and cannot_run(cell, config) is None
+    cell, config = plan.cell, plan.config
+    return (not config.isolate and plan.skip is None
             and not (config.tune is not None and METHODS[cell.method].trains)
-            and not needs_self_tuning(cell, config)
+            and not needs_self_tuning(plan)
             and not STRATEGIES[cell.strategy].shards)
 
 
@@ -131,9 +131,14 @@ def _inference_record(cost: InferenceCost | None, accuracy: float | None) -> dic
     return cost.as_dict() | {"scores": {key: score.as_dict() for key, score in cost.scores(accuracy).items()}}
 
 
-def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
+def run_cell(cell: Cell, config: RunConfig, **options) -> CellRecord:
+    """Plan ``cell`` under ``config`` (:func:`~gradeff.cell.plan.plan_cell`) and run it: :func:`run_plan`."""
+    return run_plan(plan_cell(cell, config), **options)
+
+
+def run_plan(plan: CellPlan, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
              metering: EpochMetering | None = None) -> CellRecord:
-    """Train one cell and return its record, whatever happens.
+    """Train one planned cell and return its record, whatever happens.
 
     With ``config.tune == "lr"`` the cell is first trained at every rate of its optimizer's grid
     (:func:`gradeff.studies.hparams.lr_grid`) plus the profile's shared rate, under the same budget (epochs,
@@ -142,32 +147,35 @@ def run_cell(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, 
     search's cost under ``tuning``.
 
     Args:
-        cell: the cell.
-        config: profile, seed, epochs, device, starting weights, tuning.
+        plan: the cell under the session's configuration (profile, seed, epochs, device, starting weights,
+            tuning), planned once: every step below reads it.
         timer: runs the epoch function ``epochs`` times and the held-out evaluation after each,
             untimed; pass pytest-benchmark's pedantic wrapper to time each epoch as a benchmark round.
-        built: the cell's state from :func:`~gradeff.cell.build.build_cell`, trained instead of a build of the
-            runner's own: only where :func:`trains_prebuilt` holds (tuning and isolation build their own models).
-            The caller keeps the objects and releases them (:func:`~gradeff.cell.build.release`) before the next
-            cell's build.
+        built: the cell's state from :func:`~gradeff.cell.build.build_cell` of this plan, trained instead of a
+            build of the runner's own: only where :func:`trains_prebuilt` holds (tuning and isolation build their
+            own models). The caller keeps the objects and releases them (:func:`~gradeff.cell.build.release`)
+            before the next cell's build.
         metering: the meters to record the epochs with (default: new ones).
 
     Returns:
         A record with status ``ok``, ``diverged``, ``oom``, ``error``, ``skipped`` or
         ``interrupted`` (Ctrl-C during the cell: the caller records it, then stops the run).
     """
-    if built is not None and not trains_prebuilt(cell, config):
+    cell, config = plan.cell, plan.config
+    if built is not None and not trains_prebuilt(plan):
         raise ValueError(f"{cell.id}: a prebuilt state is trained only where the runner trains one build in this "
                          "process (not a skipped, tuned, isolated or sharded cell)")
+    if built is not None and built.plan is not None and built.plan.sized(plan.hp) != plan:
+        raise ValueError(f"{cell.id}: the prebuilt state was built from another plan than this one")
     # Dispatched once: in a process of its own, as a rate search, or one training here (which shards a sharded
     # strategy's cell over its ranks).
     if config.isolate:
-        return run_isolated(cell, config, _isolated_entry)
-    if needs_self_tuning(cell, config):
-        return run_self_tuned(cell, config, train=_run_once, warm=_warm_search, timer=timer, metering=metering)
+        return run_isolated(plan, _isolated_entry)
+    if needs_self_tuning(plan):
+        return run_self_tuned(plan, train=_run_once, warm=_warm_search, timer=timer, metering=metering)
     if config.tune is None or not METHODS[cell.method].trains or incompatibility(cell) is not None:
-        return _run_once(cell, config, timer=timer, built=built, metering=metering)
-    return run_tuned(cell, config, train=_run_once, warm=_warm_search, timer=timer, metering=metering)
+        return _run_once(plan, timer=timer, built=built, metering=metering)
+    return run_tuned(plan, train=_run_once, warm=_warm_search, timer=timer, metering=metering)
 
 
 def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> str:
@@ -181,45 +189,46 @@ def _isolated_entry(cell: Cell, config: RunConfig, registered: bytes = b"") -> s
     return run_cell(cell, config).to_json()
 
 
-def _warm_search(cell: Cell, config: RunConfig) -> None:
-    built = build_cell(cell, config)
+def _warm_search(plan: CellPlan) -> None:
+    built = build_cell(plan)
     if built.state is not None:
         warm_up(built.state)
     built = None  # the model and optimizer go before the trials' builds
-    release(config.device)
+    release(plan.config.device)
 
 
-def _run_once(cell: Cell, config: RunConfig, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
+def _run_once(plan: CellPlan, *, timer: EpochTimer = _loop_timer, built: Built | None = None,
               metering: EpochMetering | None = None) -> CellRecord:
-    """One training of a cell (the body of :func:`run_cell`)."""
-    if STRATEGIES[cell.strategy].shards and config.rank is None and cannot_run(cell, config) is None:
-        # The cell's W processes each come back here with their rank set; this one gathers their records.
+    """One training of a planned cell (the body of :func:`run_plan`)."""
+    cell, config = plan.cell, plan.config
+    if STRATEGIES[cell.strategy].shards and config.rank is None and plan.skip is None:
+        # The cell's W processes each come back here with their rank set (each plans it under its rank); this one
+        # gathers their records.
         with intra_op_threads(config.threads):
             return run_sharded(cell, config, run_cell)
     with cell_arithmetic(cell, config):
-        return _train_once(cell, config, timer=timer, built=built, metering=metering)
+        return _train_once(plan, timer=timer, built=built, metering=metering)
 
 
-def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Built | None,
+def _train_once(plan: CellPlan, *, timer: EpochTimer, built: Built | None,
                 metering: EpochMetering | None) -> CellRecord:
+    config = plan.config
     progress = _Progress(started=built.started if built is not None else time.time())
-    hp, method_hp, rate = cell_settings(cell, config)
-    reason = cannot_run(cell, config)
     device = resolve_device(config.device)
     use_device(device)
     status, detail, failed_step = "ok", "", None
     if metering is None:
         metering = EpochMetering(device=device, settings=config.meters)
     try:
-        if reason is not None:
-            status, detail = "skipped", reason
+        if plan.skip is not None:
+            status, detail = "skipped", plan.skip
         else:
             # A prebuilt cell's data was resolved by its build; the data are then its state's.
-            if built is not None and built.hp is not None:
-                dataset, hp = None, built.hp
+            if built is not None and built.plan is not None:
+                dataset, plan = None, built.plan
             else:
-                dataset, hp = cell_data(cell, config, hp)
-            _train(cell, config, hp, method_hp, device, metering, timer, progress, dataset, built)
+                dataset, plan = cell_data(plan)
+            _train(plan, device, metering, timer, progress, dataset, built)
     except Diverged as exc:
         status, detail, failed_step = "diverged", str(exc), exc.step
     except _OUT_OF_MEMORY as exc:
@@ -232,8 +241,7 @@ def _train_once(cell: Cell, config: RunConfig, *, timer: EpochTimer, built: Buil
     except Exception as exc:  # noqa: BLE001 - any other failure is a finding about this cell, not the session's end
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         status, detail = "error", f"{type(exc).__name__}: {exc} ({frame.filename}:{frame.lineno})"
-    record = _record(cell, config, hp, method_hp, rate, device, metering, progress, status=status, detail=detail,
-                     failed_step=failed_step)
+    record = _record(plan, device, metering, progress, status=status, detail=detail, failed_step=failed_step)
     progress = None  # the cell's model and optimizer are released before the next cell
     if built is None:
         # A prebuilt state is its owner's: released (see release) before the next cell's build.
@@ -270,16 +278,16 @@ def _budget_for(strategy: str, config: RunConfig) -> int | None:
     return MEMORY_BUDGETS.get(config.profile)
 
 
-def _train(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, device: torch.device,
-           metering: EpochMetering, timer: EpochTimer, progress: _Progress, dataset: Dataset | None,
-           built: Built | None = None) -> None:
+def _train(plan: CellPlan, device: torch.device, metering: EpochMetering, timer: EpochTimer, progress: _Progress,
+           dataset: Dataset | None, built: Built | None = None) -> None:
     """Weights, model, strategy, warm-up, the timed epochs with held-out evaluation, the memory step.
 
     A method that trains nothing (``zero_shot``) is evaluated as it is: one held-out pass and its
     inference cost, no strategy, no epochs.
     """
+    cell, config, hp = plan.cell, plan.config, plan.hp
     if built is None:
-        build_into(progress, cell, config, hp, method_hp, device, dataset)
+        build_into(progress, plan, device, dataset)
     else:
         progress.weights, progress.started, progress.state = built.weights, built.started, built.state
         if built.error is not None:
@@ -348,8 +356,10 @@ def _train_epochs(cell: Cell, config: RunConfig, hp: HParams, device: torch.devi
         progress.plan["offloaded_bytes_per_step"] = state.model.offloaded_bytes
 
 
-def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams, rate: RateChoice,
-            device: torch.device, metering: EpochMetering, progress: _Progress, **outcome) -> CellRecord:
+def _record(plan: CellPlan, device: torch.device, metering: EpochMetering, progress: _Progress,
+            **outcome) -> CellRecord:
+    """The cell's one record: its plan (the settings its data sized), its outcome and what its meters saw."""
+    cell, config = plan.cell, plan.config
     state = progress.state
     history = state.history if state is not None else []
     evaluation = progress.evaluation
@@ -380,7 +390,6 @@ def _record(cell: Cell, config: RunConfig, hp: HParams, method_hp: MethodHParams
         inference=_inference_record(progress.inference, summary.final_heldout_accuracy),
         curve=tuple(point.as_dict() for point in curve),
         evaluation=evaluation.record(finished - progress.started) if evaluation is not None else {},
-        hparams=hparams_record(CellSettings(hp, method_hp, rate), config,
-                               state.optimizer if state is not None else None),
+        hparams=hparams_record(plan.settings, config, state.optimizer if state is not None else None),
         meters=meters,
     )

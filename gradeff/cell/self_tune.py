@@ -43,7 +43,7 @@ from gradeff.axes.methods import METHODS
 from gradeff.axes.models import MODELS
 from gradeff.axes.optim import OPTIMIZERS
 from gradeff.axes.strategies import rate_strategy
-from gradeff.cell.plan import cannot_run, cell_data, cell_settings
+from gradeff.cell.plan import CellPlan, cell_data
 from gradeff.cell.pretrain import cache_root
 from gradeff.cell.tuning import at_edge, log_grid
 from gradeff.records.fields import SELF_TUNED
@@ -140,18 +140,19 @@ class SelfTuned:
         return how + edge + where + f"; fingerprint {self.fingerprint[:12]}"
 
 
-def needs_self_tuning(cell: Cell, config: RunConfig) -> bool:
-    """Whether ``cell`` tunes itself under ``config``: the tuned protocol, no rate given or searched otherwise, a
-    method that trains, an optimizer with a rate to tune, a cell that runs, and no row of the table for it."""
+def needs_self_tuning(plan: CellPlan) -> bool:
+    """Whether the planned cell tunes itself: the tuned protocol, no rate given or searched otherwise, a method that
+    trains, an optimizer with a rate to tune, a cell that runs, and no row of the table for it."""
+    cell, config = plan.cell, plan.config
     if config.protocol != "tuned" or config.tune is not None or config.lr is not None or config.trial:
         return False
     if cell.optimizer not in OPTIMIZERS or OPTIMIZERS[cell.optimizer].tuning_free:
         return False
     if cell.method not in METHODS or not METHODS[cell.method].trains or incompatibility(cell) is not None:
         return False
-    if cannot_run(cell, config) is not None:
+    if plan.skip is not None:
         return False
-    return cell_settings(cell, config).rate.row is None
+    return plan.rate.row is None
 
 
 def _stable(value: Any) -> Any:
@@ -209,15 +210,14 @@ def _write(path: Path, found: SelfTuned) -> None:
     write_checked(path, lambda temporary: temporary.write_text(text, encoding="utf-8"), best_effort=True)
 
 
-def _search(cell: Cell, config: RunConfig, budget: SearchBudget, key: str, epochs: int, centre: float,
+def _search(plan: CellPlan, budget: SearchBudget, key: str, epochs: int, centre: float,
             train: Callable[..., CellRecord]) -> SelfTuned | CellRecord:
     """Run the search; a trial interrupted by Ctrl-C is returned as it is (the cell's record, and the session stops)."""
     started = time.perf_counter()
     trials: list[dict] = []
 
     def trial(lr: float, trial_epochs: int, rung: str) -> float | None:
-        record = train(cell, replace(config, lr=lr, trial=True, epochs=trial_epochs,
-                                     lr_source=f"a {SELF_TUNED} trial's rate"))
+        record = train(plan.under(lr=lr, trial=True, epochs=trial_epochs, lr_source=f"a {SELF_TUNED} trial's rate"))
         if record.status == "interrupted":
             raise _Interrupted(record)
         loss = record.summary.final_validation_loss if record.status == "ok" else None
@@ -256,7 +256,7 @@ def _search(cell: Cell, config: RunConfig, budget: SearchBudget, key: str, epoch
         joules=None if any(j is None for j in joules) else sum(joules),
         searched_at=f"{_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M UTC}",
         budget=asdict(budget) | {"epochs": {"first": first if first < epochs else None, "full": epochs}},
-        seed=config.seed)
+        seed=plan.config.seed)
 
 
 def _best(scores: Mapping[float, float | None]) -> float | None:
@@ -270,25 +270,24 @@ class _Interrupted(Exception):
         self.record = record
 
 
-def run_self_tuned(cell: Cell, config: RunConfig, *, train: Callable[..., CellRecord],
-                   warm: Callable[[Cell, RunConfig], None], budget: SearchBudget = SearchBudget(),
-                   **reported) -> CellRecord:
+def run_self_tuned(plan: CellPlan, *, train: Callable[..., CellRecord], warm: Callable[[CellPlan], None],
+                   budget: SearchBudget = SearchBudget(), **reported) -> CellRecord:
     """The cell at its self-tuned rate: read from the cache, else searched (and cached), then trained once. Never
     raises for the cell's own failures: data that cannot be built fails the cell's training, which records why.
 
     Args:
-        train: one training of the cell, ``train(cell, config, **reported) -> CellRecord``.
+        train: one training of a planned cell, ``train(plan, **reported) -> CellRecord``.
         warm: an untimed build and step before the first trial.
         budget: what the search may spend.
         reported: what only the reported run is trained with (its epoch timer, its meters).
     """
-    hp, method_hp, _ = cell_settings(cell, config)
-    shared = hp.lr * method_hp.lr_scale
+    cell, config = plan.cell, plan.config
+    shared = plan.hp.lr * plan.method_hp.lr_scale
     try:
-        dataset, sized = cell_data(cell, config, hp)
-        key = fingerprint(cell, config, budget, hparams=asdict(sized), data_digest=splits_digest(dataset))
+        dataset, sized = cell_data(plan)
+        key = fingerprint(cell, config, budget, hparams=asdict(sized.hp), data_digest=splits_digest(dataset))
     except Exception:  # noqa: BLE001 - the same failure in the cell's own build becomes its record
-        return train(cell, config, **reported)
+        return train(plan, **reported)
     path = _cache_path(config, key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -300,8 +299,8 @@ def run_self_tuned(cell: Cell, config: RunConfig, *, train: Callable[..., CellRe
         found = _read(path, key)
         cached = found is not None
         if found is None:
-            warm(cell, replace(config, lr=shared, trial=True))
-            outcome = _search(cell, config, budget, key, sized.epochs, lr_centre(cell.optimizer, shared), train)
+            warm(plan.under(lr=shared, trial=True))
+            outcome = _search(plan, budget, key, sized.hp.epochs, lr_centre(cell.optimizer, shared), train)
             if isinstance(outcome, CellRecord):
                 return outcome  # interrupted in a trial
             found = outcome
@@ -311,5 +310,5 @@ def run_self_tuned(cell: Cell, config: RunConfig, *, train: Callable[..., CellRe
         if lock is not None:
             lock.release()
     lr = found.chosen if found.chosen is not None else shared
-    record = train(cell, replace(config, lr=lr, lr_source=found.source(cached=cached), self_tuned=True), **reported)
+    record = train(plan.under(lr=lr, lr_source=found.source(cached=cached), self_tuned=True), **reported)
     return replace(record, tuning=found.tuning(cached=cached))

@@ -60,7 +60,7 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
     ``gradeff_data``: the objects the test received, built at its setup) and recorded with its
     ``gradeff_meters``; another cell from a build of its own, the same way.
     """
-    from gradeff.cell.run import run_cell  # noqa: PLC0415 - torch, see the imports
+    from gradeff.cell.run import run_plan  # noqa: PLC0415 - torch, see the imports
     from gradeff.pytest.session_records import keep  # noqa: PLC0415 - registered plugin, see the imports
 
     settings = request.config.stash[SETTINGS]
@@ -108,7 +108,7 @@ def gradeff_cell(request: pytest.FixtureRequest, gradeff_seed: int):
             setup, meters = cell_setup(request.config, cell, gradeff_seed), None
         built = setup.build()
         metering = meters._new_metering() if meters is not None and not setup.config.isolate else None
-        record = run_cell(cell, setup.config, timer=timer, built=built, metering=metering)
+        record = run_plan(setup.plan, timer=timer, built=built, metering=metering)
         del built, setup  # a hand-run cell's objects go with it; the test's own stay its fixtures'
         plan = settings.seed_plan or SeedPlan(first=len(settings.seeds), most=len(settings.seeds), adaptive=False)
         record = dataclasses.replace(record, seeding=plan.to_record(request.node.stash.get(SEED_WHY, "")))

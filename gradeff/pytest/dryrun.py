@@ -55,8 +55,8 @@ from gradeff.studies.hparams import (
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_MFU", "DEVICE_MEMORY", "PLAN_FORMAT", "CellPlan", "Target", "add_options", "dry_run_lines",
-           "plan_cell", "plan_document", "pretraining_seconds", "target_for"]
+__all__ = ["DEFAULT_MFU", "DEVICE_MEMORY", "PLAN_FORMAT", "CellForecast", "Target", "add_options", "dry_run_lines",
+           "forecast_cell", "plan_document", "pretraining_seconds", "target_for"]
 
 # An assumption, not a measurement: the paper-profile llm cell measured 0.33 (standard) and 0.27 (checkpoint) in
 # bf16 on an H200 (docs/scale-out.md); small vision models at batch 64 rarely do better.
@@ -143,8 +143,8 @@ def target_for(named: str, device: str, *, precision: str, peak_tflops: float | 
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CellPlan:
-    """What one cell would need and take.
+class CellForecast:
+    """What one cell would need and take (from its plan, :class:`gradeff.cell.plan.CellPlan`).
 
     Attributes:
         cell: the cell's id.
@@ -306,23 +306,27 @@ def _data_text(cell, config) -> str:
     return f"{cell.dataset}: {source.path}" if source is not None else f"{cell.dataset}: synthetic stand-in"
 
 
-def plan_cell(cell, config, target: Target) -> CellPlan:
-    """A cell's plan (see the module docstring); never raises: a cell that cannot be built says why."""
+def forecast_cell(cell, config, target: Target) -> CellForecast:
+    """A cell's forecast (see the module docstring), from its plan as the runner would make it; never raises: a
+    cell that cannot be planned or built says why."""
     # torch, see the imports
     from gradeff.axes.strategies.budget import plan as budget_plan  # noqa: PLC0415
     from gradeff.axes.strategies.prepare import budget_bytes, budget_fraction  # noqa: PLC0415
-    from gradeff.cell.plan import cannot_run  # noqa: PLC0415
+    from gradeff.cell.plan import plan_cell  # noqa: PLC0415
 
-    reason = cannot_run(cell, config)
-    if reason is not None:
-        return CellPlan(cell=cell.id, status=f"skipped: {reason}")
-    hp = hparams_for(cell.model, config.profile, epochs=config.epochs, dataset=cell.dataset)
+    try:
+        plan = plan_cell(cell, config)
+    except Exception as exc:  # noqa: BLE001 - a cell the dry run cannot plan is reported, the others still forecast
+        return CellForecast(cell=cell.id, status=_not_available(exc))
+    if plan.skip is not None:
+        return CellForecast(cell=cell.id, status=f"skipped: {plan.skip}")
+    hp = plan.hp
     try:
         weights, data = _weights_text(cell, config, hp.num_classes), _data_text(cell, config)
         measured = _measure(cell.model, cell.method, cell.dataset, config.profile, cell.optimizer, hp.batch_size,
                             hp.num_classes, hp.image_size)
-    except Exception as exc:  # noqa: BLE001 - a cell the dry run cannot build is reported, the others still planned
-        return CellPlan(cell=cell.id, status=f"n/a: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+    except Exception as exc:  # noqa: BLE001 - a cell the dry run cannot build is reported, the others still forecast
+        return CellForecast(cell=cell.id, status=_not_available(exc))
     strategy = STRATEGIES[cell.strategy]
     layers = [layer.name for layer in measured.profile.layers]
     status = "ready"
@@ -351,9 +355,13 @@ def plan_cell(cell, config, target: Target) -> CellPlan:
     evaluation = (hp.epochs + 1) * hp.heldout_samples * measured.forward_flops / measured.samples
     seconds = ((steps * step_flops + evaluation) / (target.peak_flops * target.mfu)
                if target.peak_flops is not None else None)
-    return CellPlan(cell=cell.id, status=status, weights=weights, data=data, step_flops=step_flops,
+    return CellForecast(cell=cell.id, status=status, weights=weights, data=data, step_flops=step_flops,
                     predicted_peak=peak, seconds=seconds, checkpointed=(len(checkpointed), len(layers)),
                     pretrains=weights.endswith(_RUNS_FIRST))
+
+
+def _not_available(exc: Exception) -> str:
+    return f"n/a: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
 
 
 def _flops(value: float) -> str:
@@ -373,7 +381,7 @@ def pretraining_seconds(model: str, config, target: Target) -> float | None:
     return flops / (target.peak_flops * target.mfu) if target.peak_flops is not None else None
 
 
-def dry_run_lines(plans: list[CellPlan], target: Target, *, profile: str,
+def dry_run_lines(plans: list[CellForecast], target: Target, *, profile: str,
                   pretraining: dict[str, float | None] | None = None) -> list[str]:
     """The dry run's table: one line per cell, a header naming the device and the assumptions, totals."""
     memory = f"{target.memory_bytes / _GIB:.1f} GiB" if target.memory_bytes else "memory unknown"
@@ -407,7 +415,7 @@ def dry_run_lines(plans: list[CellPlan], target: Target, *, profile: str,
     return lines
 
 
-def plan_document(tests: list[tuple[str, object, int]], plans: list[CellPlan], target: Target, *, profile: str,
+def plan_document(tests: list[tuple[str, object, int]], plans: list[CellForecast], target: Target, *, profile: str,
                   pretraining: dict[str, float | None]) -> dict:
     """The dry run as JSON data (``--gradeff-dry-run-json``).
 

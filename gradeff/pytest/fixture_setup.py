@@ -57,9 +57,9 @@ def bench_cell_id(item) -> str | None:
 class FixtureSetup:
     """One benchmark's or grid cell's cell, settings and sizes, shared by the public fixtures of a test.
 
-    Data, model and optimizer are built as the runner builds them (``cell_data``, ``build_cell``), and a
-    grid cell's build is the one :func:`gradeff.cell.run.run_cell` trains: one path from the registries to the
-    tensors.
+    The cell is planned once, here (:func:`gradeff.cell.plan.plan_cell`); data, model and optimizer are built from
+    that plan as the runner builds them (``cell_data``, ``build_cell``), and a grid cell's plan and build are the
+    ones :func:`gradeff.cell.run.run_plan` trains: one path from the registries to the tensors.
 
     Attributes:
         grid: the test is a grid cell (parametrized with ``cell``): the fixtures are what the runner trains,
@@ -68,9 +68,9 @@ class FixtureSetup:
 
     cell: Any
     config: Any
-    # The settings the runner builds the cell's optimizer with (its rate as the protocol sets it): what the data is
-    # sized by and what a benchmark's record names.
-    planned: Any
+    # The cell's plan (its settings, its rate as the protocol sets it, its skip reason): what the data is sized by,
+    # what the runner trains and what a benchmark's record names.
+    plan: Any
     device: Any
     settings: Any
     bench: str = ""
@@ -85,14 +85,14 @@ class FixtureSetup:
 
     @classmethod
     def of(cls, cell, config, settings, **fields) -> FixtureSetup:
-        from gradeff.cell.plan import cell_settings  # noqa: PLC0415 - torch, see the imports
+        from gradeff.cell.plan import plan_cell  # noqa: PLC0415 - torch, see the imports
 
         return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
-                   planned=cell_settings(cell, config), **fields)
+                   plan=plan_cell(cell, config), **fields)
 
     @property
     def hp(self):
-        return self.planned.hp
+        return self.plan.hp
 
     def builds(self) -> bool:
         """Whether the fixtures build anything: a grid cell's only where the runner trains one build in this
@@ -104,7 +104,7 @@ class FixtureSetup:
         from gradeff.pytest.resume import judge  # noqa: PLC0415 - registered plugin, see the imports
 
         judgement = judge(self.pytest_config, self.cell, self.config.seed) if self.pytest_config else None
-        return not (judgement is not None and judgement.reuse) and trains_prebuilt(self.cell, self.config)
+        return not (judgement is not None and judgement.reuse) and trains_prebuilt(self.plan)
 
     def build(self):
         """The cell's :class:`gradeff.cell.build.Built`, built once (``None`` where the runner builds its own)."""
@@ -113,21 +113,20 @@ class FixtureSetup:
 
             # The previous test has let go of its model by now: free it before this one's peak is measured.
             release(self.device)
-            self.built = build_cell(self.cell, self.config)
+            self.built = build_cell(self.plan)
             if self.built.error is not None and not self.grid:
                 raise self.built.error
             self.weights, self.state = self.built.weights, self.built.state
             if self.state is not None:
-                self.dataset = self.state.dataset
+                self.dataset, self.plan = self.state.dataset, self.built.plan
         return self.built
 
     def data(self):
         if self.dataset is None:
             from gradeff.cell.plan import cell_data  # noqa: PLC0415 - torch, see the imports
 
-            # Real data sets its own sizes (rows, classes): the hyper-parameters follow, as in a cell.
-            self.dataset, hp = cell_data(self.cell, self.config, self.hp)
-            self.planned = self.planned._replace(hp=hp)
+            # Real data sets its own sizes (rows, classes): the plan follows, as in a cell.
+            self.dataset, self.plan = cell_data(self.plan)
         return self.dataset
 
     def train_state(self):

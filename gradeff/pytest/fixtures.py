@@ -412,7 +412,7 @@ class BenchMeters:
             strategy=setup.bench, status=status, detail=detail, epochs=epochs,
             summary=Summary.of(list(epochs), finished - self._started, untrained=self._untrained,
                                floor=heldout.loss_floor if heldout is not None else None),
-            hparams=hparams_record(setup.planned, config,
+            hparams=hparams_record(setup.plan.settings, config,
                                    setup.state.optimizer if setup.state is not None else None),
             meters=self.meters,
         )

@@ -29,7 +29,7 @@ from gradeff.cell.stop import raise_if_requested
 from gradeff.gate.compare import EXIT_REGRESSION, EXIT_UNUSABLE, arguments, headline, run
 from gradeff.pytest.benchmark_table import quiet_benchmark_table
 from gradeff.pytest.dryrun import add_options as add_dry_run_options
-from gradeff.pytest.dryrun import dry_run_lines, plan_cell, plan_document, pretraining_seconds, target_for
+from gradeff.pytest.dryrun import dry_run_lines, forecast_cell, plan_document, pretraining_seconds, target_for
 from gradeff.pytest.fitting import terminal_width
 from gradeff.pytest.gate import cell_of_nodeid, cells_of_items, current_records, path_conflicts, session_files
 from gradeff.pytest.gate_verdict import HEADLINE, LastWord
@@ -256,15 +256,15 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     run = run_config(config, settings.seed)
     cells = [item.callspec.params["cell"] for item in session.items
              if hasattr(item, "callspec") and "cell" in item.callspec.params]
-    plans = [plan_cell(cell, run, target) for cell in dict.fromkeys(cells)]
+    forecasts = [forecast_cell(cell, run, target) for cell in dict.fromkeys(cells)]
     pretraining = {model: pretraining_seconds(model, run, target)
-                   for model in dict.fromkeys(cell.model for cell, plan in zip(dict.fromkeys(cells), plans)
-                                              if plan.pretrains)}
+                   for model in dict.fromkeys(cell.model for cell, forecast in zip(dict.fromkeys(cells), forecasts)
+                                              if forecast.pretrains)}
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for line in dry_run_lines(plans, target, profile=settings.profile, pretraining=pretraining):
+    for line in dry_run_lines(forecasts, target, profile=settings.profile, pretraining=pretraining):
         reporter.write_line(line)
     if config.getoption("gradeff_dry_run_json") is not None:
-        _write_plan_json(session, plans, target, pretraining)
+        _write_plan_json(session, forecasts, target, pretraining)
     return True
 
 

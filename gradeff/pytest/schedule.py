@@ -72,12 +72,13 @@ def to_front(items: Sequence[T], first: Callable[[T], bool]) -> list[T]:
 
 def tunes_itself(config: pytest.Config, item: pytest.Item) -> bool:
     """Whether a collected grid test's cell searches its own rate in this session (:mod:`gradeff.cell.self_tune`)."""
+    from gradeff.cell.plan import plan_cell  # noqa: PLC0415 - torch, see the imports
     from gradeff.cell.self_tune import needs_self_tuning  # noqa: PLC0415 - torch, see the imports
 
     cell = getattr(getattr(item, "callspec", None), "params", {}).get("cell")
     if not isinstance(cell, Cell):
         return False
     try:
-        return needs_self_tuning(cell, run_config(config, config.stash[SETTINGS].seeds[0]))
+        return needs_self_tuning(plan_cell(cell, run_config(config, config.stash[SETTINGS].seeds[0])))
     except Exception:  # noqa: BLE001 - a cell that cannot be planned says why when it runs; here it keeps its place
         return False

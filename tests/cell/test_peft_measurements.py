@@ -141,6 +141,7 @@ def test_a_fine_tuning_cell_keeps_its_pretrained_batch_statistics(tmp_path):
     from gradeff.axes.models.weights import StartingWeights
     from gradeff.cell.build import prepare_state
     from gradeff.cell.loop import train_epoch
+    from gradeff.cell.plan import plan_cell
 
     hp = dataclasses.replace(hparams_for("tinyvit", "tiny", dataset="cifar100"), train_samples=128)
     torch.manual_seed(0)
@@ -151,7 +152,8 @@ def test_a_fine_tuning_cell_keeps_its_pretrained_batch_statistics(tmp_path):
     def statistics(state):
         return [m.running_mean.clone() for m in state.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
 
-    fine_tuned, scratch = (prepare_state(cell, config, hp, torch.device("cpu"), weights=w) for w in (given, None))
+    plan = plan_cell(cell, config).sized(hp)
+    fine_tuned, scratch = (prepare_state(plan, torch.device("cpu"), weights=w) for w in (given, None))
     for state, frozen in ((fine_tuned, True), (scratch, False)):
         before = statistics(state)
         state.model.train()

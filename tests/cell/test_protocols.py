@@ -104,16 +104,16 @@ def test_the_committed_table_covers_the_main_grid_at_tiny_inside_its_grids():
 def test_a_tuned_cell_trains_at_the_table_rate_and_says_so(monkeypatch):
     """The runner's rate: the table's under tuned (the method's scale folded in), the shared one under shared."""
     from gradeff.cell.config import RunConfig
-    from gradeff.cell.plan import cell_settings
+    from gradeff.cell.plan import plan_cell
     from gradeff.studies.grid import Cell
 
     cell = Cell("vit_s", "adamw", "standard", method="lora", dataset="cifar100", grid="peft")
     table = TunedTable().merged([_row(model="vit_s", optimizer="adamw", method="lora", dataset="cifar100",
                                       lr=2e-3)], "s1", {})
     monkeypatch.setattr("gradeff.cell.protocols._LOADED", {TABLE_PATH: table})
-    hp, method_hp, rate = cell_settings(cell, RunConfig(protocol="tuned"))
+    hp, method_hp, rate = plan_cell(cell, RunConfig(protocol="tuned")).settings
     assert hp.lr * method_hp.lr_scale == 2e-3 and method_hp.lr_scale == 1.0 and "tuned table" in rate.source
-    hp, method_hp, rate = cell_settings(cell, RunConfig(protocol="shared"))
+    hp, method_hp, rate = plan_cell(cell, RunConfig(protocol="shared")).settings
     shared = hparams_for("vit_s", "tiny", dataset="cifar100").lr * method_hparams_for("lora", "vit_s", "tiny").lr_scale
     assert hp.lr * method_hp.lr_scale == shared and rate.source.startswith("shared")
 

@@ -11,7 +11,7 @@ from gradeff.axes.strategies import STRATEGIES
 from gradeff.cell.arithmetic import cell_arithmetic
 from gradeff.cell.config import RunConfig
 from gradeff.cell.devices import resolve_device
-from gradeff.cell.plan import cannot_run, cell_data, cell_settings, task_dataset
+from gradeff.cell.plan import cannot_run, cell_data, plan_cell, task_dataset
 from gradeff.cell.run import run_cell
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
@@ -309,9 +309,9 @@ def test_a_search_never_reads_the_test_split(monkeypatch):
     reads = []
     run_once, batch = runner._run_once, Dataset.batch
 
-    def tracked_run_once(cell, config, **kwargs):
-        phase["trial"] = config.trial
-        return run_once(cell, config, **kwargs)
+    def tracked_run_once(plan, **kwargs):
+        phase["trial"] = plan.config.trial
+        return run_once(plan, **kwargs)
 
     def tracked_batch(self, indices):
         reads.append((phase["trial"], id(self)))
@@ -421,17 +421,46 @@ def test_a_prebuilt_cell_resolves_its_data_once_and_records_the_same_as_a_cell_b
     trains and records exactly what the runner's own build would."""
     calls = []
 
-    def counted(*args):
-        calls.append(args[0].id)
-        return cell_data(*args)
+    def counted(plan):
+        calls.append(plan.cell.id)
+        return cell_data(plan)
 
     cell = Cell("llm", "adam", "standard")
     own = run_cell(cell, CONFIG)
     # Both the build and the run look the data up: only the build may.
     monkeypatch.setattr(build, "cell_data", counted)
     monkeypatch.setattr(runner, "cell_data", counted)
-    built = build.build_cell(cell, CONFIG)
-    record = run_cell(cell, CONFIG, built=built)
-    assert calls == [cell.id] and built.hp == cell_settings(cell, CONFIG).hp
+    plan = plan_cell(cell, CONFIG)
+    built = build.build_cell(plan)
+    record = runner.run_plan(plan, built=built)
+    assert calls == [cell.id] and built.plan == plan
     assert record.status == own.status == "ok" and record.hparams == own.hparams
     assert [e.loss for e in record.epochs] == [e.loss for e in own.epochs]
+
+
+def test_the_runner_trains_the_plan_it_is_given_without_resolving_it_again(monkeypatch):
+    """run_plan reads the plan's settings and skip reason; it never plans the cell anew (the fixtures' plan is the
+    one trained). A plan with a rate of its own trains at that rate; a plan that says skip is skipped with its
+    reason, though the cell itself could run."""
+    import gradeff.cell.plan as planning
+
+    cell = Cell("llm", "adam", "standard")
+    plan = plan_cell(cell, CONFIG)
+    own_rate = plan.sized(dataclasses.replace(plan.hp, lr=plan.hp.lr / 7))
+    resolved = []
+    settings = planning._settings
+    monkeypatch.setattr(planning, "_settings", lambda *args: resolved.append(args) or settings(*args))
+    record = runner.run_plan(own_rate)
+    assert record.status == "ok" and record.hparams["lr"] == plan.hp.lr / 7
+    # Only the record's fingerprint plans the cell, as a resumed session would (gradeff.cell.experiment).
+    assert len(resolved) == 1
+    skipped = runner.run_plan(dataclasses.replace(plan, skip="left out for this test"))
+    assert skipped.status == "skipped" and skipped.detail == "left out for this test" and skipped.epochs == ()
+
+
+def test_a_build_is_trained_only_with_the_plan_it_was_built_from():
+    plan = plan_cell(Cell("llm", "adam", "standard"), CONFIG)
+    built = build.build_cell(plan)
+    with pytest.raises(ValueError, match="built from another plan"):
+        runner.run_plan(plan.under(seed=1), built=built)
+    assert runner.run_plan(plan, built=built).status == "ok"

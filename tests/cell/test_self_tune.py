@@ -12,6 +12,7 @@ from gradeff.axes.data.checksums import CacheRebuiltWarning, sidecar
 from gradeff.axes.data.real_sources import DataSource
 from gradeff.cell.config import RunConfig
 from gradeff.cell.experiment import experiment_inputs
+from gradeff.cell.plan import plan_cell
 from gradeff.cell.protocols import SELF_TUNED, choose_rate
 from gradeff.cell.self_tune import SearchBudget, fingerprint, needs_self_tuning, run_self_tuned
 from gradeff.records.results import Summary
@@ -24,14 +25,15 @@ BUDGET = SearchBudget()
 
 
 class FakeTraining:
-    """``train(cell, config)`` whose final validation loss is a parabola in log10(rate) with its minimum at ``best``;
+    """``train(plan)`` whose final validation loss is a parabola in log10(rate) with its minimum at ``best``;
     the rate ``best`` itself only wins at the full epochs (a first-rung trial sees a flatter, shifted curve)."""
 
     def __init__(self, make_record, best: float = 3e-3, fail_above: float = math.inf):
         self.make_record, self.best, self.fail_above = make_record, best, fail_above
         self.configs: list[RunConfig] = []
 
-    def __call__(self, cell, config, **reported):
+    def __call__(self, plan, **reported):
+        config = plan.config
         self.configs.append(config)
         if config.lr is None:  # the cell at its protocol's rate
             return self.make_record()
@@ -61,7 +63,8 @@ def _run(make_record, cache_dir, training=None, config=None, budget=BUDGET):
     training = training or FakeTraining(make_record)
     config = config or RunConfig(profile="tiny", device="cpu", cache_dir=str(cache_dir), epochs=3)
     warmed = []
-    record = run_self_tuned(REAL, config, train=training, warm=lambda c, cfg: warmed.append(cfg), budget=budget)
+    warm = lambda plan: warmed.append(plan.config)  # noqa: E731
+    record = run_self_tuned(plan_cell(REAL, config), train=training, warm=warm, budget=budget)
     return record, training, warmed
 
 
@@ -158,7 +161,7 @@ def test_data_that_cannot_be_built_is_the_cells_own_failure(make_record, cache, 
 
 
 def test_an_interrupted_trial_is_the_cells_record_and_nothing_is_cached(make_record, cache):
-    def interrupted(cell, config, **reported):
+    def interrupted(plan, **reported):
         return make_record(status="interrupted", detail="interrupted by the user (Ctrl-C)")
 
     record, _, _ = _run(make_record, cache, interrupted)
@@ -206,15 +209,18 @@ def test_which_cells_tune_themselves():
     a method that trains nothing, the shared protocol, a rate searched otherwise."""
     config = RunConfig(profile="tiny")
     peft = Cell("vit_s", "adamw", "standard", method="lora", dataset="cifar100", grid="peft")
-    assert needs_self_tuning(REAL, config) and not needs_self_tuning(peft, config)
+    def tunes_itself(cell, config):
+        return needs_self_tuning(plan_cell(cell, config))
+
+    assert tunes_itself(REAL, config) and not tunes_itself(peft, config)
     given_data = replace(config, data=(DataSource(key="cifar100", path="/data/mine.parquet"),))
-    assert needs_self_tuning(peft, given_data)
-    assert not needs_self_tuning(replace(REAL, optimizer="cgd"), config)
-    assert not needs_self_tuning(Cell("clip", "adamw", "standard", "zero_shot", "dtd", grid="baselines"), config)
-    assert needs_self_tuning(Cell("dinov2", "adamw", "standard", "linear_probe", "dtd", grid="baselines"), config)
-    assert not needs_self_tuning(REAL, replace(config, protocol="shared"))
-    assert not needs_self_tuning(REAL, replace(config, tune="lr"))
-    assert not needs_self_tuning(REAL, replace(config, lr=1e-3))
+    assert tunes_itself(peft, given_data)
+    assert not tunes_itself(replace(REAL, optimizer="cgd"), config)
+    assert not tunes_itself(Cell("clip", "adamw", "standard", "zero_shot", "dtd", grid="baselines"), config)
+    assert tunes_itself(Cell("dinov2", "adamw", "standard", "linear_probe", "dtd", grid="baselines"), config)
+    assert not tunes_itself(REAL, replace(config, protocol="shared"))
+    assert not tunes_itself(REAL, replace(config, tune="lr"))
+    assert not tunes_itself(REAL, replace(config, lr=1e-3))
 
 
 def test_a_row_tuned_on_the_stand_in_is_not_read_for_the_users_data():
@@ -233,14 +239,13 @@ def test_a_self_tuned_record_is_the_same_experiment_as_the_one_a_resumed_session
 
 
 def test_the_record_says_self_tuned_never_tuned():
-    from gradeff.cell.plan import cell_settings
     from gradeff.cell.record import hparams_record
 
     config = RunConfig(profile="tiny", lr=4e-3, lr_source="self-tuned: ...", self_tuned=True)
-    hparams = hparams_record(cell_settings(REAL, config), config, None)
+    hparams = hparams_record(plan_cell(REAL, config).settings, config, None)
     assert hparams["protocol"] == SELF_TUNED and hparams["lr"] == 4e-3 and hparams["lr_source"].startswith(SELF_TUNED)
     plain = replace(config, self_tuned=False)
-    assert hparams_record(cell_settings(REAL, plain), plain, None)["protocol"] == "tuned"
+    assert hparams_record(plan_cell(REAL, plain).settings, plain, None)["protocol"] == "tuned"
 
 
 def test_the_cache_file_is_checksummed_json(make_record, cache):

@@ -6,6 +6,7 @@ import torch
 import gradeff.axes.strategies.prepare as prepare
 import gradeff.cell.build as build
 from gradeff.cell.config import RunConfig
+from gradeff.cell.plan import plan_cell
 from gradeff.studies.grid import Cell
 from gradeff.studies.hparams import hparams_for
 from tests.gate.fault_plugin import inject
@@ -22,7 +23,8 @@ def restored(monkeypatch):
 
 def _state(optimizer: str, strategy: str):
     cell = Cell("llm", optimizer, strategy)
-    return build.prepare_state(cell, CONFIG, hparams_for("llm", "tiny", epochs=1), torch.device("cpu"))
+    plan = plan_cell(cell, CONFIG)
+    return build.prepare_state(plan.sized(hparams_for("llm", "tiny", epochs=1)), torch.device("cpu"))
 
 
 def test_lr_raises_adams_rate_by_one_percent_only():

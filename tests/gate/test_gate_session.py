@@ -40,8 +40,8 @@ outputs._open_temporary = _open_temporary
 """
 # A capability check that broke: every cell is now skipped with a reason.
 BROKEN_CHECK = """
-import gradeff.cell.run
-gradeff.cell.run.cannot_run = lambda cell, config: "needs a library that is not installed"
+import gradeff.cell.plan
+gradeff.cell.plan.cannot_run = lambda cell, config: "needs a library that is not installed"
 """
 
 

@@ -14,11 +14,11 @@ from gradeff.meters.flops import count_step_flops
 from gradeff.meters.memory import parameter_bytes
 from gradeff.pytest.dryrun import (
     DEVICE_MEMORY,
-    CellPlan,
+    CellForecast,
     Target,
     _measure,
     dry_run_lines,
-    plan_cell,
+    forecast_cell,
     plan_document,
     target_for,
 )
@@ -81,7 +81,7 @@ def test_qlora_weights_are_predicted_to_the_byte(model):
 
 def _plan(strategy: str, method: str = "full", **config) -> object:
     cell = Cell("vit_s", "adamw", strategy, method, "cifar100", grid="peft")
-    return plan_cell(cell, RunConfig(profile="tiny", **config), H200)
+    return forecast_cell(cell, RunConfig(profile="tiny", **config), H200)
 
 
 def test_checkpointing_trades_memory_for_a_second_forward():
@@ -103,7 +103,7 @@ def test_the_budget_plan_is_the_cells_and_an_unreachable_budget_is_oom():
 
 def test_a_strategy_over_the_memory_budget_is_oom_and_a_skipped_cell_says_why():
     assert _plan("standard", memory_budget=2**20).status.startswith("oom: ")
-    skipped = plan_cell(Cell("llm", "adamw", "standard", "bitfit", grid="peft"), RunConfig(profile="tiny"), H200)
+    skipped = forecast_cell(Cell("llm", "adamw", "standard", "bitfit", grid="peft"), RunConfig(profile="tiny"), H200)
     assert skipped.status == ("skipped: BitFit (biases only) trains only bias terms and Llama-3.2-1B-style decoder "
                               "has none")
 
@@ -114,6 +114,18 @@ def test_time_is_every_step_and_evaluation_over_peak_times_mfu():
     steps = hp.epochs * hp.train_samples // hp.batch_size
     evaluation = (hp.epochs + 1) * hp.heldout_samples * measured.forward_flops / hp.batch_size
     assert plan.seconds == pytest.approx((steps * measured.flops + evaluation) / (989.4e12 * 0.3))
+
+
+def test_the_forecast_reads_the_cells_plan_as_the_runner_makes_it():
+    """The sizes are the plan's (gradeff.cell.plan.plan_cell), overrides included: a session that caps the training
+    samples trains fewer steps, and the estimate says so."""
+    hp = hparams_for("vit_s", "tiny", dataset="cifar100")
+    full, capped = _plan("standard"), _plan("standard", train_samples=hp.train_samples // 2)
+    measured = _predicted("vit_s", "full")
+    evaluation = (hp.epochs + 1) * hp.heldout_samples * measured.forward_flops / hp.batch_size
+    steps = hp.epochs * (hp.train_samples // 2) // hp.batch_size
+    assert capped.seconds == pytest.approx((steps * measured.flops + evaluation) / (989.4e12 * 0.3))
+    assert capped.seconds < full.seconds
 
 
 def test_a_named_device_takes_its_memory_and_peak_from_the_tables():
@@ -127,7 +139,7 @@ def test_a_named_device_takes_its_memory_and_peak_from_the_tables():
 
 def test_without_a_peak_the_table_says_how_to_get_a_time():
     cpu = Target(name="cpu", memory_bytes=2**34, peak_flops=None, peak_source=None, mfu=0.3, precision="fp32")
-    plan = plan_cell(Cell("vit_s", "adamw", "standard", "lora", "cifar100", grid="peft"), RunConfig(profile="tiny"),
+    plan = forecast_cell(Cell("vit_s", "adamw", "standard", "lora", "cifar100", grid="peft"), RunConfig(profile="tiny"),
                      cpu)
     lines = dry_run_lines([plan], cpu, profile="tiny")
     assert plan.seconds is None and "give --gradeff-peak-tflops for a time estimate" in lines[0]
@@ -177,7 +189,7 @@ def test_a_dry_run_trains_nothing_and_prints_every_selected_cell(grid_pytester, 
 
 def test_the_plan_document_names_each_test_once_per_seed():
     cell = Cell(grid="peft", model="vim_s", optimizer="adamw", strategy="standard", method="lora", dataset="cifar100")
-    plan = CellPlan(cell=cell.id, status="ready", seconds=2.0, predicted_peak=2**20, step_flops=1e9)
+    plan = CellForecast(cell=cell.id, status="ready", seconds=2.0, predicted_peak=2**20, step_flops=1e9)
     tests = [(f"g.py::test_cell[{cell.id}-seed{seed}]", cell, seed) for seed in (0, 1)] + [("g.py::test_own", None, 0)]
     document = plan_document(tests, [plan], H200, profile="tiny", pretraining={})
     assert [(t["cell"], t["seed"]) for t in document["tests"]] == [(cell.id, 0), (cell.id, 1), (None, 0)]

@@ -7,6 +7,7 @@ import torch
 
 from gradeff.cell.build import build_cell
 from gradeff.cell.config import RunConfig
+from gradeff.cell.plan import plan_cell
 from gradeff.cell.run import run_cell
 from gradeff.records.store import read_records
 from gradeff.studies.grid import Cell
@@ -24,7 +25,7 @@ def test_a_prebuilt_cell_trains_as_the_runners_own_build():
     """build_cell then run_cell(built=): the same numbers as the runner's own build, and the built model is trained."""
     cell = Cell("llm", "adam", "accum")
     own = run_cell(cell, CONFIG)
-    built = build_cell(cell, CONFIG)
+    built = build_cell(plan_cell(cell, CONFIG))
     model, optimizer = built.state.model, built.state.optimizer
     before = [p.detach().clone() for p in model.parameters()]
     record = run_cell(cell, CONFIG, built=built)
@@ -51,7 +52,7 @@ def test_a_failed_build_is_the_cells_status(monkeypatch, raised, status):
         raise raised
 
     monkeypatch.setattr(gradeff.cell.build, "prepare_state", fail)
-    built = build_cell(Cell("llm", "sgd", "standard"), CONFIG)
+    built = build_cell(plan_cell(Cell("llm", "sgd", "standard"), CONFIG))
     assert built.state is None and built.error is raised and built.weights is not None
     record = run_cell(Cell("llm", "sgd", "standard"), CONFIG, built=built)
     assert record.status == status and str(raised).splitlines()[0] in record.detail
@@ -62,7 +63,7 @@ def test_only_the_plain_path_takes_a_prebuilt_state():
     """A skipped, tuned or isolated cell builds its own models: handing it one is a mistake, said at once."""
     from dataclasses import replace
 
-    built = build_cell(Cell("llm", "sgd", "standard"), CONFIG)
+    built = build_cell(plan_cell(Cell("llm", "sgd", "standard"), CONFIG))
     for cell, settings in ((Cell("llm", "sgd", "standard", method="bitfit"), CONFIG),
                            (Cell("llm", "sgd", "standard"), replace(CONFIG, tune="lr")),
                            (Cell("llm", "sgd", "standard"), replace(CONFIG, isolate=True))):
@@ -274,8 +275,6 @@ def test_rate(gradeff_model, gradeff_data, gradeff_optimizer, gradeff_meters):
 def test_a_benchmarks_record_names_the_rate_its_optimizer_trained_at(pytester, tmp_path, protocol):
     """The protocol sets a benchmark's rate as it sets a grid cell's (llm-adam's tuned rate is not the shared one);
     the record's hparams name that rate, where it came from and the precision, as a grid cell's do."""
-    from gradeff.cell.plan import cell_settings
-
     pytester.makepyfile(test_rate=RATE_BENCH)
     results = tmp_path / "r.jsonl"
     outcome = pytester.runpytest_subprocess(*PLUGIN, "-s", "-p", "no:cacheprovider", "--gradeff-epochs", "1",
@@ -283,9 +282,9 @@ def test_a_benchmarks_record_names_the_rate_its_optimizer_trained_at(pytester, t
     outcome.assert_outcomes(passed=1)
     trained = float(re.search(r"LR (\S+)", outcome.stdout.str()).group(1))
     (record,) = read_records(results)
-    expected = cell_settings(Cell("llm", "adam", "standard"), RunConfig(epochs=1, protocol=protocol))
+    expected = plan_cell(Cell("llm", "adam", "standard"), RunConfig(epochs=1, protocol=protocol))
     assert record.hparams["lr"] == trained == expected.hp.lr
     assert record.hparams["lr_source"] == expected.rate.source and record.hparams["lr_source"].startswith(protocol)
     assert record.hparams["protocol"] == protocol and record.hparams["precision"] == "fp32"
-    shared = cell_settings(Cell("llm", "adam", "standard"), RunConfig(epochs=1, protocol="shared")).hp.lr
+    shared = plan_cell(Cell("llm", "adam", "standard"), RunConfig(epochs=1, protocol="shared")).hp.lr
     assert (trained != shared) == (protocol == "tuned")

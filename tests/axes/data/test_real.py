@@ -236,7 +236,7 @@ def test_tiny_vit_learns_digits_and_tiny_llm_learns_python_help_text(tmp_path):
     digits (a logistic regression on their pixels: 97 %), the LLM's test loss on the help text lies below a bigram
     count's of the same training split (gradeff.axes.data.trivial), over the very windows the cell was scored on."""
     from gradeff.axes.data.trivial import trivial_baselines
-    from gradeff.cell.plan import cell_data, cell_settings
+    from gradeff.cell.plan import cell_data, plan_cell
 
     torch.set_num_threads(1)
     vit = _cell("vit", "digits", None, tmp_path)
@@ -246,7 +246,7 @@ def test_tiny_vit_learns_digits_and_tiny_llm_learns_python_help_text(tmp_path):
     llm = _cell("llm", "pydoc", None, tmp_path)
     assert llm.status == "ok", llm.detail
     cell, config = Cell("llm", "adamw", "standard", dataset="pydoc", grid="main"), RunConfig(cache_dir=str(tmp_path))
-    data, _ = cell_data(cell, config, cell_settings(cell, config).hp)
+    data, _ = cell_data(plan_cell(cell, config))
     assert len(data.heldout) == llm.task["heldout_samples"]
     bigram = trivial_baselines(data, "causal_lm")["bigram"]["value"]
     assert llm.summary.final_heldout_loss < bigram - 0.1, (llm.summary.final_heldout_loss, bigram)
