@@ -3,9 +3,9 @@
 Each row is a :class:`~gradeff.analysis.claims.ClaimResult` of
 :func:`~gradeff.analysis.claims.evaluate_claims`: the claim, the figures measured here, the verdict
 (styled per verdict), the rule that gave it, and the scale caveat of a verdict reached on a CPU
-profile. Every study that has claims gets its own group, in the order of the page's sections (the main
-study, then the PEFT study, then any other); a study without records in the report gets one line
-instead of a table of claims that cannot be measured.
+profile. Every study that has claims gets its own group, titled and ordered as the study registry
+(:data:`gradeff.studies.study.STUDIES`) has them; a study without records in the report (of its own, or of the
+grids its claims read) gets one line instead of a table of claims that cannot be measured.
 """
 
 from __future__ import annotations
@@ -19,13 +19,10 @@ from gradeff.analysis.claims import ClaimResult, evaluate_claims
 from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord
 from gradeff.report.view import Cell, ClaimGroupView, ClaimsView, Row, Table
+from gradeff.studies.study import STUDIES
 
-__all__ = ["CLAIM_RULES", "STUDY_TITLES", "VERDICT_MEANINGS", "build_claims_view", "claims_table", "verdict_css"]
+__all__ = ["CLAIM_RULES", "VERDICT_MEANINGS", "build_claims_view", "claims_table", "claims_title", "verdict_css"]
 
-STUDY_TITLES = {
-    "main": "Main study: optimizers × memory strategies",
-    "peft": "PEFT study: fine-tuning methods, memory strategies and foundation-model baselines",
-}
 VERDICT_MEANINGS = {
     "reproduced": "the measured figures fall in the paper's range, widened by the claim's tolerance",
     "not reproduced": "the effect goes the paper's way but falls outside its range",
@@ -48,6 +45,12 @@ CLAIM_RULES = (
     "stand-in for a named foundation model, an energy estimate against a measured energy, a loss whose scale "
     "depends on the vocabulary). A verdict reached on a CPU profile says so: tiny models on synthetic data can "
     "disagree with a GPU study for reasons of scale alone.")
+
+
+def claims_title(study: str) -> str:
+    """The title of a study's claims (its registered one; a study the registry lacks by its key)."""
+    spec = STUDIES.get(study)
+    return (spec.claims_title or spec.title) if spec is not None else study
 
 
 def verdict_css(verdict: str) -> str:
@@ -100,20 +103,23 @@ def build_claims_view(records: Sequence[CellRecord]) -> ClaimsView:
     """The claims section from every record of the report (one per cell, each study's claims read its own).
 
     Returns:
-        One group per study that has claims: the main study, the PEFT study, then any other in the order
+        One group per study that has claims, in the study registry's order, then any other in the order
         :data:`gradeff.analysis.claims.CLAIMS` lists them. The summary counts the claims of studies with records.
     """
     results = evaluate_claims(records)
     studies = scope.split(records)
-    present = {"main": bool(studies["main"]), "peft": bool(studies["peft"] or studies["baselines"])}
-    by_study: dict[str, list[ClaimResult]] = {study: [] for study in STUDY_TITLES}
+    by_study: dict[str, list[ClaimResult]] = {study: [] for study in STUDIES}
     for result in results:
         by_study.setdefault(result.study, []).append(result)
-    shown = [r for r in results if present.get(r.study, True)]
+    recorded = {record.grid for record in records}
+    # Present: records of the study itself, or of a grid its claims read.
+    present = {study: bool(studies.get(study)) or any(grid in recorded for r in group for grid in r.grids)
+               for study, group in by_study.items()}
+    shown = [r for r in results if present[r.study]]
     return ClaimsView(
         summary=_counts(shown),
-        groups=tuple(ClaimGroupView(id=f"claims-{study}-group", title=STUDY_TITLES.get(study, study),
-                                    table=claims_table(study, group, present=present.get(study, True)),
+        groups=tuple(ClaimGroupView(id=f"claims-{study}-group", title=claims_title(study),
+                                    table=claims_table(study, group, present=present[study]),
                                     scale_note=naming.scale_note(studies.get(study, ())))
                      for study, group in by_study.items() if group),
         rules=CLAIM_RULES,

@@ -26,18 +26,22 @@ class StudySpec:
             further seeds run only for its cells (:mod:`gradeff.pytest.seeding`).
         record_grids: grids with no :class:`~gradeff.studies.grid.GridSpec` whose records it reads as well (the
             cells a user writes with the public fixtures, ``custom``).
+        claims_title: the title of its claims' table where they read other studies' grids too (the PEFT paper's
+            claims read the foundation-model baselines); ``""``: its ``title``.
     """
 
     key: str
     title: str
     answers: bool = False
     record_grids: tuple[str, ...] = ()
+    claims_title: str = ""
 
 
 STUDIES: Registry[StudySpec] = Registry("study", (
     StudySpec(key="main", title="Main study: optimizers × memory strategies", answers=True,
               record_grids=("custom",)),
-    StudySpec(key="peft", title="PEFT study: fine-tuning methods and checkpointing", answers=True),
+    StudySpec(key="peft", title="PEFT study: fine-tuning methods and checkpointing", answers=True,
+              claims_title="PEFT study: fine-tuning methods, memory strategies and foundation-model baselines"),
     StudySpec(key="baselines", title="PEFT study: foundation-model baselines"),
     StudySpec(key="memory", title="Memory strategies side by side"),
     StudySpec(key="real", title="Real data", answers=True),

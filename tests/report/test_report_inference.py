@@ -284,8 +284,8 @@ def test_claims_table_renders_each_verdict_grouped_by_study(monkeypatch, make_re
                                   why="needs cells", grids=("peft", "baselines")))
     monkeypatch.setattr(claims_report, "evaluate_claims", lambda records: results)
     view = build_view([make_record("vit-sgd-standard"), tuned()])
-    assert [g.title for g in view.claims.groups] == [claims_report.STUDY_TITLES["main"],
-                                                     claims_report.STUDY_TITLES["peft"]]
+    assert [g.title for g in view.claims.groups] == [claims_report.claims_title("main"),
+                                                     claims_report.claims_title("peft")]
     main = view.claims.groups[0].table
     assert main.header == ("claim", "measured here", "verdict", "why", "scale")
     assert main.caption.endswith("(grids read: main)")
@@ -306,13 +306,26 @@ def test_claims_table_renders_each_verdict_grouped_by_study(monkeypatch, make_re
     assert dict(view.overview)["claims"].startswith("1 reproduced, 1 not reproduced, 1 contradicted, 2 not measurable")
 
 
+def test_claim_groups_take_their_titles_and_order_from_the_study_registry(monkeypatch, make_record):
+    """A claim of any registered study is grouped under that study's registered title, in the registry's order;
+    its table is present when the records hold a grid the claim reads, though none of the study's own."""
+    from gradeff.studies.study import STUDIES
+
+    results = [ClaimResult(study=study, key=study, claim=f"{study} claim", measured="n/a", verdict=VERDICTS[3],
+                           why="", grids=grids) for study, grids in (("real", ("main",)), ("main", ("main",)))]
+    monkeypatch.setattr(claims_report, "evaluate_claims", lambda records: results)
+    view = build_view([make_record("vit-sgd-standard")])
+    assert [g.title for g in view.claims.groups] == [STUDIES["main"].title, STUDIES["real"].title]
+    assert all(g.table.rows for g in view.claims.groups)
+
+
 def test_a_study_without_records_gets_one_line_not_a_table_of_na(tuned):
     """With PEFT records only, the main study's claims are one note; the summary counts the PEFT claims alone."""
     view = build_view([tuned()])
     groups = {g.title: g.table for g in view.claims.groups}
-    main = groups[claims_report.STUDY_TITLES["main"]]
+    main = groups[claims_report.claims_title("main")]
     assert main.rows == () and main.note.startswith("n/a: no records of this study in these results")
-    assert len(groups[claims_report.STUDY_TITLES["peft"]].rows) == _PEFT_CLAIMS
+    assert len(groups[claims_report.claims_title("peft")].rows) == _PEFT_CLAIMS
     assert view.claims.summary == f"{_PEFT_CLAIMS} not measurable here"
 
 
