@@ -187,43 +187,18 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
         before = {cell: r for cell, r in before.items() if cell in scope or r.cell in scope}
     common = [cell for cell in before if cell in after]
     runs = perturbations(perturbed)
-    foreign = defaultdict(list)
-    for cell in common:
-        for run in runs.get((before[cell].cell, before[cell].seed), []):
-            for problem in _same_experiment(before[cell], run):
-                foreign[problem].append(cell)
-    if foreign:
-        raise UnusableInput("perturbation runs of another experiment: " + "; ".join(_grouped(foreign))
-                            + "; record the baseline and its perturbation runs together (scripts/record_baseline.py)")
+    _refuse_foreign_perturbations(common, before, runs)
     measured = sensitivities(latest_by_run(baseline).values(), perturbed)
     judgements = {cell: judge(before[cell], runs.get(key := (before[cell].cell, before[cell].seed), []),
                                    after[cell], rules, band, measured.get(key)) for cell in common}
-    mismatches: dict[str, list[str]] = defaultdict(list)
-    notes: dict[str, list[str]] = defaultdict(list)
-    environment: dict[str, list[str]] = defaultdict(list)
-    judged: dict[str, list[str]] = defaultdict(list)
-    why: dict[str, list[str]] = defaultdict(list)
-    for cell in common:
-        why[judgements[cell].why].append(cell)
-        refusals, warnings = _differences(before[cell], after[cell])
-        for message in refusals:
-            mismatches[message].append(cell)
-        for message in warnings:
-            notes[message].append(cell)
-        for message in _environment_differences(judgements[cell].reference, after[cell]).values():
-            environment[message].append(cell)
-        if judgements[cell].reference is not before[cell]:
-            # Recorded two cells at a time (scripts/record_baseline.py): its numbers are the yardstick, its time is not.
-            environment["the current run's numerics are a perturbation run's: compared with it exactly, its time "
-                        "recorded under pytest -n 2"].append(cell)
-        if judgements[cell].numerics:
-            judged[judgements[cell].numerics].append(cell)
-    if mismatches and not allow_mismatch:
-        raise MismatchError("refusing to compare: " + "; ".join(_grouped(mismatches))
+    found = _Findings.of(common, before, after, judgements)
+    if found.mismatches and not allow_mismatch:
+        raise MismatchError("refusing to compare: " + "; ".join(_grouped(found.mismatches))
                             + " (pass --allow-mismatch to compare anyway)")
-    if environment and strict_environment:
-        raise MismatchError("refusing to compare under --strict-environment: " + "; ".join(_grouped(environment)))
-    elsewhere = {cell for cells in environment.values() for cell in cells}
+    if found.environment and strict_environment:
+        raise MismatchError("refusing to compare under --strict-environment: "
+                            + "; ".join(_grouped(found.environment)))
+    elsewhere = {cell for cells in found.environment.values() for cell in cells}
     rows = []
     for cell in common:
         judgement = judgements[cell]
@@ -234,10 +209,7 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
     only_in_baseline = tuple(cell for cell in before if cell not in after)
     ran = {*before, *after, *(r.cell for r in (*before.values(), *after.values()))}
     missing = only_in_baseline + tuple(cell for cell in dict.fromkeys(selected or ()) if cell not in ran)
-    rows += [Row(cell=cell, metric="presence", before="present" if cell in before else "", after="missing",
-                 change="", verdict=NOT_COMPARED if allow_missing else REGRESSION,
-                 note=("only in baseline" if cell in before else "selected, no record")
-                 + (" (--allow-missing)" if allow_missing else ""), noteworthy=True) for cell in missing]
+    rows += _missing_rows(missing, before, allow_missing=allow_missing)
     only_in_current = tuple(cell for cell in after if cell not in before)
     # A cell the run selected and the baseline lacks has nothing to be judged against: under --strict that is a
     # regression (refresh the baseline), not a cell silently passed over.
@@ -248,7 +220,59 @@ def compare_records(baseline: list[CellRecord], current: list[CellRecord], rules
                       "(scripts/record_baseline.py) or leave the cell out of the selection", noteworthy=True)
              for cell in unbaselined]
     return Comparison(rows=tuple(rows), only_in_baseline=only_in_baseline, only_in_current=only_in_current,
-                      warnings=tuple(_grouped(mismatches) + _grouped(notes)),
-                      environment=tuple(_grouped(environment)), numerics=tuple(_grouped(judged)),
-                      judged_by=tuple(_grouped(why)), cells_compared=len(common), missing=missing,
+                      warnings=tuple(_grouped(found.mismatches) + _grouped(found.notes)),
+                      environment=tuple(_grouped(found.environment)), numerics=tuple(_grouped(found.judged)),
+                      judged_by=tuple(_grouped(found.why)), cells_compared=len(common), missing=missing,
                       unbaselined=unbaselined)
+
+
+def _refuse_foreign_perturbations(common: list[str], before: dict[str, CellRecord], runs: dict) -> None:
+    """Raise :class:`UnusableInput` where a common cell's perturbation runs are not its baseline record's experiment."""
+    foreign = defaultdict(list)
+    for cell in common:
+        for run in runs.get((before[cell].cell, before[cell].seed), []):
+            for problem in _same_experiment(before[cell], run):
+                foreign[problem].append(cell)
+    if foreign:
+        raise UnusableInput("perturbation runs of another experiment: " + "; ".join(_grouped(foreign))
+                            + "; record the baseline and its perturbation runs together (scripts/record_baseline.py)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Findings:
+    """What the common cells' pairs say besides their rows, each message with the cells it holds for."""
+
+    mismatches: dict[str, list[str]]
+    notes: dict[str, list[str]]
+    environment: dict[str, list[str]]
+    judged: dict[str, list[str]]
+    why: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, common: list[str], before: dict[str, CellRecord], after: dict[str, CellRecord],
+           judgements: dict) -> _Findings:
+        found = cls(*(defaultdict(list) for _ in range(5)))
+        for cell in common:
+            found.why[judgements[cell].why].append(cell)
+            refusals, warnings = _differences(before[cell], after[cell])
+            for message in refusals:
+                found.mismatches[message].append(cell)
+            for message in warnings:
+                found.notes[message].append(cell)
+            for message in _environment_differences(judgements[cell].reference, after[cell]).values():
+                found.environment[message].append(cell)
+            if judgements[cell].reference is not before[cell]:
+                # Recorded two cells at a time (scripts/record_baseline.py): its numbers are the yardstick, its time
+                # is not.
+                found.environment["the current run's numerics are a perturbation run's: compared with it exactly, "
+                                  "its time recorded under pytest -n 2"].append(cell)
+            if judgements[cell].numerics:
+                found.judged[judgements[cell].numerics].append(cell)
+        return found
+
+
+def _missing_rows(missing: tuple[str, ...], before: dict[str, CellRecord], *, allow_missing: bool) -> list[Row]:
+    return [Row(cell=cell, metric="presence", before="present" if cell in before else "", after="missing",
+                change="", verdict=NOT_COMPARED if allow_missing else REGRESSION,
+                note=("only in baseline" if cell in before else "selected, no record")
+                + (" (--allow-missing)" if allow_missing else ""), noteworthy=True) for cell in missing]
