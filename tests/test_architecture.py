@@ -3,8 +3,8 @@ modules, no module reaching into another's private names.
 
 Every ``import`` counts, at module level, inside a function (an import inside a function dodges a cycle at import
 time but keeps it in the design) and under ``if TYPE_CHECKING:`` (a type-only import is still a dependency a reader
-must follow). A package and its own submodules are one unit for cycles: a registry package (``gradeff.axes.models``)
-imports the submodule that builds an entry when it is asked for, and that submodule reads the package's registry.
+must follow). A package and its own submodules are modules like any other: a registry package that imported a
+submodule reading its registry back would be a cycle here too.
 """
 
 from __future__ import annotations
@@ -60,16 +60,12 @@ def _imports(module: str) -> list[tuple[str, list[str], int]]:
     return [(target, names, line) for target, names, line in found if target.split(".")[0] == "gradeff"]
 
 
-def _one_unit(a: str, b: str) -> bool:
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
-
-
 def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {module: set() for module in MODULES}
     for module in MODULES:
         for target, _, _ in _imports(module):
             owner = _owner(target)
-            if owner is not None and not _one_unit(module, owner):
+            if owner is not None and owner != module:
                 graph[module].add(owner)
     return graph
 

@@ -3,8 +3,8 @@
 The official code (hustvl/Vim, NVlabs/MambaVision) is imported from checkouts named by ``GRADEFF_VIM_REPO`` and
 ``GRADEFF_MAMBAVISION_REPO`` (see ``tests/reference/official.py``). It builds the model with random weights,
 every tensor then moved off its initial value; its state dict is saved as the official checkpoints hold it and
-loaded through :func:`gradeff.axes.models.from_checkpoint`; the two models' logits on a 224 px batch are compared in
-eval mode.
+loaded through :func:`gradeff.axes.models.checkpoint.from_checkpoint`; the two models' logits on a 224 px batch are
+compared in eval mode.
 
 - On the CPU the official forward runs with the reference implementations the Mamba packages ship for their
   kernels (selective scan, the fused inner function, causal conv1d, RMSNorm): the architecture is the official
@@ -20,7 +20,7 @@ import importlib.util
 import pytest
 import torch
 
-from gradeff.axes.models import from_checkpoint
+from gradeff.axes.models.checkpoint import from_checkpoint
 from tests.axes.models.published import perturb
 from tests.reference.official import missing, official_mambavision_t, official_vim_s
 

@@ -4,9 +4,9 @@ Runs in the reference environment (``bash scripts/reference-env.sh``, or ``tox -
 installed; in the default one it is skipped. timm builds each model with random weights, every tensor then moved
 off its initial value (zero-initialised biases and BatchNorm scales, running statistics) so that a tensor loaded
 into the wrong place shows; the state dict is saved as timm saves it (safetensors) and loaded through
-:func:`gradeff.axes.models.from_checkpoint`. Logits on a batch of 224 px images must agree within 1e-4 (max absolute
-difference, float32) in eval mode and, with stochastic depth off and the same seed, in train mode (TinyViT's
-BatchNorms then normalise with the batch's statistics on both sides).
+:func:`gradeff.axes.models.checkpoint.from_checkpoint`. Logits on a batch of 224 px images must agree within 1e-4
+(max absolute difference, float32) in eval mode and, with stochastic depth off and the same seed, in train mode
+(TinyViT's BatchNorms then normalise with the batch's statistics on both sides).
 """
 
 import pytest
@@ -17,8 +17,8 @@ timm = pytest.importorskip("timm", reason="needs timm, which only the reference 
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from gradeff.axes.models import from_checkpoint  # noqa: E402
 from gradeff.axes.models._layers import DropPath  # noqa: E402
+from gradeff.axes.models.checkpoint import from_checkpoint  # noqa: E402
 from tests.axes.models.published import perturb  # noqa: E402
 
 # The hub checkpoints' tags (1000-class heads), as --gradeff-weights KEY=hub loads them.

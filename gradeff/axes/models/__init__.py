@@ -29,7 +29,7 @@ from gradeff.specs.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MODELS", "ModelSpec", "build_model", "from_checkpoint"]
+__all__ = ["MODELS", "ModelSpec", "build_model"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,23 +250,3 @@ def build_model(
     model.train()
     return model
 
-
-def from_checkpoint(key: str, source: str | Path, *, num_labels: int | None = None, **options) -> torch.nn.Module:
-    """A model with a checkpoint's weights: a published state dict (timm's ViT-S/16 and TinyViT-21M, the official
-    Vim-S and MambaVision-T checkpoints) through the backbone's explicit key map, or a ``save_pretrained`` folder.
-
-    See :func:`gradeff.axes.models.checkpoint.from_checkpoint` for the sources and ``options`` (``profile``,
-    ``allow_hub``, ``device``).
-
-    Args:
-        key: model key (``vit_s``, ``tinyvit``, ``vim_s``, ``mambavision_t`` for state dicts).
-        source: a state-dict file, a folder holding one, a ``save_pretrained`` folder, or a hub id.
-        num_labels: classes of the head; ``None`` keeps the checkpoint's, others get a fresh (seeded) head.
-
-    Returns:
-        The model in evaluation mode; its load record is ``model.gradeff_weights``.
-    """
-    # a cycle: gradeff.axes.models.checkpoint reads this registry
-    from gradeff.axes.models.checkpoint import from_checkpoint as load  # noqa: PLC0415
-
-    return load(key, source, num_labels=num_labels, **options)

@@ -1,4 +1,5 @@
-"""Weight sources: what ``--gradeff-weights KEY=SOURCE`` and :func:`gradeff.axes.models.from_checkpoint` accept.
+"""Weight sources: what ``--gradeff-weights KEY=SOURCE`` and
+:func:`gradeff.axes.models.checkpoint.from_checkpoint` accept.
 
 A source is one of
 

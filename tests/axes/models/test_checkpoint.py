@@ -8,8 +8,7 @@ timm's own ViT-S/16 and TinyViT-21M are compared logit for logit in the referenc
 import pytest
 import torch
 
-from gradeff.axes.models import from_checkpoint
-from gradeff.axes.models.checkpoint import CheckpointError, check_source, load_checkpoint, resolve_for
+from gradeff.axes.models.checkpoint import CheckpointError, check_source, from_checkpoint, load_checkpoint, resolve_for
 from gradeff.axes.models.keymaps import KEY_MAPS
 from gradeff.axes.models.weights import WeightSourceError
 from tests.axes.models.published import perturbed, save_reference, to_reference
