@@ -1,7 +1,7 @@
 """A cell's state built before it trains: its data, model (starting weights loaded, method applied), optimizer
 and scheduler, the device it runs on, and what is released after it.
 
-:func:`gradeff.cell.run.run_cell` builds a cell here (or takes a :class:`Built` from the public fixtures, which
+:func:`gradeff.cell.run.run_plan` builds a planned cell here (or takes a :class:`Built` from the public fixtures, which
 build it through :func:`build_cell`), then trains it.
 """
 
@@ -91,7 +91,7 @@ def prepare_state(plan: CellPlan, device: torch.device, *, weights: StartingWeig
 
 @dataclass(kw_only=True)
 class Built:
-    """A cell's state built before :func:`~gradeff.cell.run.run_cell` (by :func:`build_cell`): what the public
+    """A cell's state built before :func:`~gradeff.cell.run.run_plan` (by :func:`build_cell`): what the public
     fixtures hand a grid test, and then what the runner trains.
 
     Attributes:
@@ -99,7 +99,7 @@ class Built:
         weights: the starting weights, once resolved.
         started: when building the model began (a one-off pretraining is the cache's cost): the record's start.
         plan: the cell's plan with the sizes its data set (real data sets its own); ``None`` if that failed.
-        error: what building raised; :func:`~gradeff.cell.run.run_cell` raises it again inside the cell, so it
+        error: what building raised; :func:`~gradeff.cell.run.run_plan` raises it again inside the cell, so it
             becomes the cell's status (``oom``, ``error``, ``interrupted``) like a failure of its own build.
     """
 

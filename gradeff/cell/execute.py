@@ -2,7 +2,7 @@
 a learning-rate search whose chosen rate is then trained and reported (``--gradeff-tune lr``). A sharded cell's ranks
 are :mod:`gradeff.cell.distributed`'s.
 
-:func:`gradeff.cell.run.run_cell` dispatches each cell once and hands these the training they repeat (its own
+:func:`gradeff.cell.run.run_plan` dispatches each planned cell once and hands these the training they repeat (its own
 one-training function, its process entry), so this module never imports the runner back.
 """
 

@@ -38,8 +38,8 @@ def hparams_record(settings: CellSettings, config: RunConfig, optimizer: torch.o
     """A record's ``hparams``: the sizes the cell ran with, its method's settings, its precision, the rate and
     where it came from (protocol and source), and the optimizer's kernel (``None`` where none was built).
 
-    ``settings`` are those the cell's optimizer was built with (:func:`gradeff.cell.plan.cell_settings`), so the
-    rate a record names is the rate it trained at, whoever trained it.
+    ``settings`` are those the cell's optimizer was built with (its plan's, :func:`gradeff.cell.plan.plan_cell`), so
+    the rate a record names is the rate it trained at, whoever trained it.
     """
     hp, method_hp, rate = settings
     # A rate the cell searched itself is not the table's: the record never says ``tuned`` for it.
