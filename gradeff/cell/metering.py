@@ -10,6 +10,11 @@ aggregation.
 What metering costs is recorded with the figures: per epoch, the seconds the segments' reads
 took on the training thread and the CPU seconds the sampling threads spent, which compete with
 the training's threads for cores.
+
+The sampling meters are one table, :data:`SAMPLED_METERS`: each names its record, how it is made for a cell and how
+its segments combine (the meter module's own rule). A new meter is its module under :mod:`gradeff.meters` and its
+entry here, with its field names in :data:`gradeff.records.fields.METER_FIELDS` (which readers check without
+importing torch; a test holds the two to each other).
 """
 
 from __future__ import annotations
@@ -23,16 +28,17 @@ from typing import Any
 import torch
 
 from gradeff.meters import (
-    NVML_UTILIZATION_WINDOW_S,
     EnergyMeter,
     GpuMeter,
     RamMeter,
-    co2_grams,
-    max_known,
+    WindowMeter,
+    combine_energy,
+    combine_gpu,
+    combine_ram,
     measure_step_memory,
 )
 
-__all__ = ["EpochMetering", "MeterSettings", "aggregate", "memory_breakdown"]
+__all__ = ["SAMPLED_METERS", "EpochMetering", "MeterSettings", "SampledMeter", "aggregate", "memory_breakdown"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +56,42 @@ class MeterSettings:
     peak_tflops: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class SampledMeter:
+    """One meter that watches a cell's window (:class:`~gradeff.meters.window.WindowMeter`).
+
+    Attributes:
+        name: its record's key under ``meters`` (a cell's and each epoch's).
+        make: the meter for a cell on a device, under the session's settings; made with the cell's metering, outside
+            its epochs (making one probes the device).
+        combine: its segments' records (dicts) as one record of their whole stretch, at the session's grid
+            intensity: an epoch's pieces, or a cell's epochs.
+    """
+
+    name: str
+    make: Callable[[MeterSettings, torch.device], WindowMeter]
+    combine: Callable[[list[dict], float], dict]
+
+
+def _on_gpu(device: torch.device) -> Callable[[], bool]:
+    return lambda: device.type == "cuda" and torch.cuda.is_available()
+
+
+# In the order of the records' keys. The windows open in the reverse order (energy first, so its window holds the
+# others' opening) and close in this one.
+SAMPLED_METERS: tuple[SampledMeter, ...] = (
+    SampledMeter("ram", lambda settings, device: RamMeter(hz=settings.hz),
+                 lambda segments, grid: combine_ram(segments)),
+    SampledMeter("gpu", lambda settings, device: GpuMeter(device_index=device.index or 0, hz=settings.hz,
+                                                          cuda_available=_on_gpu(device)),
+                 lambda segments, grid: combine_gpu(segments)),
+    SampledMeter("energy", lambda settings, device: EnergyMeter(grid_gco2_per_kwh=settings.grid_gco2_per_kwh,
+                                                                device_index=device.index or 0,
+                                                                cuda_available=_on_gpu(device)),
+                 combine_energy),
+)
+
+
 class EpochMetering:
     """Opens the meters' window for a cell and runs epochs in segments of it.
 
@@ -62,13 +104,8 @@ class EpochMetering:
         self.device = device
         self.settings = settings or MeterSettings()
         self.epochs: list[dict] = []
-        index = device.index or 0
-        on_gpu = device.type == "cuda"
-        self._ram = RamMeter(hz=self.settings.hz)
-        self._gpu = GpuMeter(device_index=index, hz=self.settings.hz,
-                             cuda_available=lambda: on_gpu and torch.cuda.is_available())
-        self._energy = EnergyMeter(grid_gco2_per_kwh=self.settings.grid_gco2_per_kwh, device_index=index,
-                                   cuda_available=lambda: on_gpu and torch.cuda.is_available())
+        self.meters: dict[str, WindowMeter] = {meter.name: meter.make(self.settings, device)
+                                               for meter in SAMPLED_METERS}
         self._stack: ExitStack | None = None
         self._pieces: list[dict] | None = None  # the open segment's pieces (see paused)
         self._piece: tuple | None = None
@@ -76,7 +113,7 @@ class EpochMetering:
     def __enter__(self) -> EpochMetering:
         stack = ExitStack()
         try:
-            for meter in (self._energy, self._gpu, self._ram):
+            for meter in reversed(self.meters.values()):
                 stack.enter_context(meter)
         except BaseException:
             stack.close()
@@ -90,7 +127,7 @@ class EpochMetering:
             stack.close()
 
     def _sampler_cpu_s(self) -> float:
-        return self._ram.sampler_cpu_s + self._gpu.sampler_cpu_s + self._energy.sampler_cpu_s
+        return sum(meter.sampler_cpu_s for meter in self.meters.values())
 
     def run(self, fn: Callable[[], Any]) -> Any:
         """Call ``fn`` in a segment of each meter; append the segments' records as a dict."""
@@ -130,20 +167,19 @@ class EpochMetering:
 
     def _open_piece(self) -> None:
         sampler_cpu0, t0 = self._sampler_cpu_s(), time.perf_counter()
-        meters = (self._energy.segment(), self._gpu.segment(), self._ram.segment())
-        for meter in meters:
-            meter.__enter__()
-        self._piece = (meters, sampler_cpu0, t0, time.perf_counter())
+        segments = {name: meter.segment() for name, meter in reversed(self.meters.items())}
+        for segment in segments.values():
+            segment.__enter__()
+        self._piece = (segments, sampler_cpu0, t0, time.perf_counter())
 
     def _close_piece(self) -> None:
-        meters, sampler_cpu0, t0, t_fn = self._piece
+        segments, sampler_cpu0, t0, t_fn = self._piece
         fn_s = time.perf_counter() - t_fn
-        for meter in reversed(meters):
-            meter.__exit__(None, None, None)
-        energy, gpu, ram = meters
-        self._pieces.append({"ram": asdict(ram.record), "gpu": asdict(gpu.record), "energy": asdict(energy.record),
-                             "cost": {"reads_s": time.perf_counter() - t0 - fn_s,
-                                      "sampler_cpu_s": self._sampler_cpu_s() - sampler_cpu0, "epoch_s": fn_s}})
+        for segment in reversed(segments.values()):
+            segment.__exit__(None, None, None)
+        self._pieces.append({name: asdict(segments[name].record) for name in self.meters}
+                            | {"cost": {"reads_s": time.perf_counter() - t0 - fn_s,
+                                        "sampler_cpu_s": self._sampler_cpu_s() - sampler_cpu0, "epoch_s": fn_s}})
 
 
 def _combine(pieces: list[dict], grid_gco2_per_kwh: float) -> dict:
@@ -153,60 +189,13 @@ def _combine(pieces: list[dict], grid_gco2_per_kwh: float) -> dict:
     return combined
 
 
-def _weighted_mean(values, weights):
-    pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
-    total = sum(w for _, w in pairs)
-    return sum(v * w for v, w in pairs) / total if total else None
-
-
-def _sum_all(values):
-    # A total is only meaningful if every part was measured.
-    return None if not values or any(v is None for v in values) else sum(values)
-
-
 def aggregate(epochs: list[dict], grid_gco2_per_kwh: float) -> dict:
-    """The cell-level figures of per-epoch measurement dicts (``{}`` if there are none)."""
+    """The cell-level figures of per-epoch measurement dicts (``{}`` if there are none): each meter's epochs
+    combined by its own rule, and the metering's cost."""
     if not epochs:
         return {}
-    ram = [e["ram"] for e in epochs]
-    gpu = [e["gpu"] for e in epochs]
-    energy = [e["energy"] for e in epochs]
-    ram_samples = [r["samples"] for r in ram]
-    gpu_samples = [g["samples"] for g in gpu]
-    joules = _sum_all([e["joules"] for e in energy])
-    gpu_duration = sum(g["duration_s"] for g in gpu)
-    return {
-        "ram": {
-            "peak_rss_bytes": max_known(r["peak_rss_bytes"] for r in ram),
-            # The cell's peak is exact only if every epoch's is.
-            "peak_source": "kernel" if all(r["peak_source"] == "kernel" for r in ram) else "sampled",
-            "mean_rss_bytes": _weighted_mean([r["mean_rss_bytes"] for r in ram], ram_samples),
-            "peak_system_percent": max_known(r["peak_system_percent"] for r in ram),
-            "samples": sum(ram_samples),
-            "duration_s": sum(r["duration_s"] for r in ram),
-        },
-        "gpu": {
-            "available": all(g["available"] for g in gpu),
-            "device_name": gpu[0]["device_name"],
-            "util_mean_percent": _weighted_mean([g["util_mean_percent"] for g in gpu], gpu_samples),
-            "util_max_percent": max_known(g["util_max_percent"] for g in gpu),
-            "mem_used_peak_bytes": max_known(g["mem_used_peak_bytes"] for g in gpu),
-            "power_mean_w": _weighted_mean([g["power_mean_w"] for g in gpu], gpu_samples),
-            "alloc_peak_bytes": max_known(g["alloc_peak_bytes"] for g in gpu),
-            "reserved_peak_bytes": max_known(g["reserved_peak_bytes"] for g in gpu),
-            "samples": sum(gpu_samples),
-            # NVML averages utilisation over up to a second: shorter windows are unreliable.
-            "short_window": bool(gpu[0]["available"]) and gpu_duration < NVML_UTILIZATION_WINDOW_S,
-            "duration_s": gpu_duration,
-        },
-        "energy": {
-            "joules": joules,
-            "source": energy[0]["source"],
-            "co2_grams": co2_grams(joules, grid_gco2_per_kwh) if joules is not None else None,
-            "duration_s": sum(e["duration_s"] for e in energy),
-        },
-        "cost": _cost([e["cost"] for e in epochs]),
-    }
+    return {meter.name: meter.combine([epoch[meter.name] for epoch in epochs], grid_gco2_per_kwh)
+            for meter in SAMPLED_METERS} | {"cost": _cost([epoch["cost"] for epoch in epochs])}
 
 
 def _cost(costs: list[dict]) -> dict:

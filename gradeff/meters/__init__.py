@@ -17,8 +17,9 @@ from .energy import (
     EnergyRecord,
     EnergySource,
     co2_grams,
+    combine_energy,
 )
-from .gpu import NVML_UTILIZATION_WINDOW_S, AllocatorStats, GpuMeter, GpuRecord
+from .gpu import NVML_UTILIZATION_WINDOW_S, AllocatorStats, GpuMeter, GpuRecord, combine_gpu
 from .memory import (
     ActivationCounter,
     MemoryBreakdown,
@@ -30,9 +31,9 @@ from .memory import (
     trainable_parameter_bytes,
 )
 from .peak import LivePeakTracker
-from .ram import RamMeter, RamRecord
+from .ram import RamMeter, RamRecord, combine_ram
 from .sampler import PeriodicSampler
-from .window import Segment, WindowMeter, max_known
+from .window import Segment, WindowMeter, max_known, weighted_mean
 
 __all__ = [
     "DEFAULT_GRID_GCO2_PER_KWH",
@@ -53,6 +54,9 @@ __all__ = [
     "Segment",
     "WindowMeter",
     "co2_grams",
+    "combine_energy",
+    "combine_gpu",
+    "combine_ram",
     "gradient_bytes",
     "max_known",
     "measure_step_memory",
@@ -60,4 +64,5 @@ __all__ = [
     "parameter_bytes",
     "parameter_counts",
     "trainable_parameter_bytes",
+    "weighted_mean",
 ]

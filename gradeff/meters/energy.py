@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +46,7 @@ __all__ = [
     "EnergyRecord",
     "EnergySource",
     "co2_grams",
+    "combine_energy",
 ]
 
 EnergySource = Literal["nvml", "rapl", "estimate", "none"]
@@ -87,6 +88,19 @@ def co2_grams(joules: float | None, grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2
     if joules is None:
         return None
     return joules / _JOULES_PER_KWH * grid_gco2_per_kwh
+
+
+def combine_energy(segments: Sequence[Mapping], grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH) -> dict:
+    """Segments' records (as dicts) as one record of their whole stretch: energies add up, and a total is known only
+    if every part was measured."""
+    joules = [e["joules"] for e in segments]
+    total = None if not joules or any(j is None for j in joules) else sum(joules)
+    return {
+        "joules": total,
+        "source": segments[0]["source"],
+        "co2_grams": co2_grams(total, grid_gco2_per_kwh) if total is not None else None,
+        "duration_s": sum(e["duration_s"] for e in segments),
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

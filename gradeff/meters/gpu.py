@@ -21,7 +21,7 @@ if the window must include all the work queued in it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,9 +29,9 @@ import torch
 
 from ._nvml import close_nvml, device_name, load_nvml, open_nvml_device, torch_device_uuid
 from .sampler import PeriodicSampler
-from .window import WindowMeter, max_known
+from .window import WindowMeter, max_known, weighted_mean
 
-__all__ = ["NVML_UTILIZATION_WINDOW_S", "AllocatorStats", "GpuMeter", "GpuRecord"]
+__all__ = ["NVML_UTILIZATION_WINDOW_S", "AllocatorStats", "GpuMeter", "GpuRecord", "combine_gpu"]
 
 # NVML reports utilization as the fraction of time a kernel ran over a trailing sample
 # period of between 1/6 s and 1 s depending on the product (nvmlDeviceGetUtilizationRates
@@ -87,6 +87,27 @@ class GpuRecord:
     samples: int
     short_window: bool
     duration_s: float
+
+
+def combine_gpu(segments: Sequence[Mapping]) -> dict:
+    """Segments' records (as dicts) as one record of their whole stretch: peaks are maxima, means are weighted by
+    samples, and the stretch is short when the device was read for less than NVML's averaging period in all."""
+    samples = [g["samples"] for g in segments]
+    duration = sum(g["duration_s"] for g in segments)
+    return {
+        "available": all(g["available"] for g in segments),
+        "device_name": segments[0]["device_name"],
+        "util_mean_percent": weighted_mean([g["util_mean_percent"] for g in segments], samples),
+        "util_max_percent": max_known(g["util_max_percent"] for g in segments),
+        "mem_used_peak_bytes": max_known(g["mem_used_peak_bytes"] for g in segments),
+        "power_mean_w": weighted_mean([g["power_mean_w"] for g in segments], samples),
+        "alloc_peak_bytes": max_known(g["alloc_peak_bytes"] for g in segments),
+        "reserved_peak_bytes": max_known(g["reserved_peak_bytes"] for g in segments),
+        "samples": sum(samples),
+        # NVML averages utilisation over up to a second: shorter windows are unreliable.
+        "short_window": bool(segments[0]["available"]) and duration < NVML_UTILIZATION_WINDOW_S,
+        "duration_s": duration,
+    }
 
 
 def _max_pairs(a: tuple[int | None, int | None], b: tuple[int | None, int | None]) -> tuple[int | None, int | None]:

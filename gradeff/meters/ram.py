@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,9 +33,9 @@ import psutil
 
 from .procfs import ProcFile, meminfo_used_percent, statm_rss_bytes
 from .sampler import PeriodicSampler
-from .window import WindowMeter, max_known
+from .window import WindowMeter, max_known, weighted_mean
 
-__all__ = ["RamMeter", "RamRecord"]
+__all__ = ["RamMeter", "RamRecord", "combine_ram"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +63,20 @@ class RamRecord:
     peak_system_percent: float | None
     samples: int
     duration_s: float
+
+
+def combine_ram(segments: Sequence[Mapping]) -> dict:
+    """Segments' records (as dicts, an epoch's or a cell's epochs) as one record of their whole stretch: peaks are
+    maxima, the mean is weighted by samples, and the peak is the kernel's exact one only if every segment's is."""
+    samples = [r["samples"] for r in segments]
+    return {
+        "peak_rss_bytes": max_known(r["peak_rss_bytes"] for r in segments),
+        "peak_source": "kernel" if all(r["peak_source"] == "kernel" for r in segments) else "sampled",
+        "mean_rss_bytes": weighted_mean([r["mean_rss_bytes"] for r in segments], samples),
+        "peak_system_percent": max_known(r["peak_system_percent"] for r in segments),
+        "samples": sum(samples),
+        "duration_s": sum(r["duration_s"] for r in segments),
+    }
 
 
 def _proc_children_pids(pid: int) -> list[int] | None:

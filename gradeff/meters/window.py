@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from .sampler import PeriodicSampler
 
-__all__ = ["Segment", "WindowMeter", "max_known"]
+__all__ = ["Segment", "WindowMeter", "max_known", "weighted_mean"]
 
 R = TypeVar("R")
 N = TypeVar("N", int, float)
@@ -23,6 +23,13 @@ def max_known(values: Iterable[N | None]) -> N | None:
     """The largest value that is not ``None``; ``None`` if there is none."""
     known = [v for v in values if v is not None]
     return max(known) if known else None
+
+
+def weighted_mean(values: Iterable[float | None], weights: Iterable[int]) -> float | None:
+    """The mean of the known values, each weighted by its count of samples; ``None`` if no known value has one."""
+    pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else None
 
 
 class Segment(Generic[R]):

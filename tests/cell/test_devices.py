@@ -111,5 +111,5 @@ def test_a_pinned_cells_meters_watch_its_gpu_only():
     from gradeff.cell.metering import EpochMetering
 
     metering = EpochMetering(device=torch.device("cuda", 1))
-    assert metering._gpu.device_index == 1 and metering._energy._device_index == 1
-    assert metering._gpu.available is torch.cuda.is_available()
+    assert metering.meters["gpu"].device_index == 1 and metering.meters["energy"]._device_index == 1
+    assert metering.meters["gpu"].available is torch.cuda.is_available()

@@ -1,15 +1,17 @@
 """Meters attached to real cells: what a CPU run records, and the memory laws on records."""
 
+import dataclasses
 import time
 
 import pytest
 import torch
 
+import gradeff.cell.metering as metering_module
 from gradeff.axes.optim import OPTIMIZERS
 from gradeff.cell.config import RunConfig
-from gradeff.cell.metering import EpochMetering, MeterSettings, aggregate
+from gradeff.cell.metering import EpochMetering, MeterSettings, SampledMeter, aggregate
 from gradeff.cell.run import run_cell
-from gradeff.meters import RamMeter
+from gradeff.meters import RamMeter, WindowMeter
 from gradeff.studies.grid import Cell
 
 CONFIG = RunConfig(profile="tiny", seed=0, epochs=2, device="cpu")
@@ -147,3 +149,47 @@ def test_a_pause_is_left_out_of_the_epochs_figures(monkeypatch):
     assert seen["cost"]["epoch_s"] == 2.0
     joules = [paused["energy"]["joules"], seen["energy"]["joules"]]
     assert None not in joules and joules[0] >= joules[1]
+
+
+class _CountingMeter(WindowMeter):
+    """A meter of its own: counts the segments it was asked for, each record being its running count."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def _open_window(self):
+        self.count = 0
+
+    def _close_window(self):
+        return {"segments": self.count}
+
+    def _begin_segment(self):
+        return None
+
+    def _end_segment(self, token):
+        self.count += 1
+        return _Count(segments=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Count:
+    segments: int
+
+
+def test_a_meter_is_its_module_plus_its_entry_in_the_table(monkeypatch):
+    """An entry added to SAMPLED_METERS is made with the cell's metering, opened around the epochs, read per epoch
+    (pauses included) and combined into the cell's figures by its own rule, with no other change."""
+    counting = SampledMeter("count", lambda settings, device: _CountingMeter(),
+                            lambda segments, grid: {"segments": sum(s["segments"] for s in segments)})
+    monkeypatch.setattr(metering_module, "SAMPLED_METERS", (*metering_module.SAMPLED_METERS, counting))
+    metering = EpochMetering(device=torch.device("cpu"), settings=MeterSettings(hz=1.0))
+    with metering:
+        metering.run(lambda: None)
+        with metering.segment():
+            with metering.paused():
+                pass
+    assert [list(epoch) for epoch in metering.epochs] == [["ram", "gpu", "energy", "count", "cost"]] * 2
+    # The second epoch was two pieces around its pause: its count combines them.
+    assert [epoch["count"] for epoch in metering.epochs] == [{"segments": 1}, {"segments": 2}]
+    assert aggregate(metering.epochs, 400.0)["count"] == {"segments": 3}

@@ -3,6 +3,7 @@ fill, and all that a reader may ask for; a reader naming anything else fails ins
 
 import ast
 import dataclasses
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from gradeff.axes.optim.cg import ConjugateGradient, cg_stats
 from gradeff.cell.config import RunConfig
 from gradeff.cell.environment import environment
 from gradeff.cell.inference import InferenceCost
+from gradeff.cell.metering import SAMPLED_METERS, MeterSettings
 from gradeff.cell.run import run_cell
 from gradeff.meters import EnergyRecord, GpuRecord, MemoryBreakdown
 from gradeff.meters.flops import ComputeRecord
@@ -41,6 +43,15 @@ def test_the_meters_table_names_the_meters_own_record_fields():
     assert METER_FIELDS["compute"] == _names(ComputeRecord) | {"not_measured"}
     weight = torch.nn.Parameter(torch.ones(2))
     assert METER_FIELDS["cg"] == set(cg_stats(ConjugateGradient([weight])))
+
+
+def test_every_meter_of_a_cells_window_has_its_fields_in_the_table():
+    """Each entry of SAMPLED_METERS writes exactly its METER_FIELDS, per epoch and combined over epochs."""
+    for meter in SAMPLED_METERS:
+        with meter.make(MeterSettings(hz=1.0), torch.device("cpu")) as window, window.segment() as segment:
+            pass
+        record = asdict(segment.record)
+        assert set(meter.combine([record, record], 400.0)) == METER_FIELDS[meter.name] == set(record), meter.name
 
 
 def test_the_sections_table_names_the_writers_fields():
