@@ -119,7 +119,7 @@ def _cell_text(value: object) -> str:
 
 def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]]:
     """The header and rows of the CSV: one row per cell and seed (a rerun's newest record wins), main study, PEFT
-    study, memory study, then real data, each in its grid order.
+    study, memory study, real data, each in its grid order, then any other study's records in theirs.
 
     Args:
         records: records in reading order.
@@ -129,8 +129,11 @@ def csv_table(records: Iterable[CellRecord]) -> tuple[list[str], list[list[str]]
     """
     kept, _ = analysis.latest_records(records)
     main, peft, memory, real = split_studies(kept)
+    # A study with no ordering of its own here (one registered later) still has every row.
+    placed = {id(record) for record in (*main, *peft, *memory, *real)}
+    rest = [record for record in kept if id(record) not in placed]
     rows = [_row(r) for r in (*analysis.sort_records(main), *sort_peft(peft), *sort_memory(memory),
-                              *analysis.sort_records(real))]
+                              *analysis.sort_records(real), *analysis.sort_records(rest))]
     known = (*_RECORD_COLUMNS, *_SUMMARY_COLUMNS, *_METER_COLUMNS, *_STUDY_COLUMNS, *_TRIVIAL_COLUMNS,
              *_PROVENANCE_COLUMNS)
     extra = sorted({key for row in rows for key in row} - set(known))

@@ -20,6 +20,7 @@ from gradeff.records.formatting import NA
 from gradeff.records.results import CellRecord, meter_field
 from gradeff.report.papers import PEFT, Paper, cite
 from gradeff.specs.registry import Registry
+from gradeff.studies.study import STUDIES
 
 __all__ = [
     "SECTIONS", "SORTABLE_ROWS", "AnswerGroupView", "AnswerView", "BaselinesView", "Cell", "ClaimGroupView",
@@ -47,11 +48,13 @@ class Section:
 
 
 _MAIN = ("main",)
+# The studies that answer "what should I use" (StudySpec.answers): the Answer's lines are theirs.
+_ANSWERING = tuple(key for key, study in STUDIES.items() if study.answers)
 # Figure-first: the Answer, then the figures a reader of the papers looks at first, open; every other section is
 # collapsed under its heading, and the full cell tables come last, in the appendix. The papers' Figure 1
 # (recommendations) is the Answer itself, so it has no section of its own.
 SECTIONS: tuple[Section, ...] = (
-    Section("answer", "Answer", "", ("main", "peft", "real")),
+    Section("answer", "Answer", "", _ANSWERING),
     Section("curves", "Training loss per epoch", cite("Figure 2"), _MAIN),
     Section("pareto", "Test quality vs time: Pareto frontier", cite("Figure 4"), _MAIN),
     Section("memory-time", "Memory vs time per strategy", cite("adaptive checkpointing", PEFT), ("memory",)),

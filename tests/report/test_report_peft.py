@@ -259,6 +259,19 @@ def test_mixed_render_passes_the_html_checks(grid_records, peft_cells, peft_reco
     assert not re.search(r">0(\.0+)? ?(%|J|B|ms|s|MiB|GiB)<", re.sub(r"<svg.*?</svg>", "", peft, flags=re.S))
 
 
+def test_csv_keeps_the_records_of_a_study_it_has_no_order_for(monkeypatch, make_record, peft_cells):
+    """A study the CSV's ordering does not name (a study registered later) still has every row, after the others."""
+    import gradeff.report.csv_export as csv_export
+    from gradeff.analysis.memory import Studies
+
+    records = [make_record("llm-sgd-standard"), *peft_cells]
+    monkeypatch.setattr(csv_export, "split_studies",
+                        lambda kept: Studies([r for r in kept if r.grid == "main"], [], [], []))
+    _, rows = csv_table(records)
+    assert rows[0][0] == "llm-sgd-standard"
+    assert sorted(row[0] for row in rows) == sorted(r.cell for r in records)
+
+
 def test_csv_adds_study_columns_after_the_existing_ones(make_record, peft_cells):
     """CSV: the earlier columns keep their order first; grid, method, dataset, held-out, parameters, weights follow."""
     header, rows = csv_table([make_record("llm-sgd-standard")] + peft_cells)
