@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
-from gradeff.axes.data.checksums import MANIFEST, CacheRebuiltWarning, file_sha256, verify_manifest, write_manifest
+from gradeff.axes.data.checksums import MANIFEST, CacheRebuiltWarning, verify_manifest, write_manifest
 from gradeff.axes.methods import within
 from gradeff.axes.models import MODELS, build_model
 from gradeff.axes.models.checkpoint import given_weights
@@ -252,10 +252,15 @@ def verify_folder(folder: Path) -> str | None:
 
 
 def weights_checksum(folder: str | Path) -> str | None:
-    """The checksum of a cached backbone's weights: the SHA-256 of its manifest (which names every file's), the same
-    wherever the cache folder is; ``None`` where the folder has no manifest."""
+    """The checksum of a cached backbone's weights: the SHA-256 of its manifest's lines (each file's sha256) for every
+    file but the pretraining's account (:data:`INFO_FILE`, which holds the run's wall time), the same wherever the
+    cache folder is and whichever machine pretrained the same weights; ``None`` where the folder has no manifest."""
     manifest = Path(folder) / MANIFEST
-    return file_sha256(manifest) if manifest.is_file() else None
+    if not manifest.is_file():
+        return None
+    lines = [line for line in manifest.read_text(encoding="utf-8").splitlines()
+             if line and line.split("  ", 1)[-1] != INFO_FILE]
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
 def _readable_by_all(folder: Path) -> None:

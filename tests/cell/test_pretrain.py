@@ -254,3 +254,21 @@ def test_hostile_a_pretrained_folder_gets_the_permissions_of_a_plain_mkdir(tmp_p
     finally:
         os.umask(umask)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+
+
+def test_the_weights_checksum_names_the_weights_not_the_runs_wall_time(tmp_path):
+    """Two caches that pretrained the same weights agree, though each pretraining's account holds its own seconds;
+    a changed byte of the weights is another checksum."""
+    from gradeff.axes.data.checksums import write_manifest
+    from gradeff.cell.pretrain import INFO_FILE, weights_checksum
+
+    sums = []
+    for name, seconds, weights in (("a", 14.7, b"w"), ("b", 29.6, b"w"), ("c", 14.7, b"x")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(weights)
+        (folder / INFO_FILE).write_text(json.dumps({"seconds": seconds}))
+        write_manifest(folder)
+        sums.append(weights_checksum(folder))
+    assert sums[0] == sums[1] != sums[2]
+    assert weights_checksum(tmp_path) is None  # no manifest
