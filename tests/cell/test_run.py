@@ -289,7 +289,12 @@ def test_tuning_keeps_the_rate_with_the_best_validation_loss():
     tuning = record.tuning
     rates = [trial["lr"] for trial in tuning["trials"]]
     assert rates == pytest.approx([1e-3, 0.01, 0.1, 1.0]) and tuning["reference"] == 1e-3
-    best = min(tuning["trials"], key=lambda t: t["validation_loss"])
+    # The largest rate may diverge (whether lr=1.0 does here depends on the CPU's float rounding): a trial that did
+    # not end ok has no validation loss and cannot be chosen.
+    scored = [trial for trial in tuning["trials"] if trial["status"] == "ok"]
+    assert all(trial["validation_loss"] is None for trial in tuning["trials"] if trial["status"] != "ok")
+    assert len(scored) >= 3
+    best = min(scored, key=lambda t: t["validation_loss"])
     assert tuning["chosen"] == best["lr"] == record.hparams["lr"]
     assert tuning["at_edge"] == ("low" if best["lr"] == rates[0] else "high" if best["lr"] == rates[-1] else None)
     # The record is a full run at the chosen rate: deterministic on CPU, so it repeats the trial's validation loss.
