@@ -109,10 +109,6 @@ class Built:
     plan: CellPlan | None = None
     error: BaseException | None = None
 
-    @property
-    def hp(self) -> HParams | None:
-        return self.plan.hp if self.plan is not None else None
-
 
 def use_device(device: torch.device) -> None:
     if device.type == "cuda" and device.index is not None:

@@ -66,8 +66,6 @@ class FixtureSetup:
             and a failing build is kept for the cell's record instead of raised.
     """
 
-    cell: Any
-    config: Any
     # The cell's plan (its settings, its rate as the protocol sets it, its skip reason): what the data is sized by,
     # what the runner trains and what a benchmark's record names.
     plan: Any
@@ -87,8 +85,16 @@ class FixtureSetup:
     def of(cls, cell, config, settings, **fields) -> FixtureSetup:
         from gradeff.cell.plan import plan_cell  # noqa: PLC0415 - torch, see the imports
 
-        return cls(cell=cell, config=config, settings=settings, device=resolve_device(settings.device),
-                   plan=plan_cell(cell, config), **fields)
+        return cls(settings=settings, device=resolve_device(settings.device), plan=plan_cell(cell, config), **fields)
+
+    @property
+    def cell(self):
+        return self.plan.cell
+
+    @property
+    def config(self):
+        """The cell's run configuration (its plan's)."""
+        return self.plan.config
 
     @property
     def hp(self):
